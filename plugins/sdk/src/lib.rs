@@ -353,9 +353,10 @@ impl Config {
     {
         match self.get(key) {
             None => Ok(None),
-            Some(raw) => raw.parse().map(Some).map_err(|e| {
-                Error::new(format!("config key `{key}`: cannot parse {raw:?}: {e}"))
-            }),
+            Some(raw) => raw
+                .parse()
+                .map(Some)
+                .map_err(|e| Error::new(format!("config key `{key}`: cannot parse {raw:?}: {e}"))),
         }
     }
 
@@ -546,9 +547,7 @@ mod tests {
         assert!(matches!(&out[0], bindings::WitOutcome::Records(r) if r.len() == 2));
         assert!(matches!(&out[1], bindings::WitOutcome::Records(r) if r.is_empty()));
         assert!(matches!(&out[2], bindings::WitOutcome::Error(m) if m == "negative"));
-        assert!(
-            matches!(&out[3], bindings::WitOutcome::Error(m) if m.contains("invalid digit"))
-        );
+        assert!(matches!(&out[3], bindings::WitOutcome::Error(m) if m.contains("invalid digit")));
     }
 
     #[test]
@@ -558,6 +557,11 @@ mod tests {
         assert!(c.parse::<u32>("b").unwrap_err().message().contains("`b`"));
         assert_eq!(c.get_or("z", "d"), "d");
         assert!(c.require("z").is_err());
-        assert!(c.deny_unknown(&["a"]).unwrap_err().message().contains("`b`"));
+        assert!(
+            c.deny_unknown(&["a"])
+                .unwrap_err()
+                .message()
+                .contains("`b`")
+        );
     }
 }

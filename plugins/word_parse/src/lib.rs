@@ -22,7 +22,9 @@ impl Transform for WordParse {
                 "config `separator` must be non-empty and contain neither '#' nor '@', got {separator:?}"
             )));
         }
-        Ok(WordParse { separator: separator.to_owned() })
+        Ok(WordParse {
+            separator: separator.to_owned(),
+        })
     }
 
     fn transform(&mut self, record: Record) -> Result<Outcome, Error> {
@@ -41,7 +43,8 @@ mod tests {
     use super::*;
 
     fn run(config: &[(&str, &str)], value: &str) -> Result<Outcome, Error> {
-        WordParse::init(&Config::from_pairs(config.iter().copied()))?.transform(Record::from_value(value))
+        WordParse::init(&Config::from_pairs(config.iter().copied()))?
+            .transform(Record::from_value(value))
     }
 
     #[test]
@@ -56,19 +59,32 @@ mod tests {
     #[test]
     fn honours_the_separator() {
         let out = run(&[("separator", "|")], "#1|x@2").unwrap();
-        assert_eq!(out.records()[0].value_str().unwrap(), Some(r#"{"uid":1,"word":"x","produced_at":2}"#));
+        assert_eq!(
+            out.records()[0].value_str().unwrap(),
+            Some(r#"{"uid":1,"word":"x","produced_at":2}"#)
+        );
         assert!(run(&[("separator", "|")], "#1*x@2").is_err());
     }
 
     #[test]
     fn rejects_bad_config() {
         assert!(run(&[("separator", "")], "").is_err());
-        assert!(run(&[("sep", "*")], "").unwrap_err().message().contains("unknown config key"));
+        assert!(
+            run(&[("sep", "*")], "")
+                .unwrap_err()
+                .message()
+                .contains("unknown config key")
+        );
     }
 
     #[test]
     fn malformed_is_a_record_error_and_tombstones_are_dropped() {
-        assert!(run(&[], "hello").unwrap_err().message().contains("malformed word event"));
+        assert!(
+            run(&[], "hello")
+                .unwrap_err()
+                .message()
+                .contains("malformed word event")
+        );
         let mut t = WordParse::init(&Config::default()).unwrap();
         let mut tomb = Record::from_value("");
         tomb.value = None;

@@ -41,22 +41,35 @@ pub fn parse_word_event<'a>(input: &'a [u8], separator: &str) -> Result<WordEven
     let rest = text
         .strip_prefix('#')
         .ok_or_else(|| err(separator, "does not start with '#'"))?;
-    let (uid, rest) = rest
-        .split_once(separator)
-        .ok_or_else(|| err(separator, format!("no separator {separator:?} after the uid")))?;
-    let uid: u64 = uid
-        .parse()
-        .map_err(|e| err(separator, format!("uid {uid:?} is not an unsigned integer: {e}")))?;
+    let (uid, rest) = rest.split_once(separator).ok_or_else(|| {
+        err(
+            separator,
+            format!("no separator {separator:?} after the uid"),
+        )
+    })?;
+    let uid: u64 = uid.parse().map_err(|e| {
+        err(
+            separator,
+            format!("uid {uid:?} is not an unsigned integer: {e}"),
+        )
+    })?;
     let (word, ts) = rest
         .rsplit_once('@')
         .ok_or_else(|| err(separator, "no '@' before the timestamp"))?;
     if word.is_empty() {
         return Err(err(separator, "the word is empty"));
     }
-    let produced_at: i64 = ts
-        .parse()
-        .map_err(|e| err(separator, format!("timestamp {ts:?} is not an integer: {e}")))?;
-    Ok(WordEvent { uid, word, produced_at })
+    let produced_at: i64 = ts.parse().map_err(|e| {
+        err(
+            separator,
+            format!("timestamp {ts:?} is not an integer: {e}"),
+        )
+    })?;
+    Ok(WordEvent {
+        uid,
+        word,
+        produced_at,
+    })
 }
 
 impl WordEvent<'_> {
@@ -98,20 +111,40 @@ mod tests {
     #[test]
     fn parses_the_documented_example() {
         let e = parse_word_event(b"#42*hello@1700000000123", "*").unwrap();
-        assert_eq!(e, WordEvent { uid: 42, word: "hello", produced_at: 1700000000123 });
-        assert_eq!(e.to_json(), r#"{"uid":42,"word":"hello","produced_at":1700000000123}"#);
+        assert_eq!(
+            e,
+            WordEvent {
+                uid: 42,
+                word: "hello",
+                produced_at: 1700000000123
+            }
+        );
+        assert_eq!(
+            e.to_json(),
+            r#"{"uid":42,"word":"hello","produced_at":1700000000123}"#
+        );
     }
 
     #[test]
     fn custom_separator_and_at_in_word() {
         let e = parse_word_event(b"#7::a@b@5\n", "::").unwrap();
-        assert_eq!(e, WordEvent { uid: 7, word: "a@b", produced_at: 5 });
+        assert_eq!(
+            e,
+            WordEvent {
+                uid: 7,
+                word: "a@b",
+                produced_at: 5
+            }
+        );
     }
 
     #[test]
     fn escapes_the_word() {
         let e = parse_word_event("#1*say \"hi\"\\\u{1}@2".as_bytes(), "*").unwrap();
-        assert_eq!(e.to_json(), r#"{"uid":1,"word":"say \"hi\"\\\u0001","produced_at":2}"#);
+        assert_eq!(
+            e.to_json(),
+            r#"{"uid":1,"word":"say \"hi\"\\\u0001","produced_at":2}"#
+        );
     }
 
     #[test]
