@@ -1,0 +1,309 @@
+//! The `sluice` command line. Exit codes: 0 ok, 1 runtime failure, 2 invalid configuration
+//! or usage. Errors go to stderr, one line per problem.
+
+mod demo;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config::{self, Config, ConfigError};
+use crate::sink::Sink;
+use crate::source::embedded::EmbeddedKafka;
+use crate::supervisor::Supervisor;
+
+/// Exit code: invalid configuration or usage.
+pub const EXIT_INVALID: u8 = 2;
+/// Exit code: runtime failure.
+pub const EXIT_FAILURE: u8 = 1;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Kafka -> WASM transforms -> SQL, exactly once"
+)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run every connector until SIGINT or SIGTERM.
+    Run {
+        #[arg(long, short, default_value = "connectors.yaml")]
+        config: PathBuf,
+    },
+    /// Check a configuration file and print every problem, one per line.
+    Validate {
+        #[arg(long, short, default_value = "connectors.yaml")]
+        config: PathBuf,
+    },
+    /// Produce word events into the embedded Kafka, run the pipeline into the configured
+    /// database, and check the table against what was produced.
+    Demo {
+        #[arg(long, short, default_value = "connectors.yaml")]
+        config: PathBuf,
+        /// How many events to produce.
+        #[arg(long, default_value_t = 100_000)]
+        records: u64,
+        /// Partitions of the demo topic.
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+    },
+    /// Show or reset the offsets stored in a connector's sink database.
+    Offsets {
+        #[command(subcommand)]
+        action: OffsetsAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum OffsetsAction {
+    /// Print each partition's stored next offset.
+    Show {
+        #[arg(long, short, default_value = "connectors.yaml")]
+        config: PathBuf,
+        /// Only this connector.
+        #[arg(long)]
+        connector: Option<String>,
+    },
+    /// Forget the stored offsets of a connector: it starts again per auto.offset.reset.
+    Reset {
+        #[arg(long, short, default_value = "connectors.yaml")]
+        config: PathBuf,
+        #[arg(long)]
+        connector: String,
+    },
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return match error.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(EXIT_INVALID),
+            };
+        }
+    };
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("cannot start the async runtime: {error}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match cli.command {
+            Command::Validate { config } => validate(&config),
+            Command::Run { config } => run(&config).await,
+            Command::Demo {
+                config,
+                records,
+                partitions,
+            } => demo::run(&config, records, partitions).await,
+            Command::Offsets { action } => offsets(action).await,
+        }
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    ExitCode::from(code)
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Loads a file, printing its problems one per line on stderr.
+pub fn load(path: &Path) -> Result<Config, u8> {
+    config::load_file(path).map_err(|error| {
+        print_config_error(path, &error);
+        EXIT_INVALID
+    })
+}
+
+fn print_config_error(path: &Path, error: &ConfigError) {
+    for line in error.lines(&path.display().to_string()) {
+        eprintln!("{line}");
+    }
+}
+
+fn validate(path: &Path) -> u8 {
+    match load(path) {
+        Ok(config) => {
+            println!(
+                "{}: valid, {} connector(s)",
+                path.display(),
+                config.connectors.len()
+            );
+            for c in &config.connectors {
+                println!(
+                    "  {}: topics [{}] -> {} table {} ({:?}, {} column(s), {} task(s), group {})",
+                    c.name,
+                    c.topics.join(", "),
+                    config::redact_url(&c.sink.url),
+                    c.sink.table,
+                    c.sink.mode,
+                    c.sink.columns.0.len(),
+                    c.tasks,
+                    c.group_id()
+                );
+            }
+            0
+        }
+        Err(code) => code,
+    }
+}
+
+/// Starts the embedded cluster when the file asks for it; returns the bootstrap servers.
+fn resolve_brokers(
+    config: &Config,
+    topic_partitions: i32,
+) -> Result<(String, Option<EmbeddedKafka>), u8> {
+    if !config.kafka.is_embedded() {
+        return Ok((config.kafka.brokers.clone(), None));
+    }
+    let cluster = EmbeddedKafka::start(1).map_err(|e| {
+        eprintln!("cannot start the embedded Kafka: {e}");
+        EXIT_FAILURE
+    })?;
+    for topic in config.connectors.iter().flat_map(|c| &c.topics) {
+        if let Err(e) = cluster.create_topic(topic, topic_partitions) {
+            eprintln!("cannot create topic {topic} in the embedded Kafka: {e}");
+            return Err(EXIT_FAILURE);
+        }
+    }
+    tracing::info!(brokers = %cluster.bootstrap_servers(), "embedded Kafka started (in-process mock cluster; it forgets everything on exit)");
+    Ok((cluster.bootstrap_servers(), Some(cluster)))
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn run(path: &Path) -> u8 {
+    let config = match load(path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let (brokers, _embedded) = match resolve_brokers(&config, 4) {
+        Ok(resolved) => resolved,
+        Err(code) => return code,
+    };
+    let supervisor = match Supervisor::start(&config, &brokers).await {
+        Ok(supervisor) => supervisor,
+        Err(error) => {
+            eprintln!("{error}");
+            return EXIT_FAILURE;
+        }
+    };
+    supervisor.wait(shutdown_signal()).await;
+    tracing::info!("stopping: finishing in-flight batches and leaving the group");
+    let failures = supervisor.shutdown().await;
+    for failure in &failures {
+        eprintln!("{failure}");
+    }
+    if failures.is_empty() { 0 } else { EXIT_FAILURE }
+}
+
+async fn offsets(action: OffsetsAction) -> u8 {
+    let (path, only, reset) = match &action {
+        OffsetsAction::Show { config, connector } => (config, connector.clone(), false),
+        OffsetsAction::Reset { config, connector } => (config, Some(connector.clone()), true),
+    };
+    let config = match load(path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let selected: Vec<_> = config
+        .connectors
+        .iter()
+        .filter(|c| only.as_ref().is_none_or(|n| *n == c.name))
+        .collect();
+    if selected.is_empty() {
+        eprintln!(
+            "{}: no connector named {}",
+            path.display(),
+            only.unwrap_or_default()
+        );
+        return EXIT_INVALID;
+    }
+    for connector in selected {
+        let sink = match Sink::connect(connector).await {
+            Ok(sink) => sink,
+            Err(e) => {
+                eprintln!("connector {}: {e}", connector.name);
+                return EXIT_FAILURE;
+            }
+        };
+        for topic in &connector.topics {
+            let result = if reset {
+                sink.reset_offsets(topic).await.map(|n| {
+                    println!(
+                        "{} {topic}: forgot the offsets of {n} partition(s)",
+                        connector.name
+                    )
+                })
+            } else {
+                sink.read_offsets(topic).await.map(|offsets| {
+                    let mut offsets: Vec<_> = offsets.into_iter().collect();
+                    offsets.sort();
+                    for (partition, next) in offsets {
+                        println!("{} {topic} {partition} {next}", connector.name);
+                    }
+                })
+            };
+            if let Err(e) = result {
+                eprintln!("connector {}: {e}", connector.name);
+                return EXIT_FAILURE;
+            }
+        }
+        sink.close().await;
+    }
+    0
+}

@@ -1,0 +1,494 @@
+//! From a file to a checked [`Config`]: YAML parse, `${ENV}` interpolation, the JSON Schema,
+//! deserialization, then the semantic checks the schema cannot express. Every problem found
+//! is reported, each with the path of the value it is about.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use super::{ColumnConfig, Config, WriteMode, interpolate::interpolate, redact_url};
+
+/// The JSON Schema of `connectors.yaml`, compiled into the binary.
+pub const SCHEMA: &str = include_str!("../../../schemas/connectors.schema.json");
+
+/// One problem in a configuration file: where, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// `connectors[1].sink.key[0]`, or empty for the whole file.
+    pub path: String,
+    /// What is wrong, and where possible how to fix it.
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// A configuration that cannot be used, with every problem found.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {file}: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{}", .problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n"))]
+    Invalid { problems: Vec<Problem> },
+}
+
+impl ConfigError {
+    /// One line per problem, prefixed by the file name, as `sluice validate` prints them.
+    pub fn lines(&self, file: &str) -> Vec<String> {
+        match self {
+            ConfigError::Read { .. } => vec![self.to_string()],
+            ConfigError::Invalid { problems } => problems
+                .iter()
+                .map(|p| {
+                    if p.path.is_empty() {
+                        format!("{file}: {}", p.message)
+                    } else {
+                        format!("{file}: {p}")
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Reads and checks a configuration file, with the process environment for `${VAR}`.
+pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        file: path.display().to_string(),
+        source,
+    })?;
+    load_str(&text, &|name| std::env::var(name).ok())
+}
+
+/// Checks configuration text; `lookup` resolves `${VAR}`.
+pub fn load_str(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let invalid = |problems| ConfigError::Invalid { problems };
+    let mut document: Value = match serde_yaml_ng::from_str(text) {
+        Ok(Value::Null) => return Err(invalid(vec![Problem::new("", "the file is empty")])),
+        Ok(document) => document,
+        Err(error) => {
+            let message = match error.location() {
+                Some(at) => format!(
+                    "line {}, column {}: {}",
+                    at.line(),
+                    at.column(),
+                    strip_location(&error.to_string())
+                ),
+                None => format!("not valid YAML: {error}"),
+            };
+            return Err(invalid(vec![Problem::new("", message)]));
+        }
+    };
+
+    let mut problems = Vec::new();
+    interpolate(&mut document, &mut Vec::new(), lookup, &mut problems);
+    if !problems.is_empty() {
+        return Err(invalid(problems));
+    }
+
+    problems.extend(schema_problems(&document));
+    if !problems.is_empty() {
+        return Err(invalid(problems));
+    }
+
+    let config: Config = match serde_path_to_error::deserialize(&document) {
+        Ok(config) => config,
+        Err(error) => {
+            let path = render_serde_path(error.path());
+            return Err(invalid(vec![Problem::new(
+                path,
+                error.into_inner().to_string(),
+            )]));
+        }
+    };
+
+    problems.extend(semantic_problems(&config));
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(invalid(problems))
+    }
+}
+
+fn strip_location(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}
+
+fn schema_problems(document: &Value) -> Vec<Problem> {
+    static VALIDATOR: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
+    let validator = VALIDATOR.get_or_init(|| {
+        let schema: Value = serde_json::from_str(SCHEMA).map_err(|e| e.to_string())?;
+        jsonschema::validator_for(&schema).map_err(|e| e.to_string())
+    });
+    let validator = match validator {
+        Ok(v) => v,
+        Err(e) => {
+            return vec![Problem::new(
+                "",
+                format!("internal: the built-in schema is broken: {e}"),
+            )];
+        }
+    };
+    let mut problems: Vec<Problem> = validator
+        .iter_errors(document)
+        .map(|error| {
+            let pointer = error.instance_path().to_string();
+            Problem::new(pointer_to_path(&pointer), schema_message(&error))
+        })
+        .collect();
+    problems.dedup();
+    problems
+}
+
+/// The schema's message, said the way a user of the file thinks of it.
+fn schema_message(error: &jsonschema::ValidationError<'_>) -> String {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    let value = error.instance();
+    match error.kind() {
+        Kind::Enum { options } => {
+            let options: Vec<String> = options
+                .as_array()
+                .map(|o| o.iter().map(|v| v.to_string()).collect())
+                .unwrap_or_default();
+            format!("{value} is not one of {}", options.join(", "))
+        }
+        Kind::Pattern { pattern } if pattern.contains("(ms|s|m|h)") => {
+            format!(
+                "{value} is not a duration: write a number and a unit, ms, s, m or h (50ms, 2s, 5m)"
+            )
+        }
+        Kind::Pattern { pattern } if pattern.contains("KiB") => {
+            format!(
+                "{value} is not a size: write bytes, or a number and a unit (512KiB, 4MiB, 1GB)"
+            )
+        }
+        Kind::OneOfNotValid { .. }
+            if error.schema_path().to_string().contains("size")
+                || error.instance_path().to_string().ends_with("max_bytes") =>
+        {
+            format!(
+                "{value} is not a size: write bytes, or a number and a unit (512KiB, 4MiB, 1GB)"
+            )
+        }
+        Kind::AdditionalProperties { unexpected } => {
+            format!(
+                "unknown field{} {}",
+                if unexpected.len() > 1 { "s" } else { "" },
+                unexpected.join(", ")
+            )
+        }
+        _ => error.to_string(),
+    }
+}
+
+/// `/connectors/1/sink/key/0` -> `connectors[1].sink.key[0]`.
+pub fn pointer_to_path(pointer: &str) -> String {
+    let mut segments = Vec::new();
+    for raw in pointer.split('/').skip(1) {
+        let segment = raw.replace("~1", "/").replace("~0", "~");
+        if !segment.is_empty() && segment.chars().all(|c| c.is_ascii_digit()) {
+            segments.push(format!("[{segment}]"));
+        } else {
+            segments.push(segment);
+        }
+    }
+    render_path(&segments)
+}
+
+/// `["connectors", "[1]", "sink"]` -> `connectors[1].sink`.
+pub fn render_path(segments: &[String]) -> String {
+    let mut out = String::new();
+    for segment in segments {
+        if !segment.starts_with('[') && !out.is_empty() {
+            out.push('.');
+        }
+        out.push_str(segment);
+    }
+    out
+}
+
+fn render_serde_path(path: &serde_path_to_error::Path) -> String {
+    let segments: Vec<String> = path
+        .iter()
+        .filter_map(|segment| match segment {
+            serde_path_to_error::Segment::Seq { index } => Some(format!("[{index}]")),
+            serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+            serde_path_to_error::Segment::Enum { variant } => Some(variant.clone()),
+            serde_path_to_error::Segment::Unknown => None,
+        })
+        .collect();
+    render_path(&segments)
+}
+
+const METADATA_SOURCES: &[&str] = &[
+    "$topic",
+    "$partition",
+    "$offset",
+    "$timestamp",
+    "$key",
+    "$value",
+];
+
+/// What the schema cannot say: cross-references, names, URLs.
+fn semantic_problems(config: &Config) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut names = HashSet::new();
+    if config.kafka.brokers.trim().is_empty() {
+        problems.push(Problem::new(
+            "kafka.brokers",
+            "must name at least one broker, or `embedded`",
+        ));
+    }
+    for (index, connector) in config.connectors.iter().enumerate() {
+        let at = |rest: &str| format!("connectors[{index}].{rest}");
+        if !names.insert(connector.name.as_str()) {
+            problems.push(Problem::new(
+                at("name"),
+                format!("duplicate connector name \"{}\": names key the stored offsets and must be unique", connector.name),
+            ));
+        }
+        if connector.tasks == 0 {
+            problems.push(Problem::new(at("tasks"), "must be at least 1"));
+        }
+        if connector.batch.max_records == 0 {
+            problems.push(Problem::new(at("batch.max_records"), "must be at least 1"));
+        }
+        let sink = &connector.sink;
+        match url_scheme(&sink.url) {
+            Some("postgres" | "postgresql" | "mysql" | "mariadb" | "sqlite") => {}
+            Some(other) => problems.push(Problem::new(
+                at("sink.url"),
+                format!("unsupported database \"{other}\" in {}: use postgres://, mysql:// or sqlite://", redact_url(&sink.url)),
+            )),
+            None => problems.push(Problem::new(
+                at("sink.url"),
+                format!("\"{}\" is not a database URL: use postgres://, mysql:// or sqlite://", redact_url(&sink.url)),
+            )),
+        }
+        if !valid_table_name(&sink.table) {
+            problems.push(Problem::new(
+                at("sink.table"),
+                format!("\"{}\" is not a table name: use letters, digits and _, optionally schema.table", sink.table),
+            ));
+        }
+        let mut seen = HashSet::new();
+        for (name, column) in &sink.columns.0 {
+            let column_at = at(&format!("sink.columns.{name}"));
+            if !valid_identifier(name) {
+                problems.push(Problem::new(
+                    &column_at,
+                    "a column name is letters, digits and _, not starting with a digit",
+                ));
+            }
+            if !seen.insert(name.to_ascii_lowercase()) {
+                problems.push(Problem::new(
+                    &column_at,
+                    "defined twice (column names are case-insensitive)",
+                ));
+            }
+            problems.extend(source_problem(column, &column_at, connector.format));
+        }
+        if sink.columns.0.is_empty() {
+            problems.push(Problem::new(
+                at("sink.columns"),
+                "define at least one column",
+            ));
+        }
+        for (k, key) in sink.key.iter().enumerate() {
+            if !sink.columns.0.iter().any(|(name, _)| name == key) {
+                problems.push(Problem::new(
+                    at(&format!("sink.key[{k}]")),
+                    format!("column \"{key}\" is not defined in columns"),
+                ));
+            }
+        }
+        if matches!(sink.mode, WriteMode::Upsert | WriteMode::Update) && sink.key.is_empty() {
+            problems.push(Problem::new(
+                at("sink.mode"),
+                format!(
+                    "mode {:?} needs sink.key: the columns that identify a row",
+                    sink.mode
+                )
+                .to_lowercase(),
+            ));
+        }
+        if sink.mode == WriteMode::Update && sink.columns.0.len() == sink.key.len() {
+            problems.push(Problem::new(
+                at("sink.mode"),
+                "mode update needs at least one column that is not in the key",
+            ));
+        }
+        for (t, topic) in connector.topics.iter().enumerate() {
+            if topic.is_empty()
+                || topic.len() > 249
+                || !topic
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            {
+                problems.push(Problem::new(
+                    at(&format!("topics[{t}]")),
+                    format!("\"{topic}\" is not a valid Kafka topic name"),
+                ));
+            }
+        }
+    }
+    problems
+}
+
+fn source_problem(column: &ColumnConfig, at: &str, format: super::Format) -> Option<Problem> {
+    let from = column.from.as_str();
+    if from.starts_with('$') {
+        if !METADATA_SOURCES.contains(&from) {
+            return Some(Problem::new(
+                format!("{at}.from"),
+                format!(
+                    "unknown source \"{from}\": use a JSON pointer (/field) or one of {}",
+                    METADATA_SOURCES.join(", ")
+                ),
+            ));
+        }
+        return None;
+    }
+    if !from.starts_with('/') {
+        return Some(Problem::new(
+            format!("{at}.from"),
+            format!("\"{from}\" is not a JSON pointer: write /{from}"),
+        ));
+    }
+    if format != super::Format::Json {
+        return Some(Problem::new(
+            format!("{at}.from"),
+            "a JSON pointer needs format: json; with string or bytes use $value",
+        ));
+    }
+    None
+}
+
+fn url_scheme(url: &str) -> Option<&str> {
+    let end = url.find("://")?;
+    let scheme = &url[..end];
+    (!scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)))
+    .then_some(scheme)
+}
+
+fn valid_identifier(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+}
+
+fn valid_table_name(name: &str) -> bool {
+    let parts: Vec<&str> = name.split('.').collect();
+    parts.len() <= 2 && parts.iter().all(|p| valid_identifier(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+kafka: { brokers: "localhost:9092", properties: { session.timeout.ms: 10000 } }
+connectors:
+  - name: words
+    topics: [words]
+    sink:
+      url: sqlite://words.db
+      table: words
+      mode: upsert
+      key: [uid]
+      columns:
+        uid: { from: /uid, type: bigint }
+        word: { from: /word, type: text }
+"#;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn problems(text: &str) -> Vec<String> {
+        match load_str(text, &no_env) {
+            Ok(_) => Vec::new(),
+            Err(ConfigError::Invalid { problems }) => {
+                problems.iter().map(|p| p.to_string()).collect()
+            }
+            Err(other) => vec![other.to_string()],
+        }
+    }
+
+    #[test]
+    fn good_file_loads_with_defaults() {
+        let config = load_str(GOOD, &no_env).expect("valid");
+        let c = &config.connectors[0];
+        assert_eq!(c.group_id(), "sluice-words");
+        assert_eq!(c.tasks, 1);
+        assert_eq!(c.sink.columns.0[0].0, "uid");
+        assert_eq!(config.kafka.properties["session.timeout.ms"], "10000");
+    }
+
+    #[test]
+    fn unknown_key_column_is_named() {
+        let text = GOOD.replace("key: [uid]", "key: [id]");
+        assert_eq!(
+            problems(&text),
+            vec!["connectors[0].sink.key[0]: column \"id\" is not defined in columns"]
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let text = GOOD
+            .replace("key: [uid]", "key: [id, uid2]")
+            .replace("sqlite://", "oracle://");
+        let found = problems(&text);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].starts_with("connectors[0].sink.url: unsupported database \"oracle\""));
+    }
+
+    #[test]
+    fn passwords_stay_hidden() {
+        let text = GOOD.replace("sqlite://words.db", "oracle://u:hunter2@h/db");
+        let found = problems(&text).join("\n");
+        assert!(!found.contains("hunter2"), "{found}");
+    }
+
+    #[test]
+    fn paths() {
+        assert_eq!(
+            pointer_to_path("/connectors/1/sink/key/0"),
+            "connectors[1].sink.key[0]"
+        );
+        assert_eq!(pointer_to_path(""), "");
+    }
+}

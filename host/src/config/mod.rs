@@ -1,0 +1,306 @@
+//! `connectors.yaml`: the structs it deserializes into, and how a file becomes a checked
+//! [`Config`] (see [`load`]).
+//!
+//! Every default lives in [`defaults`]; the JSON Schema in `schemas/connectors.schema.json`
+//! mirrors these structs and is what editors use for completion.
+
+mod interpolate;
+mod load;
+mod redact;
+pub mod units;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer};
+
+pub use load::{ConfigError, Problem, load_file, load_str};
+pub use redact::redact_url;
+use units::{ByteSize, HumanDuration};
+
+/// Every default value of `connectors.yaml`, in one place.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// Tasks (consumers) per connector.
+    pub const TASKS: u32 = 1;
+    /// Most records in one batch.
+    pub const BATCH_MAX_RECORDS: usize = 5000;
+    /// Most value bytes in one batch.
+    pub const BATCH_MAX_BYTES: u64 = 4 * 1024 * 1024;
+    /// How long a batch waits for more records before it is written.
+    pub const BATCH_LINGER: Duration = Duration::from_millis(50);
+    /// Where a partition with no stored offset starts.
+    pub const AUTO_OFFSET_RESET: &str = "earliest";
+    /// librdkafka's prefetch queue: its default (100k) halves the source's pace.
+    pub const QUEUED_MIN_MESSAGES: &str = "200000";
+    /// Group name: `sluice-<connector name>`.
+    pub fn group(connector: &str) -> String {
+        format!("sluice-{connector}")
+    }
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Kafka connection shared by all connectors.
+    pub kafka: KafkaConfig,
+    /// The connectors this process runs.
+    pub connectors: Vec<ConnectorConfig>,
+}
+
+/// How to reach Kafka.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// `host:port[,host:port…]`, or `embedded` for an in-process mock cluster (demo, first run).
+    pub brokers: String,
+    /// librdkafka properties passed as they are (`security.protocol`, `sasl.mechanism`, …).
+    #[serde(default, deserialize_with = "string_map")]
+    pub properties: BTreeMap<String, String>,
+}
+
+impl KafkaConfig {
+    /// True when `brokers: embedded` asks for the in-process mock cluster.
+    pub fn is_embedded(&self) -> bool {
+        self.brokers.trim() == "embedded"
+    }
+}
+
+/// One connector: topics in, one table out.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectorConfig {
+    /// Unique name; it keys the stored offsets.
+    pub name: String,
+    /// Topics to consume.
+    pub topics: Vec<String>,
+    /// Consumer group; default `sluice-<name>`.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Consumers (threads) this process runs for the connector.
+    #[serde(default = "tasks_default")]
+    pub tasks: u32,
+    /// How a record's value is read.
+    #[serde(default)]
+    pub format: Format,
+    /// When a batch is cut.
+    #[serde(default)]
+    pub batch: BatchConfig,
+    /// Where rows go.
+    pub sink: SinkConfig,
+    /// Delivery guarantee.
+    #[serde(default)]
+    pub delivery: DeliveryConfig,
+}
+
+fn tasks_default() -> u32 {
+    defaults::TASKS
+}
+
+impl ConnectorConfig {
+    /// The consumer group: the configured one or `sluice-<name>`.
+    pub fn group_id(&self) -> String {
+        self.group
+            .clone()
+            .unwrap_or_else(|| defaults::group(&self.name))
+    }
+}
+
+/// How the record value reaches the mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// The value is a JSON document; `from: /pointer` reads into it.
+    #[default]
+    Json,
+    /// The value is UTF-8 text, available as `$value`.
+    String,
+    /// The value is raw bytes, available as `$value`.
+    Bytes,
+}
+
+/// When a batch is cut: whichever limit is reached first.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    /// Most records in a batch.
+    #[serde(default = "max_records_default")]
+    pub max_records: usize,
+    /// Most value bytes in a batch.
+    #[serde(default = "max_bytes_default")]
+    pub max_bytes: ByteSize,
+    /// Longest wait for more records once a batch has one.
+    #[serde(default = "linger_default")]
+    pub linger: HumanDuration,
+}
+
+fn max_records_default() -> usize {
+    defaults::BATCH_MAX_RECORDS
+}
+fn max_bytes_default() -> ByteSize {
+    ByteSize(defaults::BATCH_MAX_BYTES)
+}
+fn linger_default() -> HumanDuration {
+    HumanDuration(defaults::BATCH_LINGER)
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            max_records: max_records_default(),
+            max_bytes: max_bytes_default(),
+            linger: linger_default(),
+        }
+    }
+}
+
+/// The table a connector writes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkConfig {
+    /// `postgres://…`, `mysql://…` (MariaDB too) or `sqlite://FILE`.
+    pub url: String,
+    /// Table name, optionally `schema.table`.
+    pub table: String,
+    /// How rows are written.
+    #[serde(default)]
+    pub mode: WriteMode,
+    /// Key columns: the primary key of a created table, the conflict target of `upsert`,
+    /// the match of `update` and of tombstone deletes.
+    #[serde(default)]
+    pub key: Vec<String>,
+    /// Columns in table order: name -> where its value comes from and its type.
+    pub columns: IndexedColumns,
+    /// Create the table from `columns` when it does not exist.
+    #[serde(default)]
+    pub create_table: bool,
+}
+
+/// The columns of a sink, in the order the file gives them.
+#[derive(Debug, Clone)]
+pub struct IndexedColumns(pub Vec<(String, ColumnConfig)>);
+
+impl<'de> Deserialize<'de> for IndexedColumns {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = IndexedColumns;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of column name to { from, type }")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<IndexedColumns, A::Error> {
+                let mut columns = Vec::new();
+                while let Some((name, column)) = map.next_entry::<String, ColumnConfig>()? {
+                    columns.push((name, column));
+                }
+                Ok(IndexedColumns(columns))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
+/// One column.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnConfig {
+    /// A JSON pointer into the value (`/uid`, `/user/name`) or record metadata: `$topic`,
+    /// `$partition`, `$offset`, `$timestamp`, `$key`, `$value`.
+    pub from: String,
+    /// The portable column type.
+    #[serde(rename = "type")]
+    pub column_type: ColumnType,
+}
+
+/// The portable column vocabulary, mapped to each SQL dialect in `sink::dialect`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColumnType {
+    Bigint,
+    Int,
+    Double,
+    Numeric,
+    Text,
+    Bool,
+    Timestamp,
+    Timestamptz,
+    Date,
+    Json,
+    Bytes,
+    Uuid,
+}
+
+impl ColumnType {
+    /// The name as `connectors.yaml` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ColumnType::Bigint => "bigint",
+            ColumnType::Int => "int",
+            ColumnType::Double => "double",
+            ColumnType::Numeric => "numeric",
+            ColumnType::Text => "text",
+            ColumnType::Bool => "bool",
+            ColumnType::Timestamp => "timestamp",
+            ColumnType::Timestamptz => "timestamptz",
+            ColumnType::Date => "date",
+            ColumnType::Json => "json",
+            ColumnType::Bytes => "bytes",
+            ColumnType::Uuid => "uuid",
+        }
+    }
+}
+
+/// How rows are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Plain insert; a duplicate key is an error.
+    #[default]
+    Insert,
+    /// Insert, or update the row with the same key.
+    Upsert,
+    /// Update the row with the same key; no row, no change.
+    Update,
+}
+
+/// Delivery settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// `exactly_once` (offsets in the sink database) or `at_least_once`.
+    #[serde(default)]
+    pub guarantee: Guarantee,
+}
+
+/// Delivery guarantee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Guarantee {
+    /// Rows and offsets commit in one database transaction, fenced by a compare-and-set.
+    #[default]
+    ExactlyOnce,
+    /// Rows commit in the database, then offsets commit to the Kafka consumer group (the
+    /// Kafka Connect way): a crash between the two writes that batch again on restart.
+    AtLeastOnce,
+}
+
+/// librdkafka wants strings; YAML users write `10000` and `true`.
+fn string_map<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    let raw = BTreeMap::<String, serde_json::Value>::deserialize(deserializer)?;
+    raw.into_iter()
+        .map(|(key, value)| match value {
+            serde_json::Value::String(text) => Ok((key, text)),
+            serde_json::Value::Number(n) => Ok((key, n.to_string())),
+            serde_json::Value::Bool(b) => Ok((key, b.to_string())),
+            other => Err(serde::de::Error::custom(format!(
+                "property {key} must be a string, number or boolean, not {other}"
+            ))),
+        })
+        .collect()
+}

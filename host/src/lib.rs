@@ -1,0 +1,19 @@
+//! sluice: a Kafka Connect-style sink host. A record's path through this crate, one module
+//! per stage:
+//!
+//! - [`config`]: `connectors.yaml`, checked.
+//! - [`source`]: the Kafka consumer of a task, and its rebalance handling.
+//! - [`map`]: a record's value and metadata to column values.
+//! - [`sink`]: one database transaction per batch, rows and offsets together.
+//! - [`task`]: the actor that drives one consumer through its state machine.
+//! - [`supervisor`]: the connectors and tasks of one process.
+//! - [`cli`]: the `sluice` command line.
+
+pub mod cli;
+pub mod config;
+pub mod map;
+pub mod record;
+pub mod sink;
+pub mod source;
+pub mod supervisor;
+pub mod task;

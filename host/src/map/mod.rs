@@ -1,0 +1,520 @@
+//! The map stage: a record's value and metadata become column values, typed by the portable
+//! column vocabulary. A value that does not fit its column is a [`MapError`] for that record
+//! alone.
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime};
+use serde_json::Value;
+
+use crate::config::{ColumnType, Format, SinkConfig};
+use crate::record::Record;
+
+/// A value ready to bind. Each dialect decides how a variant is written for a column type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SqlValue {
+    Null,
+    Int(i64),
+    Double(f64),
+    Bool(bool),
+    /// Text, and the text forms of numeric, date, json and uuid.
+    Text(String),
+    Bytes(Vec<u8>),
+    /// A UTC instant (for `timestamptz`) or a wall-clock time (for `timestamp`).
+    Timestamp(NaiveDateTime),
+}
+
+/// What a record asks of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RowOp {
+    /// Insert, upsert or update this row (all columns, in column order).
+    Write(Vec<SqlValue>),
+    /// Delete the row with these key values (in key order): a tombstone.
+    Delete(Vec<SqlValue>),
+    /// Nothing to write, and why (for example a tombstone on a table without a key).
+    Skip(&'static str),
+}
+
+/// Why a record does not map.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MapError {
+    #[error("value is not valid JSON: {0}")]
+    Decode(String),
+    #[error("value is not UTF-8 text")]
+    NotUtf8,
+    #[error("column {column}: {message}")]
+    Column { column: String, message: String },
+}
+
+/// Where a column's value comes from.
+#[derive(Debug, Clone, PartialEq)]
+enum Source {
+    Pointer(String),
+    Topic,
+    Partition,
+    Offset,
+    Timestamp,
+    Key,
+    Value,
+}
+
+impl Source {
+    fn parse(from: &str) -> Self {
+        match from {
+            "$topic" => Source::Topic,
+            "$partition" => Source::Partition,
+            "$offset" => Source::Offset,
+            "$timestamp" => Source::Timestamp,
+            "$key" => Source::Key,
+            "$value" => Source::Value,
+            pointer => Source::Pointer(pointer.to_string()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Column {
+    name: String,
+    source: Source,
+    column_type: ColumnType,
+}
+
+/// Maps records for one sink. Built once per task from the connector's configuration.
+#[derive(Debug, Clone)]
+pub struct RowMapper {
+    columns: Vec<Column>,
+    /// Indices into `columns` of the key, in key order.
+    key: Vec<usize>,
+    format: Format,
+}
+
+/// How much of a bad value an error message quotes.
+const MAX_TEXT_FOR_ERRORS: usize = 60;
+
+impl RowMapper {
+    pub fn new(sink: &SinkConfig, format: Format) -> Self {
+        let columns: Vec<Column> = sink
+            .columns
+            .0
+            .iter()
+            .map(|(name, c)| Column {
+                name: name.clone(),
+                source: Source::parse(&c.from),
+                column_type: c.column_type,
+            })
+            .collect();
+        let key = sink
+            .key
+            .iter()
+            .filter_map(|k| columns.iter().position(|c| &c.name == k))
+            .collect();
+        Self {
+            columns,
+            key,
+            format,
+        }
+    }
+
+    /// Maps one record.
+    pub fn map(&self, record: &Record) -> Result<RowOp, MapError> {
+        let Some(raw) = record.value.as_deref() else {
+            return self.tombstone(record);
+        };
+        let document = match self.format {
+            Format::Json => Some(
+                serde_json::from_slice::<Value>(raw)
+                    .map_err(|e| MapError::Decode(e.to_string()))?,
+            ),
+            Format::String => {
+                std::str::from_utf8(raw).map_err(|_| MapError::NotUtf8)?;
+                None
+            }
+            Format::Bytes => None,
+        };
+        let mut row = Vec::with_capacity(self.columns.len());
+        for (index, column) in self.columns.iter().enumerate() {
+            let value = self.column_value(column, record, document.as_ref(), raw)?;
+            if value == SqlValue::Null && self.key.contains(&index) {
+                return Err(column_error(column, "is a key column and cannot be null"));
+            }
+            row.push(value);
+        }
+        Ok(RowOp::Write(row))
+    }
+
+    fn column_value(
+        &self,
+        column: &Column,
+        record: &Record,
+        document: Option<&Value>,
+        raw: &[u8],
+    ) -> Result<SqlValue, MapError> {
+        let json = match &column.source {
+            Source::Pointer(pointer) => match document.and_then(|d| d.pointer(pointer)) {
+                Some(v) => v.clone(),
+                None => Value::Null,
+            },
+            Source::Value => return bytes_value(column, raw),
+            Source::Key => match &record.key {
+                Some(key) => return bytes_value(column, key),
+                None => Value::Null,
+            },
+            Source::Topic => Value::String(record.topic.clone()),
+            Source::Partition => Value::from(record.partition),
+            Source::Offset => Value::from(record.offset),
+            Source::Timestamp => record.timestamp.map_or(Value::Null, Value::from),
+        };
+        convert(&json, column.column_type).map_err(|message| column_error(column, &message))
+    }
+
+    /// A tombstone deletes by key. Key columns that point into the value are read from the
+    /// record's key instead (decoded as JSON); a scalar key serves a one-column key.
+    fn tombstone(&self, record: &Record) -> Result<RowOp, MapError> {
+        if self.key.is_empty() {
+            return Ok(RowOp::Skip(
+                "tombstone on a sink without key: nothing to delete",
+            ));
+        }
+        let decoded_key: Option<Value> = record
+            .key
+            .as_deref()
+            .and_then(|k| serde_json::from_slice(k).ok());
+        let mut key_values = Vec::with_capacity(self.key.len());
+        for &index in &self.key {
+            let column = &self.columns[index];
+            let value = match &column.source {
+                Source::Pointer(pointer) => {
+                    let json = match &decoded_key {
+                        Some(key @ (Value::Object(_) | Value::Array(_))) => {
+                            key.pointer(pointer).cloned()
+                        }
+                        Some(scalar) if self.key.len() == 1 => Some(scalar.clone()),
+                        _ => None,
+                    }
+                    .ok_or_else(|| {
+                        column_error(
+                            column,
+                            &format!("tombstone: cannot find {pointer} in the record key"),
+                        )
+                    })?;
+                    convert(&json, column.column_type).map_err(|m| column_error(column, &m))?
+                }
+                _ => self.column_value(column, record, None, &[])?,
+            };
+            if value == SqlValue::Null {
+                return Err(column_error(column, "tombstone: key column is null"));
+            }
+            key_values.push(value);
+        }
+        Ok(RowOp::Delete(key_values))
+    }
+
+    /// The number of columns, and which of them are the key.
+    pub fn key_indices(&self) -> &[usize] {
+        &self.key
+    }
+}
+
+fn column_error(column: &Column, message: &str) -> MapError {
+    MapError::Column {
+        column: column.name.clone(),
+        message: message.to_string(),
+    }
+}
+
+/// Raw bytes (`$key`, `$value`): kept as bytes for a `bytes` column, read as UTF-8 text
+/// and converted for every other type.
+fn bytes_value(column: &Column, raw: &[u8]) -> Result<SqlValue, MapError> {
+    if column.column_type == ColumnType::Bytes {
+        return Ok(SqlValue::Bytes(raw.to_vec()));
+    }
+    let text = std::str::from_utf8(raw).map_err(|_| column_error(column, "is not UTF-8 text"))?;
+    let json = match column.column_type {
+        ColumnType::Json => serde_json::from_str(text)
+            .map_err(|e| column_error(column, &format!("is not JSON: {e}")))?,
+        _ => Value::String(text.to_string()),
+    };
+    convert(&json, column.column_type).map_err(|m| column_error(column, &m))
+}
+
+fn show(value: &Value) -> String {
+    let text = value.to_string();
+    if text.len() > MAX_TEXT_FOR_ERRORS {
+        let mut end = MAX_TEXT_FOR_ERRORS;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &text[..end])
+    } else {
+        text
+    }
+}
+
+/// Converts one JSON value to a column type. JSON null is SQL NULL for every type.
+pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, String> {
+    if value.is_null() {
+        return Ok(SqlValue::Null);
+    }
+    let mismatch = || format!("{} does not fit type {}", show(value), column_type.name());
+    match column_type {
+        ColumnType::Bigint | ColumnType::Int => {
+            let n = match value {
+                Value::Number(n) => n.as_i64().or_else(|| {
+                    n.as_f64()
+                        .filter(|f| f.fract() == 0.0 && f.abs() < 9.2e18)
+                        .map(|f| f as i64)
+                }),
+                Value::String(s) => s.trim().parse::<i64>().ok(),
+                _ => None,
+            }
+            .ok_or_else(mismatch)?;
+            if column_type == ColumnType::Int && i32::try_from(n).is_err() {
+                return Err(format!("{n} is out of range for type int"));
+            }
+            Ok(SqlValue::Int(n))
+        }
+        ColumnType::Double => match value {
+            Value::Number(n) => n.as_f64().map(SqlValue::Double).ok_or_else(mismatch),
+            Value::String(s) => s
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .map(SqlValue::Double)
+                .ok_or_else(mismatch),
+            _ => Err(mismatch()),
+        },
+        ColumnType::Numeric => match value {
+            Value::Number(n) => Ok(SqlValue::Text(n.to_string())),
+            Value::String(s) if is_decimal(s.trim()) => Ok(SqlValue::Text(s.trim().to_string())),
+            _ => Err(mismatch()),
+        },
+        ColumnType::Text => Ok(SqlValue::Text(match value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })),
+        ColumnType::Bool => match value {
+            Value::Bool(b) => Ok(SqlValue::Bool(*b)),
+            Value::String(s) if s == "true" => Ok(SqlValue::Bool(true)),
+            Value::String(s) if s == "false" => Ok(SqlValue::Bool(false)),
+            Value::Number(n) if n.as_i64() == Some(0) => Ok(SqlValue::Bool(false)),
+            Value::Number(n) if n.as_i64() == Some(1) => Ok(SqlValue::Bool(true)),
+            _ => Err(mismatch()),
+        },
+        ColumnType::Timestamp | ColumnType::Timestamptz => parse_timestamp(value)
+            .map(SqlValue::Timestamp)
+            .ok_or_else(|| {
+                format!(
+                    "{} is not a timestamp: use milliseconds since the epoch or RFC 3339 text",
+                    show(value)
+                )
+            }),
+        ColumnType::Date => match value {
+            Value::String(s) if NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok() => {
+                Ok(SqlValue::Text(s.clone()))
+            }
+            _ => Err(format!("{} is not a date: use YYYY-MM-DD", show(value))),
+        },
+        ColumnType::Json => Ok(SqlValue::Text(value.to_string())),
+        ColumnType::Bytes => match value {
+            Value::String(s) => Ok(SqlValue::Bytes(s.as_bytes().to_vec())),
+            _ => Err(mismatch()),
+        },
+        ColumnType::Uuid => match value {
+            Value::String(s) if is_uuid(s) => Ok(SqlValue::Text(s.to_ascii_lowercase())),
+            _ => Err(format!("{} is not a UUID", show(value))),
+        },
+    }
+}
+
+fn parse_timestamp(value: &Value) -> Option<NaiveDateTime> {
+    match value {
+        Value::Number(n) => DateTime::from_timestamp_millis(n.as_i64()?).map(|t| t.naive_utc()),
+        Value::String(s) => DateTime::parse_from_rfc3339(s)
+            .map(|t| t.naive_utc())
+            .ok()
+            .or_else(|| NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f").ok())
+            .or_else(|| NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").ok()),
+        _ => None,
+    }
+}
+
+fn is_decimal(s: &str) -> bool {
+    let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
+    let mut parts = digits.splitn(2, '.');
+    let whole = parts.next().unwrap_or("");
+    let fraction = parts.next().unwrap_or("");
+    (!whole.is_empty() || !fraction.is_empty())
+        && whole.chars().all(|c| c.is_ascii_digit())
+        && fraction.chars().all(|c| c.is_ascii_digit())
+}
+
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ColumnConfig, IndexedColumns, WriteMode};
+    use serde_json::json;
+
+    fn sink(columns: &[(&str, &str, ColumnType)], key: &[&str]) -> SinkConfig {
+        SinkConfig {
+            url: "sqlite://x".into(),
+            table: "t".into(),
+            mode: WriteMode::Upsert,
+            key: key.iter().map(|k| k.to_string()).collect(),
+            columns: IndexedColumns(
+                columns
+                    .iter()
+                    .map(|(n, f, t)| {
+                        (
+                            n.to_string(),
+                            ColumnConfig {
+                                from: f.to_string(),
+                                column_type: *t,
+                            },
+                        )
+                    })
+                    .collect(),
+            ),
+            create_table: true,
+        }
+    }
+
+    fn record(key: Option<&str>, value: Option<&str>) -> Record {
+        Record {
+            topic: "words".into(),
+            partition: 3,
+            offset: 42,
+            timestamp: Some(1_700_000_000_123),
+            key: key.map(|k| k.as_bytes().to_vec()),
+            value: value.map(|v| v.as_bytes().to_vec()),
+            headers: vec![],
+        }
+    }
+
+    #[test]
+    fn maps_pointers_and_metadata() {
+        let mapper = RowMapper::new(
+            &sink(
+                &[
+                    ("uid", "/uid", ColumnType::Bigint),
+                    ("word", "/w/0", ColumnType::Text),
+                    ("at", "$timestamp", ColumnType::Timestamptz),
+                    ("off", "$offset", ColumnType::Bigint),
+                    ("topic", "$topic", ColumnType::Text),
+                    ("missing", "/nope", ColumnType::Int),
+                ],
+                &["uid"],
+            ),
+            Format::Json,
+        );
+        let op = mapper
+            .map(&record(None, Some(r#"{"uid": 7, "w": ["hi"]}"#)))
+            .unwrap();
+        let RowOp::Write(row) = op else {
+            panic!("{op:?}")
+        };
+        assert_eq!(row[0], SqlValue::Int(7));
+        assert_eq!(row[1], SqlValue::Text("hi".into()));
+        assert_eq!(
+            row[2],
+            SqlValue::Timestamp(
+                DateTime::from_timestamp_millis(1_700_000_000_123)
+                    .unwrap()
+                    .naive_utc()
+            )
+        );
+        assert_eq!(row[3], SqlValue::Int(42));
+        assert_eq!(row[4], SqlValue::Text("words".into()));
+        assert_eq!(row[5], SqlValue::Null);
+    }
+
+    #[test]
+    fn bad_values_are_per_record_errors() {
+        let mapper = RowMapper::new(
+            &sink(&[("uid", "/uid", ColumnType::Int)], &["uid"]),
+            Format::Json,
+        );
+        let err = mapper
+            .map(&record(None, Some(r#"{"uid": "x"}"#)))
+            .unwrap_err();
+        assert_eq!(err.to_string(), "column uid: \"x\" does not fit type int");
+        let err = mapper
+            .map(&record(None, Some(r#"{"uid": 4000000000}"#)))
+            .unwrap_err();
+        assert!(err.to_string().contains("out of range"), "{err}");
+        let err = mapper
+            .map(&record(None, Some(r#"{"other": 1}"#)))
+            .unwrap_err();
+        assert!(err.to_string().contains("cannot be null"), "{err}");
+        assert!(matches!(
+            mapper.map(&record(None, Some("{nope"))),
+            Err(MapError::Decode(_))
+        ));
+    }
+
+    #[test]
+    fn tombstones_delete_by_key() {
+        let mapper = RowMapper::new(
+            &sink(
+                &[
+                    ("uid", "/uid", ColumnType::Bigint),
+                    ("w", "/w", ColumnType::Text),
+                ],
+                &["uid"],
+            ),
+            Format::Json,
+        );
+        assert_eq!(
+            mapper.map(&record(Some(r#"{"uid": 9}"#), None)).unwrap(),
+            RowOp::Delete(vec![SqlValue::Int(9)])
+        );
+        assert_eq!(
+            mapper.map(&record(Some("9"), None)).unwrap(),
+            RowOp::Delete(vec![SqlValue::Int(9)])
+        );
+        assert!(mapper.map(&record(None, None)).is_err());
+        let keyless = RowMapper::new(&sink(&[("w", "/w", ColumnType::Text)], &[]), Format::Json);
+        assert!(matches!(
+            keyless.map(&record(None, None)).unwrap(),
+            RowOp::Skip(_)
+        ));
+    }
+
+    #[test]
+    fn conversions() {
+        assert_eq!(
+            convert(&json!("12.50"), ColumnType::Numeric),
+            Ok(SqlValue::Text("12.50".into()))
+        );
+        assert!(convert(&json!("12,50"), ColumnType::Numeric).is_err());
+        assert_eq!(
+            convert(&json!({"a": 1}), ColumnType::Json),
+            Ok(SqlValue::Text("{\"a\":1}".into()))
+        );
+        assert!(convert(&json!("2024-02-30"), ColumnType::Date).is_err());
+        assert!(
+            convert(
+                &json!("123e4567-e89b-12d3-a456-426614174000"),
+                ColumnType::Uuid
+            )
+            .is_ok()
+        );
+        assert!(
+            convert(
+                &json!("2024-01-02T03:04:05.123+02:00"),
+                ColumnType::Timestamptz
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            convert(&json!(1.0), ColumnType::Bigint),
+            Ok(SqlValue::Int(1))
+        );
+    }
+}

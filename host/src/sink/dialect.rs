@@ -1,0 +1,428 @@
+//! The three SQL dialects: identifier quoting, the portable column types, and the DDL and
+//! statement text that differ between PostgreSQL, MySQL/MariaDB and SQLite. Statement text is
+//! built here; binding and running it is in the backend modules.
+
+use crate::config::ColumnType;
+
+/// A database family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Postgres,
+    MySql,
+    Sqlite,
+}
+
+/// The table a sink writes, as the statements need it.
+#[derive(Debug, Clone)]
+pub struct TableSpec {
+    /// `table` or `schema.table`, unquoted.
+    pub name: String,
+    /// Columns in order, with their types.
+    pub columns: Vec<(String, ColumnType)>,
+    /// Indices into `columns` of the key.
+    pub key: Vec<usize>,
+}
+
+impl TableSpec {
+    /// Indices of the columns that are not part of the key.
+    pub fn value_columns(&self) -> Vec<usize> {
+        (0..self.columns.len())
+            .filter(|i| !self.key.contains(i))
+            .collect()
+    }
+}
+
+/// Most bind parameters in one statement: PostgreSQL and MySQL take 65535, SQLite 32766.
+const MAX_PARAMS: usize = 30_000;
+/// Most rows in one multi-row statement, whatever the width, to bound packet sizes.
+const MAX_ROWS_PER_STATEMENT: usize = 2_000;
+
+impl Dialect {
+    /// From a URL scheme; the configuration check has already refused the others.
+    pub fn from_url(url: &str) -> Option<Self> {
+        let scheme = url.split("://").next()?;
+        match scheme {
+            "postgres" | "postgresql" => Some(Dialect::Postgres),
+            "mysql" | "mariadb" => Some(Dialect::MySql),
+            "sqlite" => Some(Dialect::Sqlite),
+            _ => None,
+        }
+    }
+
+    /// Quotes an identifier, each part of `schema.table` apart.
+    pub fn quote(self, name: &str) -> String {
+        name.split('.')
+            .map(|part| match self {
+                Dialect::MySql => format!("`{}`", part.replace('`', "``")),
+                _ => format!("\"{}\"", part.replace('"', "\"\"")),
+            })
+            .collect::<Vec<_>>()
+            .join(".")
+    }
+
+    /// The `n`th (1-based) bind placeholder.
+    pub fn param(self, n: usize) -> String {
+        match self {
+            Dialect::Postgres => format!("${n}"),
+            _ => "?".to_string(),
+        }
+    }
+
+    /// The SQL type of a column; key columns in MySQL need a bounded length to be indexed.
+    pub fn type_name(self, column_type: ColumnType, in_key: bool) -> &'static str {
+        use ColumnType::*;
+        match self {
+            Dialect::Postgres => match column_type {
+                Bigint => "BIGINT",
+                Int => "INTEGER",
+                Double => "DOUBLE PRECISION",
+                Numeric => "NUMERIC",
+                Text => "TEXT",
+                Bool => "BOOLEAN",
+                Timestamp => "TIMESTAMP",
+                Timestamptz => "TIMESTAMPTZ",
+                Date => "DATE",
+                Json => "JSONB",
+                Bytes => "BYTEA",
+                Uuid => "UUID",
+            },
+            Dialect::MySql => match column_type {
+                Bigint => "BIGINT",
+                Int => "INT",
+                Double => "DOUBLE",
+                Numeric => "DECIMAL(38,10)",
+                Text if in_key => "VARCHAR(255)",
+                Text => "TEXT",
+                Bool => "BOOLEAN",
+                Timestamp | Timestamptz => "DATETIME(6)",
+                Date => "DATE",
+                Json => "JSON",
+                Bytes if in_key => "VARBINARY(255)",
+                Bytes => "LONGBLOB",
+                Uuid => "CHAR(36)",
+            },
+            Dialect::Sqlite => match column_type {
+                Bigint | Int | Bool => "INTEGER",
+                Double => "REAL",
+                Numeric => "NUMERIC",
+                Bytes => "BLOB",
+                Text | Timestamp | Timestamptz | Date | Json | Uuid => "TEXT",
+            },
+        }
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` for a sink table, the key as its primary key.
+    pub fn create_table(self, table: &TableSpec) -> String {
+        let mut parts: Vec<String> = table
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, (name, ty))| {
+                let in_key = table.key.contains(&i);
+                let not_null = if in_key { " NOT NULL" } else { "" };
+                format!(
+                    "{} {}{not_null}",
+                    self.quote(name),
+                    self.type_name(*ty, in_key)
+                )
+            })
+            .collect();
+        if !table.key.is_empty() {
+            parts.push(format!(
+                "PRIMARY KEY ({})",
+                self.column_list(table, &table.key)
+            ));
+        }
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} ({})",
+            self.quote(&table.name),
+            parts.join(", ")
+        )
+    }
+
+    /// The offsets table: one row per connector, topic and partition.
+    pub fn create_offsets_table(self) -> &'static str {
+        match self {
+            Dialect::Postgres => {
+                "CREATE TABLE IF NOT EXISTS sluice_offsets (connector TEXT NOT NULL, topic TEXT NOT NULL, \
+                 \"partition\" INTEGER NOT NULL, next_offset BIGINT NOT NULL, \
+                 updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (connector, topic, \"partition\"))"
+            }
+            Dialect::MySql => {
+                "CREATE TABLE IF NOT EXISTS sluice_offsets (connector VARCHAR(255) NOT NULL, topic VARCHAR(255) NOT NULL, \
+                 `partition` INT NOT NULL, next_offset BIGINT NOT NULL, \
+                 updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), PRIMARY KEY (connector, topic, `partition`))"
+            }
+            Dialect::Sqlite => {
+                "CREATE TABLE IF NOT EXISTS sluice_offsets (connector TEXT NOT NULL, topic TEXT NOT NULL, \
+                 \"partition\" INTEGER NOT NULL, next_offset INTEGER NOT NULL, \
+                 updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), PRIMARY KEY (connector, topic, \"partition\"))"
+            }
+        }
+    }
+
+    fn now(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "now()",
+            Dialect::MySql => "CURRENT_TIMESTAMP(6)",
+            Dialect::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+        }
+    }
+
+    /// Binds: next_offset, connector, topic, partition, expected next_offset.
+    pub fn advance_offset(self) -> String {
+        let p = |n| self.param(n);
+        format!(
+            "UPDATE sluice_offsets SET next_offset = {}, updated_at = {} WHERE connector = {} AND topic = {} AND {} = {} AND next_offset = {}",
+            p(1),
+            self.now(),
+            p(2),
+            p(3),
+            self.quote("partition"),
+            p(4),
+            p(5)
+        )
+    }
+
+    /// Binds: connector, topic, partition, next_offset. A duplicate key means another task
+    /// stored an offset first.
+    pub fn insert_offset(self) -> String {
+        let p = |n| self.param(n);
+        format!(
+            "INSERT INTO sluice_offsets (connector, topic, {}, next_offset) VALUES ({}, {}, {}, {})",
+            self.quote("partition"),
+            p(1),
+            p(2),
+            p(3),
+            p(4)
+        )
+    }
+
+    /// Binds: connector, topic. Returns (partition, next_offset).
+    pub fn read_offsets(self) -> String {
+        format!(
+            "SELECT {}, next_offset FROM sluice_offsets WHERE connector = {} AND topic = {}",
+            self.quote("partition"),
+            self.param(1),
+            self.param(2)
+        )
+    }
+
+    /// Binds: connector, topic.
+    pub fn delete_offsets(self) -> String {
+        format!(
+            "DELETE FROM sluice_offsets WHERE connector = {} AND topic = {}",
+            self.param(1),
+            self.param(2)
+        )
+    }
+
+    /// A query that fails when the table or one of its columns is missing.
+    pub fn probe_table(self, table: &TableSpec) -> String {
+        let all: Vec<usize> = (0..table.columns.len()).collect();
+        format!(
+            "SELECT {} FROM {} WHERE 1 = 0",
+            self.column_list(table, &all),
+            self.quote(&table.name)
+        )
+    }
+
+    /// `"a", "b"` for the given column indices.
+    pub fn column_list(self, table: &TableSpec, indices: &[usize]) -> String {
+        indices
+            .iter()
+            .map(|&i| self.quote(&table.columns[i].0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// How many rows of `width` values one statement may carry.
+    pub fn rows_per_statement(self, width: usize) -> usize {
+        (MAX_PARAMS / width.max(1)).clamp(1, MAX_ROWS_PER_STATEMENT)
+    }
+
+    /// `(?, ?), (?, ?)`: `rows` groups of `width` placeholders (MySQL, SQLite).
+    fn value_groups(self, rows: usize, width: usize) -> String {
+        let group = format!("({})", vec!["?"; width].join(", "));
+        vec![group; rows].join(", ")
+    }
+
+    /// Multi-row insert or upsert for MySQL and SQLite: binds every column of every row.
+    pub fn insert_values(self, table: &TableSpec, rows: usize, upsert: bool) -> String {
+        let all: Vec<usize> = (0..table.columns.len()).collect();
+        let mut sql = format!(
+            "INSERT INTO {} ({}) VALUES {}",
+            self.quote(&table.name),
+            self.column_list(table, &all),
+            self.value_groups(rows, all.len())
+        );
+        if upsert {
+            let values = table.value_columns();
+            match self {
+                Dialect::MySql => {
+                    let set: Vec<String> = if values.is_empty() {
+                        table
+                            .key
+                            .iter()
+                            .map(|&i| format!("{0} = {0}", self.quote(&table.columns[i].0)))
+                            .collect()
+                    } else {
+                        values
+                            .iter()
+                            .map(|&i| format!("{0} = VALUES({0})", self.quote(&table.columns[i].0)))
+                            .collect()
+                    };
+                    sql.push_str(&format!(" ON DUPLICATE KEY UPDATE {}", set.join(", ")));
+                }
+                _ => {
+                    sql.push_str(&format!(
+                        " ON CONFLICT ({}) ",
+                        self.column_list(table, &table.key)
+                    ));
+                    if values.is_empty() {
+                        sql.push_str("DO NOTHING");
+                    } else {
+                        let set: Vec<String> = values
+                            .iter()
+                            .map(|&i| {
+                                format!("{0} = excluded.{0}", self.quote(&table.columns[i].0))
+                            })
+                            .collect();
+                        sql.push_str(&format!("DO UPDATE SET {}", set.join(", ")));
+                    }
+                }
+            }
+        }
+        sql
+    }
+
+    /// Multi-row update by key for MySQL and SQLite: binds every column of every row, in
+    /// column order.
+    pub fn update_values(self, table: &TableSpec, rows: usize) -> String {
+        let t = self.quote(&table.name);
+        let values = table.value_columns();
+        match self {
+            Dialect::MySql => {
+                let first: Vec<String> = table
+                    .columns
+                    .iter()
+                    .map(|(n, _)| format!("? AS {}", self.quote(n)))
+                    .collect();
+                let rest = vec![
+                    format!("SELECT {}", vec!["?"; table.columns.len()].join(", "));
+                    rows.saturating_sub(1)
+                ];
+                let mut derived = format!("SELECT {}", first.join(", "));
+                for select in rest {
+                    derived.push_str(" UNION ALL ");
+                    derived.push_str(&select);
+                }
+                let on: Vec<String> = table
+                    .key
+                    .iter()
+                    .map(|&i| format!("t.{0} = v.{0}", self.quote(&table.columns[i].0)))
+                    .collect();
+                let set: Vec<String> = values
+                    .iter()
+                    .map(|&i| format!("t.{0} = v.{0}", self.quote(&table.columns[i].0)))
+                    .collect();
+                format!(
+                    "UPDATE {t} AS t JOIN ({derived}) AS v ON {} SET {}",
+                    on.join(" AND "),
+                    set.join(", ")
+                )
+            }
+            _ => {
+                // SQLite names the columns of a VALUES list column1, column2, …
+                let v = |i: usize| format!("v.column{}", i + 1);
+                let set: Vec<String> = values
+                    .iter()
+                    .map(|&i| format!("{} = {}", self.quote(&table.columns[i].0), v(i)))
+                    .collect();
+                let on: Vec<String> = table
+                    .key
+                    .iter()
+                    .map(|&i| format!("{t}.{} = {}", self.quote(&table.columns[i].0), v(i)))
+                    .collect();
+                format!(
+                    "UPDATE {t} SET {} FROM (VALUES {}) AS v WHERE {}",
+                    set.join(", "),
+                    self.value_groups(rows, table.columns.len()),
+                    on.join(" AND ")
+                )
+            }
+        }
+    }
+
+    /// Multi-row delete by key for MySQL and SQLite: binds the key columns of every row.
+    pub fn delete_values(self, table: &TableSpec, rows: usize) -> String {
+        let key = self.column_list(table, &table.key);
+        let groups = self.value_groups(rows, table.key.len());
+        match (self, table.key.len()) {
+            (_, 1) => format!(
+                "DELETE FROM {} WHERE {key} IN ({})",
+                self.quote(&table.name),
+                vec!["?"; rows].join(", ")
+            ),
+            (Dialect::Sqlite, _) => format!(
+                "DELETE FROM {} WHERE ({key}) IN (VALUES {groups})",
+                self.quote(&table.name)
+            ),
+            _ => format!(
+                "DELETE FROM {} WHERE ({key}) IN ({groups})",
+                self.quote(&table.name)
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> TableSpec {
+        TableSpec {
+            name: "app.words".into(),
+            columns: vec![
+                ("uid".into(), ColumnType::Bigint),
+                ("word".into(), ColumnType::Text),
+            ],
+            key: vec![0],
+        }
+    }
+
+    #[test]
+    fn ddl_per_dialect() {
+        assert_eq!(
+            Dialect::Postgres.create_table(&table()),
+            "CREATE TABLE IF NOT EXISTS \"app\".\"words\" (\"uid\" BIGINT NOT NULL, \"word\" TEXT, PRIMARY KEY (\"uid\"))"
+        );
+        assert!(
+            Dialect::MySql
+                .create_table(&table())
+                .contains("`uid` BIGINT NOT NULL")
+        );
+    }
+
+    #[test]
+    fn statements() {
+        assert_eq!(
+            Dialect::Sqlite.insert_values(&table(), 2, true),
+            "INSERT INTO \"app\".\"words\" (\"uid\", \"word\") VALUES (?, ?), (?, ?) ON CONFLICT (\"uid\") DO UPDATE SET \"word\" = excluded.\"word\""
+        );
+        assert_eq!(
+            Dialect::MySql.insert_values(&table(), 1, true),
+            "INSERT INTO `app`.`words` (`uid`, `word`) VALUES (?, ?) ON DUPLICATE KEY UPDATE `word` = VALUES(`word`)"
+        );
+        assert_eq!(
+            Dialect::MySql.delete_values(&table(), 3),
+            "DELETE FROM `app`.`words` WHERE `uid` IN (?, ?, ?)"
+        );
+        assert!(
+            Dialect::Postgres
+                .advance_offset()
+                .contains("next_offset = $5")
+        );
+        assert_eq!(Dialect::Sqlite.rows_per_statement(20), 1500);
+    }
+}

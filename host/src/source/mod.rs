@@ -1,0 +1,266 @@
+//! The source stage: one librdkafka consumer per task, in the connector's group, with
+//! offsets that come from the sink database rather than from Kafka.
+//!
+//! Rebalances are handled by overriding [`ConsumerContext::rebalance`]: on a revocation the
+//! task first finishes (or abandons) its in-flight batch, on an assignment it reads the
+//! stored offsets and assigns *with* them. Nothing seeks inside a callback, and the same
+//! code serves the eager and the cooperative-sticky protocols.
+
+pub mod embedded;
+
+use std::sync::Arc;
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaRespErr;
+
+use crate::config::{ConnectorConfig, KafkaConfig, defaults};
+use crate::record::Record;
+
+/// A topic and partition.
+pub type Partition = (String, i32);
+
+/// What a task does when its partitions move. Called on the consumer's own thread, from
+/// inside `poll`.
+pub trait RebalanceListener: Send + Sync {
+    /// These partitions are going away: finish or abandon work on them. When this returns,
+    /// nothing of theirs may be written any more.
+    fn on_revoke(&self, partitions: &[Partition]);
+
+    /// These partitions arrive: return where each starts (`None`: no stored offset, start
+    /// per `auto.offset.reset`). An error leaves them unassigned and fails the task.
+    fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Option<i64>)>;
+
+    /// After an assignment: whether the operator paused the task (a pause survives
+    /// rebalances).
+    fn paused(&self) -> bool;
+}
+
+/// The consumer's context: librdkafka's logs to `tracing`, rebalances to the listener.
+pub struct SourceContext {
+    pub connector: String,
+    pub task: usize,
+    listener: Arc<dyn RebalanceListener>,
+}
+
+impl ClientContext for SourceContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        let (connector, task) = (&self.connector, self.task);
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(connector, task, facility = fac, "librdkafka: {message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(connector, task, facility = fac, "librdkafka: {message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(connector, task, facility = fac, "librdkafka: {message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(connector, task, facility = fac, "librdkafka: {message}")
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(connector = %self.connector, task = self.task, %error, "kafka client error: {reason}");
+    }
+}
+
+impl ConsumerContext for SourceContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let partitions: Vec<Partition> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        let (connector, task) = (&self.connector, self.task);
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                tracing::info!(
+                    connector,
+                    task,
+                    ?partitions,
+                    cooperative,
+                    "partitions assigned"
+                );
+                let starts = self.listener.on_assign(&partitions);
+                let mut assignment = TopicPartitionList::new();
+                for ((topic, partition), start) in &starts {
+                    let offset = start.map_or(Offset::Invalid, Offset::Offset);
+                    if let Err(e) = assignment.add_partition_offset(topic, *partition, offset) {
+                        tracing::error!(connector, task, topic, partition, error = %e, "cannot build assignment");
+                    }
+                }
+                let result = if cooperative {
+                    consumer.incremental_assign(&assignment)
+                } else {
+                    consumer.assign(&assignment)
+                };
+                if let Err(e) = result {
+                    tracing::error!(connector, task, error = %e, "assign failed");
+                }
+                if self.listener.paused() {
+                    let _ = consumer.pause(&assignment);
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                tracing::info!(
+                    connector,
+                    task,
+                    ?partitions,
+                    cooperative,
+                    lost = consumer.assignment_lost(),
+                    "partitions revoked"
+                );
+                self.listener.on_revoke(&partitions);
+                let result = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(e) = result {
+                    tracing::error!(connector, task, error = %e, "unassign failed");
+                }
+            }
+            other => {
+                tracing::error!(connector, task, error = ?other, "rebalance error; dropping the assignment");
+                self.listener.on_revoke(&partitions);
+                let _ = consumer.unassign();
+            }
+        }
+    }
+}
+
+/// A task's consumer.
+pub type SourceConsumer = BaseConsumer<SourceContext>;
+
+/// The librdkafka configuration of a task's consumer. The user's `kafka.properties` come
+/// last but cannot turn auto-commit back on: offsets live in the sink.
+pub fn consumer_config(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    connector: &ConnectorConfig,
+    task: usize,
+) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("group.id", connector.group_id())
+        .set("client.id", format!("sluice-{}-{task}", connector.name))
+        .set("auto.offset.reset", defaults::AUTO_OFFSET_RESET)
+        .set("queued.min.messages", defaults::QUEUED_MIN_MESSAGES)
+        .set("enable.partition.eof", "false");
+    for (key, value) in &kafka.properties {
+        config.set(key, value);
+    }
+    config
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set_log_level(RDKafkaLogLevel::Info);
+    config
+}
+
+/// Creates a task's consumer and subscribes it to the connector's topics.
+pub fn subscribe(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    connector: &ConnectorConfig,
+    task: usize,
+    listener: Arc<dyn RebalanceListener>,
+) -> Result<SourceConsumer, KafkaError> {
+    let context = SourceContext {
+        connector: connector.name.clone(),
+        task,
+        listener,
+    };
+    let consumer: SourceConsumer =
+        consumer_config(kafka, brokers, connector, task).create_with_context(context)?;
+    let topics: Vec<&str> = connector.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics)?;
+    Ok(consumer)
+}
+
+/// Moves partitions that the task still owns back to the given offsets (after an offset
+/// conflict): outside any callback, with the protocol's own assign call.
+pub fn reassign(
+    consumer: &SourceConsumer,
+    starts: &[(Partition, Option<i64>)],
+) -> Result<(), KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), start) in starts {
+        tpl.add_partition_offset(
+            topic,
+            *partition,
+            start.map_or(Offset::Invalid, Offset::Offset),
+        )?;
+    }
+    if matches!(
+        consumer.rebalance_protocol(),
+        RebalanceProtocol::Cooperative
+    ) {
+        consumer.incremental_unassign(&tpl)?;
+        consumer.incremental_assign(&tpl)
+    } else {
+        let mut current = consumer.assignment()?;
+        for ((topic, partition), start) in starts {
+            current.set_partition_offset(
+                topic,
+                *partition,
+                start.map_or(Offset::Invalid, Offset::Offset),
+            )?;
+        }
+        consumer.assign(&current)
+    }
+}
+
+/// Pauses (or resumes) every assigned partition.
+pub fn set_paused(consumer: &SourceConsumer, paused: bool) -> Result<(), KafkaError> {
+    let assignment = consumer.assignment()?;
+    if assignment.count() == 0 {
+        return Ok(());
+    }
+    if paused {
+        consumer.pause(&assignment)
+    } else {
+        consumer.resume(&assignment)
+    }
+}
+
+/// Copies a message out of librdkafka's buffer.
+pub fn to_record(message: &BorrowedMessage<'_>) -> Record {
+    let headers = message
+        .headers()
+        .map(|headers| {
+            headers
+                .iter()
+                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Record {
+        topic: message.topic().to_string(),
+        partition: message.partition(),
+        offset: message.offset(),
+        timestamp: message.timestamp().to_millis(),
+        key: message.key().map(<[u8]>::to_vec),
+        value: message.payload().map(<[u8]>::to_vec),
+        headers,
+    }
+}

@@ -1,0 +1,141 @@
+//! The supervisor: one per process. It connects each connector's sink, prepares its tables,
+//! starts its tasks, and stops them all on shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+
+use crate::config::{Config, ConnectorConfig};
+use crate::sink::{Sink, SinkError};
+use crate::task::{self, Control, Metrics, TaskHandle, TaskSpec, TaskState};
+
+/// Why the supervisor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    #[error("connector {connector}: {source}")]
+    Sink {
+        connector: String,
+        source: SinkError,
+    },
+    #[error("connector {connector}: cannot start task thread: {source}")]
+    Spawn {
+        connector: String,
+        source: std::io::Error,
+    },
+}
+
+/// A connector and its running tasks.
+pub struct RunningConnector {
+    pub config: Arc<ConnectorConfig>,
+    pub sink: Arc<Sink>,
+    pub metrics: Arc<Metrics>,
+    pub tasks: Vec<TaskHandle>,
+}
+
+/// The connectors of this process.
+pub struct Supervisor {
+    pub connectors: Vec<RunningConnector>,
+}
+
+impl Supervisor {
+    /// Connects every sink, creates what is missing, and starts every task. `brokers` is the
+    /// resolved bootstrap list (the embedded cluster's when the file says `embedded`).
+    pub async fn start(config: &Config, brokers: &str) -> Result<Self, SupervisorError> {
+        let mut connectors = Vec::new();
+        for connector in &config.connectors {
+            let sink_error = |source| SupervisorError::Sink {
+                connector: connector.name.clone(),
+                source,
+            };
+            let sink = Arc::new(Sink::connect(connector).await.map_err(sink_error)?);
+            sink.prepare().await.map_err(sink_error)?;
+            connectors.push((Arc::new(connector.clone()), sink));
+        }
+        let mut running = Vec::new();
+        for (connector, sink) in connectors {
+            let metrics = Arc::new(Metrics::default());
+            let mut tasks = Vec::new();
+            for task in 0..connector.tasks as usize {
+                let spec = TaskSpec {
+                    kafka: config.kafka.clone(),
+                    brokers: brokers.to_string(),
+                    connector: connector.clone(),
+                    task,
+                };
+                let handle = task::spawn(spec, sink.clone(), metrics.clone(), Handle::current())
+                    .map_err(|source| SupervisorError::Spawn {
+                        connector: connector.name.clone(),
+                        source,
+                    })?;
+                tasks.push(handle);
+            }
+            tracing::info!(connector = %connector.name, tasks = tasks.len(), table = %connector.sink.table, "connector started");
+            running.push(RunningConnector {
+                config: connector,
+                sink,
+                metrics,
+                tasks,
+            });
+        }
+        Ok(Self {
+            connectors: running,
+        })
+    }
+
+    /// True when every task has ended (closed or failed).
+    pub fn all_finished(&self) -> bool {
+        self.connectors
+            .iter()
+            .flat_map(|c| &c.tasks)
+            .all(TaskHandle::is_finished)
+    }
+
+    /// Tells every task to stop, waits for them, closes the sinks. Returns the errors of
+    /// the tasks that failed, as `connector task N: error` lines.
+    pub async fn shutdown(mut self) -> Vec<String> {
+        for connector in &self.connectors {
+            for task in &connector.tasks {
+                task.send(Control::Stop);
+            }
+        }
+        let mut failures = Vec::new();
+        for connector in &mut self.connectors {
+            for mut task in std::mem::take(&mut connector.tasks) {
+                let task = tokio::task::spawn_blocking(move || {
+                    task.join();
+                    task
+                })
+                .await;
+                if let Ok(task) = task {
+                    let status = task.status.borrow().clone();
+                    if status.state == TaskState::Failed {
+                        failures.push(format!(
+                            "connector {} task {}: {}",
+                            connector.config.name,
+                            task.task,
+                            status.error.unwrap_or_default()
+                        ));
+                    }
+                }
+            }
+            connector.sink.close().await;
+        }
+        failures
+    }
+
+    /// Waits until every task has ended or `stop` resolves.
+    pub async fn wait(&self, stop: impl std::future::Future<Output = ()>) {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if self.all_finished() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

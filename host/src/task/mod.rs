@@ -1,0 +1,744 @@
+//! A task: one consumer, driven through its [state machine](state) on a thread of its own,
+//! feeding batches to the sink.
+//!
+//! The task thread polls Kafka without pause, so the consumer stays in its group however
+//! slow the database is. A batch is cut when it reaches `max_records` or `max_bytes`, or
+//! `linger` after its first record; it is mapped on the task thread and written on the
+//! tokio runtime while the next batch fills. When the next batch is full before the write
+//! ends, the partitions are paused (backpressure) and polling goes on.
+//!
+//! The state that both the loop and the rebalance callback touch sits in [`Shared`]; the
+//! loop never holds its lock across `poll`, which is where the callback runs.
+
+pub mod state;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+
+use crate::config::{ConnectorConfig, Guarantee, KafkaConfig};
+use crate::map::{MapError, RowMapper, RowOp};
+use crate::record::Record;
+use crate::sink::{OffsetAdvance, Sink, SinkError, WriteBatch};
+use crate::source::{self, Partition, RebalanceListener, SourceConsumer};
+pub use state::{InvalidTransition, TaskEvent, TaskState};
+
+/// Why a task stopped in `Failed`.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("sink: {0}")]
+    Sink(#[from] SinkError),
+    #[error("record {coordinates}: {source}")]
+    Map {
+        coordinates: String,
+        source: MapError,
+    },
+    #[error("reading stored offsets for {topic}: {source}")]
+    Offsets { topic: String, source: SinkError },
+    #[error("database still failing after {elapsed:?}: {source}")]
+    RetriesExhausted {
+        elapsed: Duration,
+        source: SinkError,
+    },
+    #[error(transparent)]
+    Transition(#[from] InvalidTransition),
+}
+
+/// What the supervisor tells a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    Pause,
+    Resume,
+    Stop,
+}
+
+/// What a task reports back on every transition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskStatus {
+    pub state: TaskState,
+    pub error: Option<String>,
+}
+
+/// Counters of one connector, shared by its tasks (the demo and the metrics read them).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Records read from Kafka.
+    pub consumed: AtomicU64,
+    /// Records whose batch committed (rows written, deleted or skipped).
+    pub committed: AtomicU64,
+    /// Records that committed as a skip (tombstone without key, …).
+    pub skipped: AtomicU64,
+    /// Batches committed.
+    pub batches: AtomicU64,
+    /// Batches rolled back on an offset conflict.
+    pub conflicts: AtomicU64,
+}
+
+/// How a task is started.
+#[derive(Clone)]
+pub struct TaskSpec {
+    pub kafka: KafkaConfig,
+    /// The resolved bootstrap servers (the embedded cluster's, when `embedded`).
+    pub brokers: String,
+    pub connector: Arc<ConnectorConfig>,
+    pub task: usize,
+}
+
+/// The supervisor's end of a task.
+pub struct TaskHandle {
+    pub task: usize,
+    control: mpsc::Sender<Control>,
+    pub status: watch::Receiver<TaskStatus>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TaskHandle {
+    /// Sends a control message; a task that has ended ignores it.
+    pub fn send(&self, control: Control) {
+        let _ = self.control.send(control);
+    }
+
+    /// Waits for the task thread to end.
+    pub fn join(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// True once the thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+}
+
+/// Starts a task on its own thread.
+pub fn spawn(
+    spec: TaskSpec,
+    sink: Arc<Sink>,
+    metrics: Arc<Metrics>,
+    runtime: Handle,
+) -> std::io::Result<TaskHandle> {
+    let (control_tx, control_rx) = mpsc::channel();
+    let (status_tx, status_rx) = watch::channel(TaskStatus {
+        state: TaskState::Subscribing,
+        error: None,
+    });
+    let name = format!("{}-{}", spec.connector.name, spec.task);
+    let task = spec.task;
+    let thread = std::thread::Builder::new().name(name).spawn(move || {
+        let connector = spec.connector.name.clone();
+        let mut actor = Actor::new(spec, sink, metrics, runtime, status_tx);
+        let result = actor.run(control_rx);
+        if let Err(error) = result {
+            tracing::error!(connector, task, %error, "task failed");
+            actor.report(TaskEvent::Fail, Some(error.to_string()));
+        }
+    })?;
+    Ok(TaskHandle {
+        task,
+        control: control_tx,
+        status: status_rx,
+        thread: Some(thread),
+    })
+}
+
+/// Transient database errors are retried this long before the task fails.
+const RETRY_MAX_ELAPSED: Duration = Duration::from_secs(300);
+const RETRY_INITIAL: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+/// Longest single poll: the loop checks control messages and writes this often.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// What a partition looks like to the task.
+#[derive(Debug, Clone, Copy, Default)]
+struct PartitionState {
+    /// The stored next_offset (exactly-once): where the next batch's compare-and-set starts.
+    committed: Option<i64>,
+    /// The offset after the last record buffered, to drop records seen twice.
+    position: Option<i64>,
+}
+
+/// A batch being written.
+struct InFlight {
+    handle: tokio::task::JoinHandle<Result<(), SinkError>>,
+    batch: Arc<WriteBatch>,
+    /// Records the batch covers (written, deleted or skipped).
+    records: u64,
+    skipped: u64,
+    /// Where each partition goes after the batch: what a Kafka commit needs in
+    /// at-least-once mode.
+    next_offsets: Vec<(Partition, i64)>,
+    /// Retry bookkeeping for transient failures.
+    first_failure: Option<Instant>,
+    attempts: u32,
+    retry_at: Option<Instant>,
+}
+
+/// What the loop and the rebalance callback share.
+struct Inner {
+    partitions: HashMap<Partition, PartitionState>,
+    buffer: Vec<Record>,
+    buffer_bytes: usize,
+    batch_started: Option<Instant>,
+    in_flight: Option<InFlight>,
+    /// An error the callback met; the loop fails the task with it.
+    fatal: Option<TaskError>,
+    /// Partitions to move back to their stored offsets after a conflict.
+    reassign: Vec<Partition>,
+    /// At-least-once: offsets to commit to Kafka after their rows committed.
+    kafka_commits: Vec<(Partition, i64)>,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    sink: Arc<Sink>,
+    runtime: Handle,
+    metrics: Arc<Metrics>,
+    connector: String,
+    task: usize,
+    guarantee: Guarantee,
+    paused: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave `Inner` half-updated in a way that
+        // loses records (the offsets in the database are the truth), so go on.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Waits for the in-flight write, then applies its result. Transient failures are
+    /// retried here too, so a revocation never leaves a batch behind half-decided.
+    fn settle_in_flight(&self, inner: &mut Inner, wait: bool) {
+        loop {
+            let Some(flight) = inner.in_flight.as_mut() else {
+                return;
+            };
+            if let Some(at) = flight.retry_at {
+                let now = Instant::now();
+                if at > now {
+                    if !wait {
+                        return;
+                    }
+                    std::thread::sleep(at - now);
+                }
+                flight.retry_at = None;
+                let sink = self.sink.clone();
+                let batch = flight.batch.clone();
+                flight.handle = self.runtime.spawn(async move { sink.write(&batch).await });
+            }
+            if !wait && !flight.handle.is_finished() {
+                return;
+            }
+            let Some(mut flight) = inner.in_flight.take() else {
+                return;
+            };
+            let result = match self.runtime.block_on(&mut flight.handle) {
+                Ok(result) => result,
+                Err(join) => Err(SinkError::Invalid(format!(
+                    "write task ended abnormally: {join}"
+                ))),
+            };
+            match result {
+                Ok(()) => {
+                    self.committed(inner, &flight);
+                    return;
+                }
+                Err(SinkError::OffsetConflict {
+                    topic,
+                    partition,
+                    expected,
+                }) => {
+                    self.metrics.conflicts.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(connector = %self.connector, task = self.task, topic, partition, ?expected,
+                        "offset conflict: another task moved this partition on; batch rolled back, re-reading offsets");
+                    // Everything buffered for the batch's partitions is re-read from the
+                    // stored offsets.
+                    let touched: Vec<Partition> = flight
+                        .batch
+                        .offsets
+                        .iter()
+                        .map(|a| (a.topic.clone(), a.partition))
+                        .collect();
+                    drop_buffered(inner, &touched);
+                    inner.reassign.extend(touched);
+                    return;
+                }
+                Err(error) if error.is_transient() => {
+                    let first = *flight.first_failure.get_or_insert_with(Instant::now);
+                    if first.elapsed() > RETRY_MAX_ELAPSED {
+                        inner.fatal = Some(TaskError::RetriesExhausted {
+                            elapsed: first.elapsed(),
+                            source: error,
+                        });
+                        return;
+                    }
+                    if flight.attempts == 0 {
+                        tracing::warn!(connector = %self.connector, task = self.task, %error, "database unavailable; retrying with backoff");
+                    }
+                    let backoff = RETRY_INITIAL
+                        .saturating_mul(2u32.saturating_pow(flight.attempts))
+                        .min(RETRY_MAX);
+                    let jitter = backoff.mul_f64(rand::random::<f64>() * 0.2);
+                    flight.attempts += 1;
+                    flight.retry_at = Some(Instant::now() + backoff + jitter);
+                    inner.in_flight = Some(flight);
+                }
+                Err(error) => {
+                    inner.fatal = Some(TaskError::Sink(error));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn committed(&self, inner: &mut Inner, flight: &InFlight) {
+        if flight.attempts > 0 {
+            tracing::info!(connector = %self.connector, task = self.task, attempts = flight.attempts, "database back; batch committed");
+        }
+        for advance in &flight.batch.offsets {
+            if let Some(state) = inner
+                .partitions
+                .get_mut(&(advance.topic.clone(), advance.partition))
+            {
+                state.committed = Some(advance.next);
+            }
+        }
+        if self.guarantee == Guarantee::AtLeastOnce {
+            inner
+                .kafka_commits
+                .extend(flight.next_offsets.iter().cloned());
+        }
+        self.metrics
+            .committed
+            .fetch_add(flight.records, Ordering::Relaxed);
+        self.metrics
+            .skipped
+            .fetch_add(flight.skipped, Ordering::Relaxed);
+        self.metrics.batches.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(connector = %self.connector, task = self.task, records = flight.records, "batch committed");
+    }
+
+    fn read_offsets(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
+        let started = Instant::now();
+        let mut delay = RETRY_INITIAL;
+        loop {
+            match self.runtime.block_on(self.sink.read_offsets(topic)) {
+                Err(e) if e.is_transient() && started.elapsed() < RETRY_MAX_ELAPSED => {
+                    tracing::warn!(connector = %self.connector, task = self.task, topic, error = %e, "cannot read stored offsets yet; retrying");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(RETRY_MAX);
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+fn drop_buffered(inner: &mut Inner, partitions: &[Partition]) {
+    let before = inner.buffer.len();
+    inner.buffer.retain(|r| {
+        !partitions
+            .iter()
+            .any(|(t, p)| *t == r.topic && *p == r.partition)
+    });
+    if inner.buffer.len() != before {
+        inner.buffer_bytes = inner.buffer.iter().map(Record::size).sum();
+        if inner.buffer.is_empty() {
+            inner.batch_started = None;
+        }
+    }
+    for partition in partitions {
+        if let Some(state) = inner.partitions.get_mut(partition) {
+            state.position = state.committed;
+        }
+    }
+}
+
+impl RebalanceListener for Shared {
+    fn on_revoke(&self, partitions: &[Partition]) {
+        let mut inner = self.lock();
+        // The in-flight batch either commits (we still own its partitions until this
+        // returns) or is rolled back by the compare-and-set if someone took them already.
+        self.settle_in_flight(&mut inner, true);
+        drop_buffered(&mut inner, partitions);
+        for partition in partitions {
+            inner.partitions.remove(partition);
+        }
+        inner.reassign.retain(|p| !partitions.contains(p));
+    }
+
+    fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Option<i64>)> {
+        let mut stored: HashMap<String, HashMap<i32, i64>> = HashMap::new();
+        let exactly_once = self.guarantee == Guarantee::ExactlyOnce;
+        if exactly_once {
+            for (topic, _) in partitions {
+                if stored.contains_key(topic) {
+                    continue;
+                }
+                match self.read_offsets(topic) {
+                    Ok(offsets) => {
+                        stored.insert(topic.clone(), offsets);
+                    }
+                    Err(source) => {
+                        self.lock().fatal = Some(TaskError::Offsets {
+                            topic: topic.clone(),
+                            source,
+                        });
+                        stored.insert(topic.clone(), HashMap::new());
+                    }
+                }
+            }
+        }
+        let mut inner = self.lock();
+        partitions
+            .iter()
+            .map(|partition| {
+                let start = stored.get(&partition.0).and_then(|o| o.get(&partition.1)).copied();
+                inner.partitions.insert(partition.clone(), PartitionState { committed: start, position: start });
+                tracing::info!(connector = %self.connector, task = self.task, topic = %partition.0, partition = partition.1,
+                    start = ?start, "resuming from stored offset");
+                (partition.clone(), start)
+            })
+            .collect()
+    }
+
+    fn paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+}
+
+/// The task's thread-side state.
+struct Actor {
+    spec: TaskSpec,
+    shared: Arc<Shared>,
+    mapper: RowMapper,
+    state: TaskState,
+    status: watch::Sender<TaskStatus>,
+    backpressure: bool,
+}
+
+impl Actor {
+    fn new(
+        spec: TaskSpec,
+        sink: Arc<Sink>,
+        metrics: Arc<Metrics>,
+        runtime: Handle,
+        status: watch::Sender<TaskStatus>,
+    ) -> Self {
+        let mapper = RowMapper::new(&spec.connector.sink, spec.connector.format);
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                partitions: HashMap::new(),
+                buffer: Vec::new(),
+                buffer_bytes: 0,
+                batch_started: None,
+                in_flight: None,
+                fatal: None,
+                reassign: Vec::new(),
+                kafka_commits: Vec::new(),
+            }),
+            sink,
+            runtime,
+            metrics,
+            connector: spec.connector.name.clone(),
+            task: spec.task,
+            guarantee: spec.connector.delivery.guarantee,
+            paused: AtomicBool::new(false),
+        });
+        Self {
+            spec,
+            shared,
+            mapper,
+            state: TaskState::Subscribing,
+            status,
+            backpressure: false,
+        }
+    }
+
+    /// Applies a transition and reports it.
+    fn report(&mut self, event: TaskEvent, error: Option<String>) {
+        match self.state.next(event) {
+            Ok(next) => {
+                tracing::info!(connector = %self.spec.connector.name, task = self.spec.task, from = %self.state, to = %next, "task state");
+                self.state = next;
+                self.status.send_replace(TaskStatus { state: next, error });
+            }
+            Err(invalid) => {
+                tracing::error!(connector = %self.spec.connector.name, task = self.spec.task, %invalid, "ignored")
+            }
+        }
+    }
+
+    fn transition(&mut self, event: TaskEvent) -> Result<(), TaskError> {
+        let next = self.state.next(event)?;
+        tracing::info!(connector = %self.spec.connector.name, task = self.spec.task, from = %self.state, to = %next, "task state");
+        self.state = next;
+        self.status.send_replace(TaskStatus {
+            state: next,
+            error: None,
+        });
+        Ok(())
+    }
+
+    fn run(&mut self, control: mpsc::Receiver<Control>) -> Result<(), TaskError> {
+        let listener: Arc<dyn RebalanceListener> = self.shared.clone();
+        let consumer = source::subscribe(
+            &self.spec.kafka,
+            &self.spec.brokers,
+            &self.spec.connector,
+            self.spec.task,
+            listener,
+        )?;
+        self.transition(TaskEvent::Subscribed)?;
+        let batch = self.spec.connector.batch.clone();
+        let max_bytes = usize::try_from(batch.max_bytes.0).unwrap_or(usize::MAX);
+        loop {
+            match control.try_recv() {
+                Ok(Control::Stop) | Err(mpsc::TryRecvError::Disconnected) => break,
+                Ok(Control::Pause) if self.state == TaskState::Consuming => {
+                    self.transition(TaskEvent::Pause)?;
+                    self.shared.paused.store(true, Ordering::Relaxed);
+                    source::set_paused(&consumer, true)?;
+                    self.transition(TaskEvent::PauseApplied)?;
+                }
+                Ok(Control::Resume) if self.state == TaskState::Paused => {
+                    self.transition(TaskEvent::Resume)?;
+                    self.shared.paused.store(false, Ordering::Relaxed);
+                    if !self.backpressure {
+                        source::set_paused(&consumer, false)?;
+                    }
+                    self.transition(TaskEvent::ResumeApplied)?;
+                }
+                Ok(other) => {
+                    tracing::debug!(connector = %self.spec.connector.name, task = self.spec.task, ?other, state = %self.state, "control message has no effect in this state")
+                }
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+
+            self.step(&consumer, batch.max_records, max_bytes, batch.linger.0)?;
+
+            // Poll: drain what is ready without blocking, then wait a little.
+            let mut polled = 0;
+            while let Some(message) = consumer.poll(if polled == 0 {
+                POLL_INTERVAL
+            } else {
+                Duration::ZERO
+            }) {
+                match message {
+                    Ok(message) => {
+                        let record = source::to_record(&message);
+                        self.accept(record);
+                    }
+                    Err(error) => {
+                        tracing::warn!(connector = %self.spec.connector.name, task = self.spec.task, %error, "consumer error");
+                        break;
+                    }
+                }
+                polled += 1;
+                if polled >= batch.max_records {
+                    break;
+                }
+            }
+        }
+
+        self.transition(TaskEvent::Stop)?;
+        // Commit what was read, then leave the group.
+        {
+            let mut inner = self.shared.lock();
+            self.shared.settle_in_flight(&mut inner, true);
+            if inner.fatal.is_none() && !inner.buffer.is_empty() {
+                self.submit(&mut inner)?;
+                self.shared.settle_in_flight(&mut inner, true);
+            }
+            if let Some(error) = inner.fatal.take() {
+                return Err(error);
+            }
+        }
+        self.commit_to_kafka(&consumer);
+        drop(consumer);
+        self.transition(TaskEvent::Closed)?;
+        Ok(())
+    }
+
+    /// One turn of the loop between polls: reap the write, fail on a fatal error, move
+    /// partitions back after a conflict, cut and submit a batch, apply backpressure.
+    fn step(
+        &mut self,
+        consumer: &SourceConsumer,
+        max_records: usize,
+        max_bytes: usize,
+        linger: Duration,
+    ) -> Result<(), TaskError> {
+        let mut inner = self.shared.lock();
+        self.shared.settle_in_flight(&mut inner, false);
+        if let Some(error) = inner.fatal.take() {
+            return Err(error);
+        }
+        if !inner.reassign.is_empty() {
+            let partitions = std::mem::take(&mut inner.reassign);
+            drop(inner);
+            self.reassign(consumer, &partitions)?;
+            inner = self.shared.lock();
+        }
+        let full = inner.buffer.len() >= max_records || inner.buffer_bytes >= max_bytes;
+        let due = inner.batch_started.is_some_and(|t| t.elapsed() >= linger);
+        if inner.in_flight.is_none() && !inner.buffer.is_empty() && (full || due) {
+            self.submit(&mut inner)?;
+        }
+        let full = inner.buffer.len() >= max_records || inner.buffer_bytes >= max_bytes;
+        drop(inner);
+        if full != self.backpressure && !self.shared.paused.load(Ordering::Relaxed) {
+            source::set_paused(consumer, full)?;
+            self.backpressure = full;
+        }
+        self.commit_to_kafka(consumer);
+        Ok(())
+    }
+
+    fn accept(&self, record: Record) {
+        self.shared.metrics.consumed.fetch_add(1, Ordering::Relaxed);
+        let mut inner = self.shared.lock();
+        let key = (record.topic.clone(), record.partition);
+        let Some(state) = inner.partitions.get_mut(&key) else {
+            // Not ours (any more): a record fetched before a revocation.
+            return;
+        };
+        if state.position.is_some_and(|p| record.offset < p) {
+            return;
+        }
+        state.position = Some(record.offset + 1);
+        inner.buffer_bytes += record.size();
+        inner.batch_started.get_or_insert_with(Instant::now);
+        inner.buffer.push(record);
+    }
+
+    /// Maps the buffered records and starts writing them with their offsets.
+    fn submit(&self, inner: &mut Inner) -> Result<(), TaskError> {
+        let records = std::mem::take(&mut inner.buffer);
+        inner.buffer_bytes = 0;
+        inner.batch_started = None;
+        let mut ops = Vec::with_capacity(records.len());
+        let mut skipped = 0;
+        let mut last: HashMap<Partition, i64> = HashMap::new();
+        for record in &records {
+            match self.mapper.map(record) {
+                Ok(RowOp::Skip(why)) => {
+                    tracing::debug!(connector = %self.spec.connector.name, record = %record.coordinates(), why, "record skipped");
+                    skipped += 1;
+                }
+                Ok(op) => ops.push(op),
+                Err(source) => {
+                    return Err(TaskError::Map {
+                        coordinates: record.coordinates(),
+                        source,
+                    });
+                }
+            }
+            let entry = last
+                .entry((record.topic.clone(), record.partition))
+                .or_insert(record.offset);
+            *entry = (*entry).max(record.offset);
+        }
+        let next_offsets: Vec<(Partition, i64)> =
+            last.into_iter().map(|(p, o)| (p, o + 1)).collect();
+        let offsets = if self.shared.guarantee == Guarantee::ExactlyOnce {
+            next_offsets
+                .iter()
+                .map(|((topic, partition), next)| OffsetAdvance {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    expected: inner
+                        .partitions
+                        .get(&(topic.clone(), *partition))
+                        .and_then(|s| s.committed),
+                    next: *next,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let batch = Arc::new(WriteBatch { ops, offsets });
+        let sink = self.shared.sink.clone();
+        let write = batch.clone();
+        let handle = self
+            .shared
+            .runtime
+            .spawn(async move { sink.write(&write).await });
+        inner.in_flight = Some(InFlight {
+            handle,
+            batch,
+            records: records.len() as u64,
+            skipped,
+            next_offsets,
+            first_failure: None,
+            attempts: 0,
+            retry_at: None,
+        });
+        Ok(())
+    }
+
+    /// After an offset conflict: read the stored offsets again and move the partitions we
+    /// still own there.
+    fn reassign(
+        &self,
+        consumer: &SourceConsumer,
+        partitions: &[Partition],
+    ) -> Result<(), TaskError> {
+        let mut starts = Vec::new();
+        for (topic, partition) in partitions {
+            let stored = self
+                .shared
+                .read_offsets(topic)
+                .map_err(|source| TaskError::Offsets {
+                    topic: topic.clone(),
+                    source,
+                })?;
+            starts.push(((topic.clone(), *partition), stored.get(partition).copied()));
+        }
+        {
+            let mut inner = self.shared.lock();
+            starts.retain(|(p, _)| inner.partitions.contains_key(p));
+            for (p, start) in &starts {
+                inner.partitions.insert(
+                    p.clone(),
+                    PartitionState {
+                        committed: *start,
+                        position: *start,
+                    },
+                );
+            }
+        }
+        if !starts.is_empty() {
+            tracing::info!(connector = %self.spec.connector.name, task = self.spec.task, ?starts, "re-assigning from stored offsets");
+            source::reassign(consumer, &starts)?;
+        }
+        Ok(())
+    }
+
+    /// At-least-once: offsets go to the Kafka group once their rows are committed.
+    fn commit_to_kafka(&self, consumer: &SourceConsumer) {
+        let commits = std::mem::take(&mut self.shared.lock().kafka_commits);
+        if commits.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), next) in &commits {
+            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
+        }
+        if let Err(error) = consumer.commit(&tpl, CommitMode::Sync) {
+            tracing::warn!(connector = %self.spec.connector.name, task = self.spec.task, %error, "committing offsets to Kafka failed; those records will be delivered again");
+        }
+    }
+}

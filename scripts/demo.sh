@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Quick start, part one: build sluice and run `sluice demo` on the embedded default
+# (in-process Kafka, SQLite file sluice-demo.db, the connectors.yaml at the top).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+exec cargo run --release -p sluice -- demo --config connectors.yaml "$@"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks for building and testing sluice, and starts the
+# local databases if they are down. Safe to run again: each step is skipped when done.
+set -euo pipefail
+
+log() { echo "setup: $*" >&2; }
+
+# Plugins are WebAssembly components built with the normal build.
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+  log "adding the wasm32-wasip2 target"
+  rustup target add wasm32-wasip2
+fi
+
+if [ "${1:-}" = "--tests" ]; then
+  # The test broker: Tansu 0.6.0, a Kafka-protocol broker (about 20 minutes to build once).
+  if [ -z "${KAFKA_BROKERS:-}" ] && ! command -v tansu >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/tansu" ]; then
+    log "installing the test broker (tansu 0.6.0); this takes a while the first time"
+    cargo install tansu --version 0.6.0 --features dynostore --locked
+  fi
+  if ! command -v cargo-nextest >/dev/null 2>&1; then
+    log "installing cargo-nextest"
+    cargo install cargo-nextest --locked
+  fi
+  # PostgreSQL and MariaDB run on this kind of machine; start them if they stopped.
+  if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -q -h 127.0.0.1 -p 5432; then
+    log "starting PostgreSQL"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  fi
+  if command -v mariadb-admin >/dev/null 2>&1 && ! mariadb-admin -h 127.0.0.1 -u root ping >/dev/null 2>&1; then
+    log "starting MariaDB"
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || true
+    for _ in $(seq 1 30); do mariadb-admin -h 127.0.0.1 -u root ping >/dev/null 2>&1 && break; sleep 1; done
+  fi
+fi

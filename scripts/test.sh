@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Quick start, part two: the whole test suite — unit tests, the plugin suites, and the
+# end-to-end suites against a real Kafka-protocol broker and PostgreSQL, MariaDB, SQLite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --tests
+cargo build --workspace --all-targets
+exec cargo nextest run --workspace --no-fail-fast "$@"

@@ -1,0 +1,92 @@
+//! `sluice validate` over a corpus of broken files: each exits 2, names the path of its
+//! problem on stderr, and none panics. The first line of each file says what stderr must
+//! contain: `# expect: <text>`.
+
+use std::path::Path;
+use std::process::Command;
+
+fn validate(path: &Path) -> (Option<i32>, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["validate", "--config"])
+        .arg(path)
+        .env("SLUICE_CORPUS_SET", "set")
+        .env_remove("SLUICE_CORPUS_UNSET")
+        .output()
+        .expect("run sluice validate");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn broken_files_exit_2_and_name_the_path() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/config_corpus");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("corpus dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    let broken: Vec<_> = files
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("bad_"))
+        })
+        .collect();
+    assert!(broken.len() >= 15, "corpus too small: {}", broken.len());
+    let mut failures = Vec::new();
+    for path in broken {
+        let text = std::fs::read_to_string(path).expect("read corpus file");
+        let expect = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{} lacks `# expect:`", path.display()))
+            .trim()
+            .to_string();
+        let (code, _, stderr) = validate(path);
+        if code != Some(2) || !stderr.contains(&expect) || stderr.contains("panicked") {
+            failures.push(format!(
+                "{}: exit {code:?}, expected stderr to contain {expect:?}, got:\n{stderr}",
+                path.display()
+            ));
+        }
+        for line in stderr.lines() {
+            assert!(
+                line.starts_with(&path.display().to_string()),
+                "each problem line names the file: {line}"
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn good_files_exit_0_with_a_summary() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for path in [
+        root.join("connectors.yaml"),
+        root.join("tests/config_corpus/good_full.yaml"),
+    ] {
+        let (code, stdout, stderr) = validate(&path);
+        assert_eq!(code, Some(0), "{}: {stderr}", path.display());
+        assert!(stdout.contains("valid"), "{stdout}");
+    }
+}
+
+#[test]
+fn missing_file_and_bad_usage_exit_2() {
+    let (code, _, stderr) = validate(Path::new("/nonexistent/connectors.yaml"));
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("cannot read /nonexistent/connectors.yaml"),
+        "{stderr}"
+    );
+    let status = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("frobnicate")
+        .output()
+        .expect("run");
+    assert_eq!(status.status.code(), Some(2));
+}

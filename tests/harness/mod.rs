@@ -1,0 +1,392 @@
+//! What the end-to-end suites share: a real Kafka-protocol broker on a free loopback port,
+//! the three databases, a producer, and `sluice` processes to start, signal and kill.
+//!
+//! The broker is Tansu 0.6.0 (`cargo install tansu --version 0.6.0 --features dynostore
+//! --locked`; `.ci/run` installs it), started per test and killed when the test ends.
+//! `KAFKA_BROKERS` points the suites at another broker instead. Databases:
+//! `SLUICE_TEST_POSTGRES_URL` and `SLUICE_TEST_MYSQL_URL` override the local servers.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use sluice::config::{self, Config};
+use sluice::sink::{SequenceStats, Sink};
+
+/// A name no other test uses: topics, groups, tables and connectors never collide.
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}_{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+/// A Kafka-protocol broker for one test.
+pub struct Broker {
+    pub bootstrap: String,
+    child: Option<Child>,
+    port: u16,
+    log: PathBuf,
+}
+
+fn tansu_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("TANSU_BIN") {
+        return PathBuf::from(path);
+    }
+    let home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo")
+        });
+    let installed = home.join("bin/tansu");
+    if installed.exists() {
+        installed
+    } else {
+        PathBuf::from("tansu")
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl Broker {
+    /// Starts Tansu on a free port (or uses `KAFKA_BROKERS`).
+    pub fn start() -> Broker {
+        if let Ok(bootstrap) = std::env::var("KAFKA_BROKERS") {
+            return Broker {
+                bootstrap,
+                child: None,
+                port: 0,
+                log: PathBuf::new(),
+            };
+        }
+        let port = free_port();
+        let mut broker = Broker {
+            bootstrap: format!("127.0.0.1:{port}"),
+            child: None,
+            port,
+            log: std::env::temp_dir().join(format!("tansu-{port}.log")),
+        };
+        broker.spawn();
+        broker
+    }
+
+    fn spawn(&mut self) {
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let log = std::fs::File::create(&self.log).expect("broker log file");
+        let child = Command::new(tansu_binary())
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "memory://tansu/"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start tansu ({}): {e}; install it with `cargo install tansu --version 0.6.0 --features dynostore --locked` or set KAFKA_BROKERS", tansu_binary().display()));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "tansu did not listen on {} within 30 s",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Creates a topic with `partitions` partitions.
+    pub async fn create_topic(&self, topic: &str, partitions: i32) {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .expect("admin client");
+        let results = admin
+            .create_topics(
+                &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            )
+            .await
+            .expect("create_topics");
+        for result in results {
+            result.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+        }
+    }
+
+    /// Produces word events `uid` in `range`, keyed by uid, spread over the partitions by key.
+    pub async fn produce(&self, topic: &str, range: std::ops::Range<u64>) {
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("linger.ms", "5")
+            .set("message.timeout.ms", "30000")
+            .create()
+            .expect("producer");
+        let mut pending = Vec::new();
+        for uid in range {
+            let key = uid.to_string();
+            let value = format!(
+                "{{\"uid\":{uid},\"word\":\"w{}\",\"produced_at\":{}}}",
+                uid % 97,
+                1_700_000_000_000u64 + uid
+            );
+            let future = producer
+                .send_result(FutureRecord::to(topic).key(&key).payload(&value))
+                .expect("enqueue");
+            pending.push(future);
+            if pending.len() >= 5000 {
+                for f in pending.drain(..) {
+                    f.await.expect("delivery").expect("delivered");
+                }
+            }
+        }
+        for f in pending {
+            f.await.expect("delivery").expect("delivered");
+        }
+        producer.flush(Duration::from_secs(30)).expect("flush");
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The databases every end-to-end test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Db {
+    Postgres,
+    MariaDb,
+    Sqlite,
+}
+
+/// A database for one test: its URL, and for SQLite the directory that holds the file.
+pub struct TestDb {
+    pub kind: Db,
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    pub fn new(kind: Db) -> TestDb {
+        match kind {
+            Db::Postgres => TestDb {
+                kind,
+                url: std::env::var("SLUICE_TEST_POSTGRES_URL")
+                    .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into()),
+                _dir: None,
+            },
+            Db::MariaDb => TestDb {
+                kind,
+                url: std::env::var("SLUICE_TEST_MYSQL_URL")
+                    .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into()),
+                _dir: None,
+            },
+            Db::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite://{}", dir.path().join("sluice.db").display());
+                TestDb {
+                    kind,
+                    url,
+                    _dir: Some(dir),
+                }
+            }
+        }
+    }
+}
+
+/// A connectors.yaml for one word-event connector.
+pub struct Scenario {
+    pub connector: String,
+    pub topic: String,
+    pub group: String,
+    pub table: String,
+    pub tasks: u32,
+    pub max_records: usize,
+    pub extra_kafka: String,
+}
+
+impl Scenario {
+    pub fn new(tasks: u32) -> Scenario {
+        Scenario {
+            connector: unique("conn"),
+            topic: unique("words"),
+            group: unique("group"),
+            table: unique("words"),
+            tasks,
+            max_records: 1000,
+            extra_kafka: String::new(),
+        }
+    }
+
+    pub fn yaml(&self, brokers: &str, db: &TestDb) -> String {
+        format!(
+            r#"kafka:
+  brokers: "{brokers}"
+  properties:
+    session.timeout.ms: 6000
+    heartbeat.interval.ms: 500
+    topic.metadata.refresh.interval.ms: 1000
+{extra}
+connectors:
+  - name: {connector}
+    topics: [{topic}]
+    group: {group}
+    tasks: {tasks}
+    batch: {{ max_records: {max_records}, linger: 20ms }}
+    sink:
+      url: "{url}"
+      table: {table}
+      mode: upsert
+      key: [uid]
+      columns:
+        uid: {{ from: /uid, type: bigint }}
+        word: {{ from: /word, type: text }}
+        produced_at: {{ from: /produced_at, type: timestamptz }}
+        src_partition: {{ from: $partition, type: int }}
+        src_offset: {{ from: $offset, type: bigint }}
+      create_table: true
+"#,
+            extra = self.extra_kafka,
+            connector = self.connector,
+            topic = self.topic,
+            group = self.group,
+            tasks = self.tasks,
+            max_records = self.max_records,
+            url = db.url,
+            table = self.table,
+        )
+    }
+
+    pub fn config(&self, brokers: &str, db: &TestDb) -> Config {
+        config::load_str(&self.yaml(brokers, db), &|_| None).expect("scenario config is valid")
+    }
+
+    /// Writes the file and returns its path (inside `dir`).
+    pub fn write(&self, dir: &Path, brokers: &str, db: &TestDb) -> PathBuf {
+        let path = dir.join(format!("{}.yaml", self.connector));
+        std::fs::write(&path, self.yaml(brokers, db)).expect("write config");
+        path
+    }
+
+    /// Count, distinct, min and max of uid in the table, through sluice's own sink.
+    pub async fn stats(&self, brokers: &str, db: &TestDb) -> SequenceStats {
+        let config = self.config(brokers, db);
+        let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+        sink.prepare().await.expect("prepare");
+        let stats = sink.sequence_stats("uid").await.expect("stats");
+        sink.close().await;
+        stats
+    }
+
+    /// Waits until the table holds `rows` rows (or the timeout passes) and returns the
+    /// last stats seen.
+    pub async fn wait_for_rows(
+        &self,
+        brokers: &str,
+        db: &TestDb,
+        rows: i64,
+        timeout: Duration,
+    ) -> SequenceStats {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let stats = self.stats(brokers, db).await;
+            if stats.rows >= rows || Instant::now() > deadline {
+                return stats;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// A running `sluice run` process.
+pub struct SluiceProcess {
+    child: Child,
+}
+
+impl SluiceProcess {
+    pub fn start(config: &Path) -> SluiceProcess {
+        let log =
+            std::fs::File::create(config.with_extension(format!("{}.log", rand::random::<u16>())))
+                .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start sluice");
+        SluiceProcess { child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub fn terminate(mut self) -> ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("sluice did not exit within 60 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL: no chance to clean up.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SluiceProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes one test body once and runs it against PostgreSQL, MariaDB and SQLite.
+#[macro_export]
+macro_rules! for_each_database {
+    ($body:ident) => {
+        mod $body {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                $body(Db::Postgres).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mariadb() {
+                $body(Db::MariaDb).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                $body(Db::Sqlite).await
+            }
+        }
+    };
+}

@@ -1,0 +1,149 @@
+//! End-to-end: a real broker, `sluice run` processes, and each database. Every test body is
+//! written once and run against PostgreSQL, MariaDB and SQLite.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::{Broker, Db, Scenario, SluiceProcess, TestDb};
+
+const PARTITIONS: i32 = 4;
+
+fn assert_exactly(stats: sluice::sink::SequenceStats, n: i64) {
+    assert_eq!(stats.rows, n, "rows: {stats:?}");
+    assert_eq!(stats.duplicates(), 0, "duplicates: {stats:?}");
+    assert_eq!(stats.gaps(), 0, "gaps: {stats:?}");
+    assert_eq!(stats.min, Some(0), "{stats:?}");
+    assert_eq!(stats.max, Some(n - 1), "{stats:?}");
+}
+
+/// N records with sequential ids over several partitions: exactly N rows, each id once.
+async fn exactly_n_rows(db: Db) {
+    const N: u64 = 20_000;
+    let broker = Broker::start();
+    let db = TestDb::new(db);
+    let scenario = Scenario::new(2);
+    broker.create_topic(&scenario.topic, PARTITIONS).await;
+    broker.produce(&scenario.topic, 0..N).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = scenario.write(dir.path(), &broker.bootstrap, &db);
+    let sluice = SluiceProcess::start(&config);
+    let stats = scenario
+        .wait_for_rows(&broker.bootstrap, &db, N as i64, Duration::from_secs(120))
+        .await;
+    let status = sluice.terminate();
+    assert!(status.success(), "sluice exited with {status}");
+    assert_exactly(stats, N as i64);
+    // Nothing more arrives after a clean stop either.
+    assert_exactly(scenario.stats(&broker.bootstrap, &db).await, N as i64);
+}
+for_each_database!(exactly_n_rows);
+
+/// Stopped mid-stream by SIGTERM and by SIGKILL, started again each time: it resumes from
+/// the stored offsets, with no duplicate and no gap.
+async fn resumes_after_sigterm_and_sigkill(db: Db) {
+    const N: u64 = 30_000;
+    let broker = Broker::start();
+    let db = TestDb::new(db);
+    let mut scenario = Scenario::new(1);
+    scenario.max_records = 200;
+    broker.create_topic(&scenario.topic, PARTITIONS).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = scenario.write(dir.path(), &broker.bootstrap, &db);
+
+    broker.produce(&scenario.topic, 0..N / 3).await;
+    let first = SluiceProcess::start(&config);
+    let seen = scenario
+        .wait_for_rows(&broker.bootstrap, &db, 1, Duration::from_secs(60))
+        .await;
+    assert!(seen.rows > 0, "no rows after 60 s");
+    first.kill();
+    let after_kill = scenario.stats(&broker.bootstrap, &db).await;
+    assert_eq!(after_kill.duplicates(), 0);
+
+    broker.produce(&scenario.topic, N / 3..2 * N / 3).await;
+    let second = SluiceProcess::start(&config);
+    scenario
+        .wait_for_rows(
+            &broker.bootstrap,
+            &db,
+            after_kill.rows + 1,
+            Duration::from_secs(60),
+        )
+        .await;
+    let status = second.terminate();
+    assert!(status.success(), "SIGTERM exit: {status}");
+
+    broker.produce(&scenario.topic, 2 * N / 3..N).await;
+    let third = SluiceProcess::start(&config);
+    let stats = scenario
+        .wait_for_rows(&broker.bootstrap, &db, N as i64, Duration::from_secs(120))
+        .await;
+    assert!(third.terminate().success());
+    assert_exactly(stats, N as i64);
+}
+for_each_database!(resumes_after_sigterm_and_sigkill);
+
+/// Two processes in one group share the partitions; one leaves; the other takes over.
+async fn two_processes_share_then_hand_over(db: Db) {
+    const N: u64 = 20_000;
+    let broker = Broker::start();
+    let db = TestDb::new(db);
+    let mut scenario = Scenario::new(1);
+    scenario.max_records = 500;
+    broker.create_topic(&scenario.topic, PARTITIONS).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = scenario.write(dir.path(), &broker.bootstrap, &db);
+
+    let a = SluiceProcess::start(&config);
+    let b = SluiceProcess::start(&config);
+    broker.produce(&scenario.topic, 0..N / 2).await;
+    scenario
+        .wait_for_rows(
+            &broker.bootstrap,
+            &db,
+            (N / 2) as i64,
+            Duration::from_secs(120),
+        )
+        .await;
+    assert!(a.terminate().success());
+    broker.produce(&scenario.topic, N / 2..N).await;
+    let stats = scenario
+        .wait_for_rows(&broker.bootstrap, &db, N as i64, Duration::from_secs(120))
+        .await;
+    assert!(b.terminate().success());
+    assert_exactly(stats, N as i64);
+}
+for_each_database!(two_processes_share_then_hand_over);
+
+/// The cooperative-sticky protocol: two processes, one leaves mid-stream.
+async fn cooperative_sticky_hand_over(db: Db) {
+    const N: u64 = 10_000;
+    let broker = Broker::start();
+    let db = TestDb::new(db);
+    let mut scenario = Scenario::new(1);
+    scenario.max_records = 500;
+    scenario.extra_kafka = "    partition.assignment.strategy: cooperative-sticky".into();
+    broker.create_topic(&scenario.topic, PARTITIONS).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = scenario.write(dir.path(), &broker.bootstrap, &db);
+    let a = SluiceProcess::start(&config);
+    let b = SluiceProcess::start(&config);
+    broker.produce(&scenario.topic, 0..N / 2).await;
+    scenario
+        .wait_for_rows(
+            &broker.bootstrap,
+            &db,
+            (N / 2) as i64,
+            Duration::from_secs(120),
+        )
+        .await;
+    b.kill();
+    broker.produce(&scenario.topic, N / 2..N).await;
+    let stats = scenario
+        .wait_for_rows(&broker.bootstrap, &db, N as i64, Duration::from_secs(120))
+        .await;
+    assert!(a.terminate().success());
+    assert_exactly(stats, N as i64);
+}
+for_each_database!(cooperative_sticky_hand_over);
