@@ -46,6 +46,7 @@ struct Hostile;
 
 impl Guest for Hostile {
     fn init(config: Vec<(String, String)>) -> Result<(), String> {
+        sluice_plugin_sdk::install_panic_hook();
         let get = |k: &str| {
             config
                 .iter()

@@ -449,7 +449,10 @@ fn process_batch<T: Transform>(t: &mut T, batch: Vec<Record>) -> Vec<bindings::W
         .collect()
 }
 
-fn install_panic_hook() {
+/// Routes panic messages to the host log (error level) before the trap, so that the
+/// host's error names the panic. [`export_transform!`] plugins get it automatically;
+/// raw [`bindings::Guest`] implementations should call it first thing in `init`.
+pub fn install_panic_hook() {
     use std::sync::Once;
     static HOOK: Once = Once::new();
     HOOK.call_once(|| {

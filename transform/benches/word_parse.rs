@@ -1,0 +1,227 @@
+//! Throughput of the transform stage, printed as a table:
+//!
+//! 1. records/s through the `word_parse` plugin via the public host API
+//!    (`TransformChain::process`) for batches of 1, 100 and 10,000 records, against the
+//!    same parsing done natively in Rust in the same run, with the overhead ratio;
+//! 2. the ABI choice: the same work behind typed records (the canonical ABI lifts and
+//!    lowers each record) vs one packed byte buffer each way (`abi_bench` plugin).
+//!
+//! Run: `cargo bench -p sluice-transform --bench word_parse`
+//! (`SLUICE_BENCH_SECS=3` for longer runs per row; default 1 s).
+
+#[path = "../../plugins/word_parse/src/parse.rs"]
+#[allow(dead_code, unused_imports)]
+mod parse;
+
+#[path = "../../plugins/abi_bench/src/codec.rs"]
+#[allow(dead_code)]
+mod codec;
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use sluice_transform::{
+    EngineOptions, Limits, Outcome, PluginSpec, Record, TransformChain, TransformEngine,
+    example_plugin_path,
+};
+
+mod abi {
+    wasmtime::component::bindgen!({
+        path: "../plugins/abi_bench/wit",
+        world: "abi-bench",
+    });
+}
+
+fn input(n: usize) -> Vec<Record> {
+    (0..n)
+        .map(|i| Record {
+            topic: "words".into(),
+            partition: 0,
+            offset: i as i64,
+            timestamp: Some(1_700_000_000_000 + i as i64),
+            key: Some(i.to_string().into_bytes()),
+            value: Some(
+                format!("#{i}*word{}@{}", i % 97, 1_700_000_000_000u64 + i as u64).into_bytes(),
+            ),
+            headers: Vec::new(),
+        })
+        .collect()
+}
+
+/// Runs `f` on fresh copies of `batch` until `budget` has passed; returns records/s.
+/// Copying the input is outside the timed region.
+fn measure(batch: &[Record], budget: Duration, mut f: impl FnMut(Vec<Record>) -> usize) -> f64 {
+    // Warm-up.
+    black_box(f(batch.to_vec()));
+    let mut records = 0usize;
+    let mut spent = Duration::ZERO;
+    while spent < budget {
+        let copy = batch.to_vec();
+        let started = Instant::now();
+        let out = f(copy);
+        spent += started.elapsed();
+        assert_eq!(out, batch.len(), "every record must produce one output");
+        records += batch.len();
+    }
+    records as f64 / spent.as_secs_f64()
+}
+
+/// The native equivalent of the plugin's work: parse, render JSON, build the output record.
+fn native(batch: Vec<Record>) -> Vec<Outcome> {
+    batch
+        .into_iter()
+        .map(
+            |r| match r.value.as_deref().map(|v| parse::parse_word_event(v, "*")) {
+                None => Outcome::Records(vec![]),
+                Some(Ok(e)) => {
+                    let json = e.to_json().into_bytes();
+                    Outcome::Records(vec![Record {
+                        value: Some(json),
+                        ..r
+                    }])
+                }
+                Some(Err(e)) => Outcome::Failed {
+                    plugin: "native".into(),
+                    message: e.0,
+                },
+            },
+        )
+        .collect()
+}
+
+fn count(outcomes: &[Outcome]) -> usize {
+    outcomes
+        .iter()
+        .map(|o| match o {
+            Outcome::Records(r) => r.len(),
+            Outcome::Failed { .. } => 0,
+        })
+        .sum()
+}
+
+struct BenchState {
+    wasi: wasmtime_wasi::WasiCtx,
+    table: wasmtime::component::ResourceTable,
+}
+
+impl wasmtime_wasi::WasiView for BenchState {
+    fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+        wasmtime_wasi::WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+fn to_rec(r: Record) -> abi::sluice_bench::abi::types::Rec {
+    abi::sluice_bench::abi::types::Rec {
+        topic: r.topic,
+        partition: r.partition,
+        offset: r.offset,
+        timestamp: r.timestamp,
+        key: r.key,
+        value: r.value,
+        headers: r.headers,
+    }
+}
+
+fn to_prec(r: Record) -> codec::PRecord {
+    codec::PRecord {
+        topic: r.topic,
+        partition: r.partition,
+        offset: r.offset,
+        timestamp: r.timestamp,
+        key: r.key,
+        value: r.value,
+        headers: r.headers,
+    }
+}
+
+fn main() {
+    let budget = Duration::from_secs_f64(
+        std::env::var("SLUICE_BENCH_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1.0),
+    );
+    let engine = TransformEngine::new(EngineOptions::default()).expect("engine");
+    let spec = PluginSpec {
+        name: "parse".into(),
+        path: example_plugin_path("word_parse"),
+        config: Default::default(),
+        limits: Limits {
+            timeout: Duration::from_secs(30),
+            ..Limits::default()
+        },
+    };
+    let mut chain = TransformChain::new(&engine, "bench", &[spec]).expect("word_parse chain");
+
+    println!("word_parse throughput ({budget:?} per row, 1 core, records/s)");
+    println!(
+        "{:>8} {:>14} {:>14} {:>10}",
+        "batch", "wasm", "native", "overhead"
+    );
+    for size in [1usize, 100, 10_000] {
+        let batch = input(size);
+        let wasm = measure(&batch, budget, |b| {
+            count(&chain.process(b).expect("process"))
+        });
+        let nat = measure(&batch, budget, |b| count(&native(b)));
+        println!("{size:>8} {wasm:>14.0} {nat:>14.0} {:>9.1}x", nat / wasm);
+    }
+
+    // ABI comparison on a raw instance of the abi_bench component.
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    let wt = wasmtime::Engine::new(&config).expect("engine");
+    let component =
+        wasmtime::component::Component::from_file(&wt, example_plugin_path("abi_bench"))
+            .expect("abi_bench.wasm");
+    let mut linker = wasmtime::component::Linker::new(&wt);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).expect("wasi");
+    let mut store = wasmtime::Store::new(
+        &wt,
+        BenchState {
+            wasi: wasmtime_wasi::WasiCtx::builder().build(),
+            table: Default::default(),
+        },
+    );
+    let bench = abi::AbiBench::instantiate(&mut store, &component, &linker).expect("instantiate");
+
+    println!();
+    println!("ABI: typed records vs one packed buffer (same parsing, records/s)");
+    println!(
+        "{:>8} {:>14} {:>14} {:>10}",
+        "batch", "typed", "packed", "packed/typed"
+    );
+    for size in [1usize, 100, 10_000] {
+        let batch = input(size);
+        let typed = measure(&batch, budget, |b| {
+            let recs: Vec<_> = b.into_iter().map(to_rec).collect();
+            let out = bench.call_process_typed(&mut store, &recs).expect("typed");
+            out.into_iter()
+                .map(|o| match o {
+                    abi::sluice_bench::abi::types::Outcome::Records(r) => r.len(),
+                    abi::sluice_bench::abi::types::Outcome::Error(_) => 0,
+                })
+                .sum()
+        });
+        let packed = measure(&batch, budget, |b| {
+            let recs: Vec<_> = b.into_iter().map(to_prec).collect();
+            let buf = codec::encode_batch(&recs);
+            let out = bench.call_process_packed(&mut store, &buf).expect("packed");
+            codec::decode_outcomes(&out)
+                .expect("decode")
+                .into_iter()
+                .map(|o| match o {
+                    codec::POutcome::Records(r) => r.len(),
+                    codec::POutcome::Error(_) => 0,
+                })
+                .sum()
+        });
+        println!(
+            "{size:>8} {typed:>14.0} {packed:>14.0} {:>11.2}x",
+            packed / typed
+        );
+    }
+}

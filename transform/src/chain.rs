@@ -1,0 +1,333 @@
+//! A connector task's chain of plugin instances.
+
+use std::sync::Arc;
+
+use wasmtime::{Store, Trap};
+
+use crate::engine::{EPOCH_TICK, Loaded, TransformEngine};
+use crate::host::{HostState, bindings};
+use crate::{Limits, Outcome, PluginSpec, Record, TransformError};
+
+type WitRecord = bindings::sluice::transform::types::Record;
+type WitOutcome = bindings::sluice::transform::types::Outcome;
+
+/// The plugins of one connector task, in order, each in its own `Store`.
+///
+/// `process` sends one batch through every plugin (one guest call per plugin) and returns
+/// one [`Outcome`] per input record. The chain is `Send`: run it on the task's thread.
+pub struct TransformChain {
+    stages: Vec<Stage>,
+}
+
+impl std::fmt::Debug for TransformChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.stages.iter().map(|s| &*s.name))
+            .finish()
+    }
+}
+
+/// One plugin of the chain.
+struct Stage {
+    name: Arc<str>,
+    connector: Arc<str>,
+    config: Vec<(String, String)>,
+    limits: Limits,
+    loaded: Arc<Loaded>,
+    engine: TransformEngine,
+    /// `None` after a failed call: the next call re-instantiates.
+    live: Option<Live>,
+}
+
+struct Live {
+    store: Store<HostState>,
+    instance: bindings::Transform,
+}
+
+impl TransformChain {
+    /// Loads every plugin (compiling it, or taking it from the caches), instantiates it
+    /// and runs its `init` with its config. Fails on the first plugin that cannot start.
+    pub fn new(
+        engine: &TransformEngine,
+        connector: &str,
+        specs: &[PluginSpec],
+    ) -> Result<Self, TransformError> {
+        let connector: Arc<str> = Arc::from(connector);
+        let mut stages = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let loaded = engine.load(&spec.name, &spec.path)?;
+            let mut stage = Stage {
+                name: Arc::from(spec.name.as_str()),
+                connector: connector.clone(),
+                config: spec
+                    .config
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                limits: spec.limits,
+                loaded,
+                engine: engine.clone(),
+                live: None,
+            };
+            stage.instantiate()?;
+            stages.push(stage);
+        }
+        Ok(TransformChain { stages })
+    }
+
+    /// The plugin names, in chain order.
+    pub fn plugins(&self) -> impl Iterator<Item = &str> {
+        self.stages.iter().map(|s| &*s.name)
+    }
+
+    /// Transforms one batch. The result is aligned 1:1 with `batch`: plugin N's outputs
+    /// feed plugin N+1; a record that fails in plugin N (or any of whose outputs fails
+    /// later) is [`Outcome::Failed`] and is not passed on.
+    ///
+    /// An `Err` is a batch failure in one plugin (see
+    /// [`TransformError::is_batch_failure`]); that plugin is re-instantiated on the next
+    /// call, so the chain stays usable.
+    pub fn process(&mut self, batch: Vec<Record>) -> Result<Vec<Outcome>, TransformError> {
+        let n = batch.len();
+        let mut failed: Vec<Option<(Arc<str>, String)>> = vec![None; n];
+        // The records flowing between stages, each tagged with its input's index (the
+        // tags are non-decreasing).
+        let mut origins: Vec<usize> = (0..n).collect();
+        let mut current: Vec<WitRecord> = batch.into_iter().map(WitRecord::from).collect();
+
+        for stage in &mut self.stages {
+            if current.is_empty() {
+                break;
+            }
+            let outcomes = stage.process(&current)?;
+            let mut next_origins = Vec::with_capacity(current.len());
+            let mut next = Vec::with_capacity(current.len());
+            for (origin, outcome) in origins.iter().copied().zip(outcomes) {
+                match outcome {
+                    WitOutcome::Records(records) => {
+                        next_origins.extend(std::iter::repeat_n(origin, records.len()));
+                        next.extend(records);
+                    }
+                    WitOutcome::Error(message) => {
+                        if failed[origin].is_none() {
+                            failed[origin] = Some((stage.name.clone(), message));
+                        }
+                    }
+                }
+            }
+            // Drop siblings of failed records: an input fails as a whole.
+            if next_origins.iter().any(|&o| failed[o].is_some()) {
+                let (o, r): (Vec<_>, Vec<_>) = next_origins
+                    .into_iter()
+                    .zip(next)
+                    .filter(|(o, _)| failed[*o].is_none())
+                    .unzip();
+                next_origins = o;
+                next = r;
+            }
+            origins = next_origins;
+            current = next;
+        }
+
+        let mut outputs: Vec<Vec<Record>> = vec![Vec::new(); n];
+        for (origin, record) in origins.into_iter().zip(current) {
+            outputs[origin].push(record.into());
+        }
+        Ok(outputs
+            .into_iter()
+            .zip(failed)
+            .map(|(records, failure)| match failure {
+                Some((plugin, message)) => Outcome::Failed {
+                    plugin: plugin.to_string(),
+                    message,
+                },
+                None => Outcome::Records(records),
+            })
+            .collect())
+    }
+}
+
+/// Loads a plugin, checks that it implements the `sluice:transform@0.1.0` world and
+/// runs its `init` with its config (for `sluice validate`).
+pub fn check_plugin(engine: &TransformEngine, spec: &PluginSpec) -> Result<(), TransformError> {
+    TransformChain::new(engine, "validate", std::slice::from_ref(spec)).map(drop)
+}
+
+impl Stage {
+    fn deadline_ticks(&self) -> u64 {
+        let ticks = self.limits.timeout.as_nanos() / EPOCH_TICK.as_nanos();
+        // +1: the current tick may be about to end.
+        u64::try_from(ticks)
+            .unwrap_or(u64::MAX / 2)
+            .saturating_add(1)
+    }
+
+    /// A fresh `Store` and instance, with `init` run under the limits.
+    fn instantiate(&mut self) -> Result<(), TransformError> {
+        self.live = None;
+        let state = HostState::new(
+            self.connector.clone(),
+            self.name.clone(),
+            self.limits.memory_bytes,
+        );
+        let mut store = Store::new(&self.engine.inner.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(self.deadline_ticks());
+        store.data_mut().begin_call();
+        let instance = match self.loaded.pre.instantiate(&mut store) {
+            Ok(i) => i,
+            Err(e) => return Err(self.classify(e, &store, "instantiate")),
+        };
+        store.set_epoch_deadline(self.deadline_ticks());
+        let result = instance.call_init(&mut store, &self.config);
+        store.data_mut().end_call();
+        match result {
+            Ok(Ok(())) => {
+                self.live = Some(Live { store, instance });
+                Ok(())
+            }
+            Ok(Err(message)) => Err(TransformError::Init {
+                plugin: self.name.to_string(),
+                message,
+            }),
+            Err(e) => Err(self.classify(e, &store, "init")),
+        }
+    }
+
+    /// One guest call for the batch, checked against the contract and the output caps.
+    /// Any failure drops the instance.
+    fn process(&mut self, batch: &[WitRecord]) -> Result<Vec<WitOutcome>, TransformError> {
+        if self.live.is_none() {
+            self.instantiate()?;
+        }
+        let ticks = self.deadline_ticks();
+        let Some(live) = self.live.as_mut() else {
+            unreachable!("instantiate sets live or fails")
+        };
+        live.store.set_epoch_deadline(ticks);
+        live.store.data_mut().begin_call();
+        let result = live.instance.call_process(&mut live.store, batch);
+        live.store.data_mut().end_call();
+        let outcomes = match result {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                let live = self.live.take();
+                let err = match &live {
+                    Some(l) => self.classify(e, &l.store, "process"),
+                    None => unreachable!(),
+                };
+                return Err(err);
+            }
+        };
+        if let Err(e) = self.check_output(batch.len(), &outcomes) {
+            self.live = None;
+            return Err(e);
+        }
+        Ok(outcomes)
+    }
+
+    fn check_output(&self, inputs: usize, outcomes: &[WitOutcome]) -> Result<(), TransformError> {
+        if outcomes.len() != inputs {
+            return Err(TransformError::Malformed {
+                plugin: self.name.to_string(),
+                reason: format!(
+                    "{} outcomes for {inputs} input records (exactly one per record is required)",
+                    outcomes.len()
+                ),
+            });
+        }
+        let (mut records, mut bytes) = (0u64, 0u64);
+        for outcome in outcomes {
+            match outcome {
+                WitOutcome::Records(rs) => {
+                    records += rs.len() as u64;
+                    bytes += rs
+                        .iter()
+                        .map(|r| {
+                            let opt = |v: &Option<Vec<u8>>| v.as_ref().map_or(0, Vec::len) as u64;
+                            opt(&r.key)
+                                + opt(&r.value)
+                                + r.headers
+                                    .iter()
+                                    .map(|(n, v)| n.len() as u64 + opt(v))
+                                    .sum::<u64>()
+                        })
+                        .sum::<u64>();
+                }
+                WitOutcome::Error(m) => bytes += m.len() as u64,
+            }
+        }
+        let over = |what, limit: u64, got: u64| TransformError::OutputLimit {
+            plugin: self.name.to_string(),
+            what,
+            limit,
+            got,
+        };
+        let max_records = self.limits.max_output_records as u64;
+        if records > max_records {
+            return Err(over("records", max_records, records));
+        }
+        if bytes > self.limits.max_output_bytes {
+            return Err(over("bytes", self.limits.max_output_bytes, bytes));
+        }
+        Ok(())
+    }
+
+    /// Turns a wasmtime error of a guest call into the error that names the cause.
+    fn classify(
+        &self,
+        error: wasmtime::Error,
+        store: &Store<HostState>,
+        call: &'static str,
+    ) -> TransformError {
+        let plugin = self.name.to_string();
+        let state = store.data();
+        let trap = error.downcast_ref::<Trap>().copied();
+        if trap == Some(Trap::Interrupt) {
+            return TransformError::Timeout {
+                plugin,
+                timeout: self.limits.timeout,
+                call,
+            };
+        }
+        if state.limiter.hit {
+            return TransformError::MemoryLimit {
+                plugin,
+                limit_bytes: self.limits.memory_bytes,
+                call,
+            };
+        }
+        // One line for operators (and dead-letter rows); the whole chain, with the wasm
+        // backtrace, goes to the debug log.
+        tracing::debug!(
+            connector = %self.connector,
+            plugin = %self.name,
+            call,
+            error = ?error,
+            "plugin call failed"
+        );
+        let text = match trap {
+            Some(trap) => trap.to_string(),
+            None => error
+                .chain()
+                .map(|c| c.to_string().lines().next().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>()
+                .join(": "),
+        };
+        if trap.is_none() && call == "process" {
+            // Not a trap: the result could not be lifted (e.g. invalid UTF-8, an
+            // out-of-bounds list) -- a contract violation by the guest.
+            return TransformError::Malformed {
+                plugin,
+                reason: text,
+            };
+        }
+        TransformError::Trap {
+            plugin,
+            call,
+            trap: text,
+            last_log: state.log.last_error.clone(),
+        }
+    }
+}

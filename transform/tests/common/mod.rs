@@ -1,0 +1,69 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use sluice_transform::*;
+
+/// One engine per test binary, shared by all its tests (as in production), with a compile
+/// cache under the target dir so plugins are compiled once across test runs.
+pub fn engine() -> &'static TransformEngine {
+    static ENGINE: OnceLock<TransformEngine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sluice-wasm-cache");
+        TransformEngine::new(EngineOptions {
+            cache_dir: Some(cache),
+        })
+        .expect("engine")
+    })
+}
+
+pub fn spec(name: &str, plugin: &str, config: &[(&str, &str)]) -> PluginSpec {
+    PluginSpec {
+        name: name.to_owned(),
+        path: example_plugin_path(plugin),
+        config: config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<BTreeMap<_, _>>(),
+        limits: Limits::default(),
+    }
+}
+
+pub fn hostile(mode: &str, extra: &[(&str, &str)]) -> PluginSpec {
+    let mut s = spec(&format!("hostile-{mode}"), "hostile", extra);
+    s.config.insert("mode".into(), mode.into());
+    s.limits.timeout = Duration::from_millis(300);
+    s
+}
+
+pub fn rec(offset: i64, value: &str) -> Record {
+    Record::from_value("words", 0, offset, value)
+}
+
+pub fn values(outcome: &Outcome) -> Vec<String> {
+    match outcome {
+        Outcome::Records(rs) => rs
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or(b"<null>")).into_owned())
+            .collect(),
+        Outcome::Failed { plugin, message } => {
+            panic!("expected records, got failure in {plugin}: {message}")
+        }
+    }
+}
+
+/// A well-behaved chain in the shared engine still works.
+pub fn assert_engine_healthy() {
+    let mut chain = TransformChain::new(engine(), "control", &[spec("parse", "word_parse", &[])])
+        .expect("control chain");
+    let out = chain
+        .process(vec![rec(0, "#1*ok@2")])
+        .expect("control batch");
+    assert_eq!(
+        values(&out[0]),
+        vec![r#"{"uid":1,"word":"ok","produced_at":2}"#]
+    );
+}
