@@ -201,29 +201,21 @@ impl Stage {
         if self.live.is_none() {
             self.instantiate()?;
         }
-        let ticks = self.deadline_ticks();
-        let Some(live) = self.live.as_mut() else {
-            unreachable!("instantiate sets live or fails")
+        // Taken out for the call and put back only if the call succeeds: a failed call
+        // drops the Store, whatever state the guest left behind.
+        let Some(mut live) = self.live.take() else {
+            return Err(TransformError::Malformed {
+                plugin: self.name.to_string(),
+                reason: "no live instance after instantiation".into(),
+            });
         };
-        live.store.set_epoch_deadline(ticks);
+        live.store.set_epoch_deadline(self.deadline_ticks());
         live.store.data_mut().begin_call();
         let result = live.instance.call_process(&mut live.store, batch);
         live.store.data_mut().end_call();
-        let outcomes = match result {
-            Ok(outcomes) => outcomes,
-            Err(e) => {
-                let live = self.live.take();
-                let err = match &live {
-                    Some(l) => self.classify(e, &l.store, "process"),
-                    None => unreachable!(),
-                };
-                return Err(err);
-            }
-        };
-        if let Err(e) = self.check_output(batch.len(), &outcomes) {
-            self.live = None;
-            return Err(e);
-        }
+        let outcomes = result.map_err(|e| self.classify(e, &live.store, "process"))?;
+        self.check_output(batch.len(), &outcomes)?;
+        self.live = Some(live);
         Ok(outcomes)
     }
 
