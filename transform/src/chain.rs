@@ -37,6 +37,28 @@ struct Stage {
     engine: TransformEngine,
     /// `None` after a failed call: the next call re-instantiates.
     live: Option<Live>,
+    stats: PluginStats,
+}
+
+/// Counters of one plugin of a chain, since the chain was created (for metrics).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginStats {
+    /// The plugin's name.
+    pub plugin: String,
+    /// Successful `process` calls.
+    pub calls: u64,
+    /// Records given to successful calls.
+    pub records_in: u64,
+    /// Records produced by successful calls.
+    pub records_out: u64,
+    /// Per-record errors returned by the plugin.
+    pub record_errors: u64,
+    /// Failed calls (trap, timeout, memory, malformed or oversized output).
+    pub batch_failures: u64,
+    /// Instances created (1 + re-instantiations after failures).
+    pub instantiations: u64,
+    /// Wall time spent in successful and failed `process` calls.
+    pub busy: std::time::Duration,
 }
 
 struct Live {
@@ -68,6 +90,10 @@ impl TransformChain {
                 loaded,
                 engine: engine.clone(),
                 live: None,
+                stats: PluginStats {
+                    plugin: spec.name.clone(),
+                    ..PluginStats::default()
+                },
             };
             stage.instantiate()?;
             stages.push(stage);
@@ -147,6 +173,64 @@ impl TransformChain {
     }
 }
 
+impl TransformChain {
+    /// Per-plugin counters, in chain order.
+    pub fn stats(&self) -> Vec<PluginStats> {
+        self.stages.iter().map(|s| s.stats.clone()).collect()
+    }
+
+    /// Like [`process`](Self::process), but a batch failure (trap, timeout, memory,
+    /// malformed or oversized output) is isolated by splitting the batch in halves until
+    /// the records that cause it are found; those become [`Outcome::Failed`] with the
+    /// error text, the others are transformed normally.
+    ///
+    /// A hostile plugin that fails on every record would cost one failed call per
+    /// record, each up to its CPU deadline; after `max_failed_calls` failed calls the
+    /// records not yet isolated are all reported `Failed` with the last error
+    /// (prefixed `not isolated:`), so the pipeline never stalls for long. The batch is
+    /// cloned once up front (to retry halves), a few percent of the call's cost.
+    ///
+    /// `Err` only for errors that splitting cannot help (a plugin that can no longer be
+    /// instantiated or whose `init` now fails).
+    pub fn process_isolating(
+        &mut self,
+        batch: Vec<Record>,
+        max_failed_calls: usize,
+    ) -> Result<Vec<Outcome>, TransformError> {
+        let mut budget = max_failed_calls;
+        self.isolate(batch, &mut budget)
+    }
+
+    fn isolate(
+        &mut self,
+        batch: Vec<Record>,
+        budget: &mut usize,
+    ) -> Result<Vec<Outcome>, TransformError> {
+        let error = match self.process(batch.clone()) {
+            Ok(outcomes) => return Ok(outcomes),
+            Err(e) if e.is_batch_failure() => e,
+            Err(e) => return Err(e),
+        };
+        let failed = |prefix: &str, n: usize| {
+            let plugin = error.plugin().unwrap_or_default().to_owned();
+            let message = format!("{prefix}{error}");
+            vec![Outcome::Failed { plugin, message }; n]
+        };
+        if batch.len() <= 1 {
+            return Ok(failed("", batch.len()));
+        }
+        *budget = budget.saturating_sub(1);
+        if *budget == 0 {
+            return Ok(failed("not isolated: ", batch.len()));
+        }
+        let mut first = batch;
+        let second = first.split_off(first.len() / 2);
+        let mut out = self.isolate(first, budget)?;
+        out.extend(self.isolate(second, budget)?);
+        Ok(out)
+    }
+}
+
 /// Loads a plugin, checks that it implements the `sluice:transform@0.1.0` world and
 /// runs its `init` with its config (for `sluice validate`).
 pub fn check_plugin(engine: &TransformEngine, spec: &PluginSpec) -> Result<(), TransformError> {
@@ -165,6 +249,7 @@ impl Stage {
     /// A fresh `Store` and instance, with `init` run under the limits.
     fn instantiate(&mut self) -> Result<(), TransformError> {
         self.live = None;
+        self.stats.instantiations += 1;
         let state = HostState::new(
             self.connector.clone(),
             self.name.clone(),
@@ -211,10 +296,29 @@ impl Stage {
         };
         live.store.set_epoch_deadline(self.deadline_ticks());
         live.store.data_mut().begin_call();
+        let started = std::time::Instant::now();
         let result = live.instance.call_process(&mut live.store, batch);
+        self.stats.busy += started.elapsed();
         live.store.data_mut().end_call();
-        let outcomes = result.map_err(|e| self.classify(e, &live.store, "process"))?;
-        self.check_output(batch.len(), &outcomes)?;
+        let checked = match result {
+            Ok(outcomes) => self.check_output(batch.len(), &outcomes).map(|()| outcomes),
+            Err(e) => Err(self.classify(e, &live.store, "process")),
+        };
+        let outcomes = match checked {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                self.stats.batch_failures += 1;
+                return Err(e);
+            }
+        };
+        self.stats.calls += 1;
+        self.stats.records_in += batch.len() as u64;
+        for outcome in &outcomes {
+            match outcome {
+                WitOutcome::Records(rs) => self.stats.records_out += rs.len() as u64,
+                WitOutcome::Error(_) => self.stats.record_errors += 1,
+            }
+        }
         self.live = Some(live);
         Ok(outcomes)
     }

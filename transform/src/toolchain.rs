@@ -16,14 +16,19 @@ pub const INSTALL_HINT: &str = "the Rust target wasm32-wasip2 is not installed; 
 /// Returns a message that says what to run when it is not.
 pub fn check_wasm_target() -> Result<(), String> {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let out = Command::new(&rustc)
+    check_wasm_target_with(Path::new(&rustc))
+}
+
+/// [`check_wasm_target`] for a given `rustc`.
+pub fn check_wasm_target_with(rustc: &Path) -> Result<(), String> {
+    let out = Command::new(rustc)
         .args(["--print", "sysroot"])
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", Path::new(&rustc).display()))?;
+        .map_err(|e| format!("cannot run {}: {e}", rustc.display()))?;
     if !out.status.success() {
         return Err(format!(
             "`{} --print sysroot` failed: {}",
-            Path::new(&rustc).display(),
+            rustc.display(),
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
@@ -62,4 +67,30 @@ pub fn nested_cargo() -> Command {
         cmd.env_remove(var);
     }
     cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_installed_toolchain_has_the_target() {
+        check_wasm_target().unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_missing_target_says_what_to_run() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("sluice-fake-rustc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("rustc");
+        std::fs::write(&fake, format!("#!/bin/sh\necho {}\n", dir.display())).unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let err = check_wasm_target_with(&fake).unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(err.contains("rustup target add wasm32-wasip2"), "{err}");
+        let err = check_wasm_target_with(Path::new("/nonexistent/rustc")).unwrap_err();
+        assert!(err.contains("cannot run"), "{err}");
+    }
 }

@@ -270,3 +270,68 @@ fn bad_files_are_reported() {
     assert!(err.to_string().contains("sluice:transform@0.1.0"), "{err}");
     assert_engine_healthy();
 }
+
+#[test]
+fn process_isolating_finds_the_poison_record() {
+    let boom = "{\"uid\":2,\"word\":\"boom\",\"produced_at\":0}";
+    let mut chain = TransformChain::new(
+        engine(),
+        "hostile",
+        &[
+            spec("parse", "word_parse", &[]),
+            hostile("panic", &[("on", boom)]),
+        ],
+    )
+    .unwrap();
+    let batch: Vec<_> = (0..8)
+        .map(|i| {
+            rec(
+                i,
+                &format!("#{}*{}@0", i, if i == 5 { "boom" } else { "ok" }),
+            )
+        })
+        .map(|mut r| {
+            if r.offset == 5 {
+                r.value = Some(b"#2*boom@0".to_vec());
+            }
+            r
+        })
+        .collect();
+    let out = chain.process_isolating(batch, 16).unwrap();
+    assert_eq!(out.len(), 8);
+    for (i, o) in out.iter().enumerate() {
+        if i == 5 {
+            assert!(
+                matches!(o, Outcome::Failed { plugin, message } if plugin == "hostile-panic" && message.contains("trapped")),
+                "{o:?}"
+            );
+        } else {
+            assert_eq!(
+                values(o),
+                vec![format!("{{\"uid\":{i},\"word\":\"ok\",\"produced_at\":0}}")]
+            );
+        }
+    }
+    let stats = chain.stats();
+    assert_eq!(stats[1].plugin, "hostile-panic");
+    assert!(stats[1].batch_failures >= 3, "{stats:?}");
+    assert!(stats[1].instantiations >= 4, "{stats:?}");
+    assert_eq!(stats[0].records_in, stats[0].records_out);
+
+    // Every record poisonous and a small budget: gives up quickly, nothing stalls.
+    let mut chain = TransformChain::new(engine(), "hostile", &[hostile("loop", &[])]).unwrap();
+    let started = Instant::now();
+    let out = chain
+        .process_isolating((0..64).map(|i| rec(i, "x")).collect(), 3)
+        .unwrap();
+    assert_eq!(out.len(), 64);
+    assert!(out.iter().all(|o| matches!(o, Outcome::Failed { .. })));
+    assert!(out.iter().any(
+        |o| matches!(o, Outcome::Failed { message, .. } if message.starts_with("not isolated: "))
+    ));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
