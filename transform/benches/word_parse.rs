@@ -7,7 +7,7 @@
 //!    lowers each record) vs one packed byte buffer each way (`abi_bench` plugin).
 //!
 //! Run: `cargo bench -p sluice-transform --bench word_parse`
-//! (`SLUICE_BENCH_SECS=3` for longer runs per row; default 1 s).
+//! (`SLUICE_BENCH_SECS=5` for longer runs per row; default 2 s, best of 5 rounds).
 
 #[path = "../../plugins/word_parse/src/parse.rs"]
 #[allow(dead_code, unused_imports)]
@@ -48,22 +48,28 @@ fn input(n: usize) -> Vec<Record> {
         .collect()
 }
 
-/// Runs `f` on fresh copies of `batch` until `budget` has passed; returns records/s.
+/// Runs `f` on fresh copies of `batch` for `budget` in 5 rounds and returns the best
+/// round's records/s (best-of is the least noisy figure on a shared 2-core machine).
 /// Copying the input is outside the timed region.
 fn measure(batch: &[Record], budget: Duration, mut f: impl FnMut(Vec<Record>) -> usize) -> f64 {
     // Warm-up.
     black_box(f(batch.to_vec()));
-    let mut records = 0usize;
-    let mut spent = Duration::ZERO;
-    while spent < budget {
-        let copy = batch.to_vec();
-        let started = Instant::now();
-        let out = f(copy);
-        spent += started.elapsed();
-        assert_eq!(out, batch.len(), "every record must produce one output");
-        records += batch.len();
+    let round = budget / 5;
+    let mut best = 0f64;
+    for _ in 0..5 {
+        let mut records = 0usize;
+        let mut spent = Duration::ZERO;
+        while spent < round {
+            let copy = batch.to_vec();
+            let started = Instant::now();
+            let out = f(copy);
+            spent += started.elapsed();
+            assert_eq!(out, batch.len(), "every record must produce one output");
+            records += batch.len();
+        }
+        best = best.max(records as f64 / spent.as_secs_f64());
     }
-    records as f64 / spent.as_secs_f64()
+    best
 }
 
 /// The native equivalent of the plugin's work: parse, render JSON, build the output record.
@@ -142,8 +148,34 @@ fn main() {
         std::env::var("SLUICE_BENCH_SECS")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(1.0),
+            .unwrap_or(2.0),
     );
+    // Load time: cold compile vs the on-disk cache (a restart) vs the in-memory cache.
+    let cache = tempfile::tempdir().expect("tempdir");
+    let opts = EngineOptions {
+        cache_dir: Some(cache.path().to_owned()),
+    };
+    let load = |engine: &TransformEngine| {
+        let spec = PluginSpec {
+            name: "parse".into(),
+            path: example_plugin_path("word_parse"),
+            config: Default::default(),
+            limits: Limits::default(),
+        };
+        let started = Instant::now();
+        sluice_transform::check_plugin(engine, &spec).expect("word_parse loads");
+        started.elapsed()
+    };
+    let first = TransformEngine::new(opts.clone()).expect("engine");
+    let cold = load(&first);
+    let again = load(&first);
+    let restarted = TransformEngine::new(opts).expect("engine");
+    let disk = load(&restarted);
+    println!(
+        "word_parse load + instantiate + init: cold compile {cold:.1?}, from disk cache {disk:.1?}, in-memory {again:.1?}"
+    );
+    println!();
+
     let engine = TransformEngine::new(EngineOptions::default()).expect("engine");
     let spec = PluginSpec {
         name: "parse".into(),
@@ -173,6 +205,8 @@ fn main() {
     // ABI comparison on a raw instance of the abi_bench component.
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
+    // As in production: epoch interruption on (its checks cost the guest a little).
+    config.epoch_interruption(true);
     let wt = wasmtime::Engine::new(&config).expect("engine");
     let component =
         wasmtime::component::Component::from_file(&wt, example_plugin_path("abi_bench"))
@@ -186,6 +220,7 @@ fn main() {
             table: Default::default(),
         },
     );
+    store.set_epoch_deadline(u64::MAX / 2);
     let bench = abi::AbiBench::instantiate(&mut store, &component, &linker).expect("instantiate");
 
     println!();
