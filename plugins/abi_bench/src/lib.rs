@@ -77,7 +77,7 @@ mod tests {
             value: Some(b"#1*a@2".to_vec()),
             headers: vec![("h".into(), None)],
         };
-        let out = Bench::process_packed(codec::encode_batch(&[rec.clone()]));
+        let out = Bench::process_packed(codec::encode_batch(std::slice::from_ref(&rec)));
         let decoded = codec::decode_outcomes(&out).unwrap();
         let expected = PRecord {
             value: Some(br#"{"uid":1,"word":"a","produced_at":2}"#.to_vec()),

@@ -15,7 +15,7 @@
 
 use std::cmp::Ordering;
 
-use serde_json::Value;
+use sluice_plugin_sdk::serde_json::{self, Value};
 use sluice_plugin_sdk::{Config, Error, Outcome, Record, Transform};
 
 /// The comparison operator.
@@ -86,11 +86,9 @@ impl Transform for Filter {
     }
 
     fn transform(&mut self, record: Record) -> Result<Outcome, Error> {
-        let Some(bytes) = record.value.as_deref() else {
+        let Some(json) = record.value_json()? else {
             return Ok(Outcome::Emit(record));
         };
-        let json: Value = serde_json::from_slice(bytes)
-            .map_err(|e| Error::new(format!("filter: value is not JSON: {e}")))?;
         if self.matches(json.pointer(&self.pointer)) {
             Ok(Outcome::Emit(record))
         } else {

@@ -12,8 +12,8 @@
 //! Fields that are absent are left alone; a value that is not a JSON object is a
 //! per-record error; tombstones pass through unchanged.
 
-use serde_json::Value;
 use sha2::{Digest, Sha256};
+use sluice_plugin_sdk::serde_json::Value;
 use sluice_plugin_sdk::{Config, Error, Outcome, Record, Transform};
 
 /// How a field is masked.
@@ -64,11 +64,9 @@ impl Transform for Mask {
     }
 
     fn transform(&mut self, record: Record) -> Result<Outcome, Error> {
-        let Some(bytes) = record.value.as_deref() else {
+        let Some(mut json) = record.value_json()? else {
             return Ok(Outcome::Emit(record));
         };
-        let mut json: Value = serde_json::from_slice(bytes)
-            .map_err(|e| Error::new(format!("mask: value is not JSON: {e}")))?;
         if !json.is_object() {
             return Err(Error::new("mask: value is not a JSON object"));
         }
@@ -80,8 +78,7 @@ impl Transform for Mask {
                 };
             }
         }
-        let out = serde_json::to_vec(&json)?;
-        Ok(Outcome::Emit(record.with_value(out)))
+        Ok(Outcome::Emit(record.with_json(&json)))
     }
 }
 
@@ -98,6 +95,7 @@ sluice_plugin_sdk::export_transform!(Mask);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_plugin_sdk::serde_json;
 
     fn run(config: &[(&str, &str)], value: &str) -> Result<Value, Error> {
         let mut t = Mask::init(&Config::from_pairs(config.iter().copied()))?;

@@ -216,6 +216,39 @@ impl Record {
     }
 }
 
+/// JSON helpers (feature `json`): most plugins read and write JSON values.
+///
+/// ```
+/// # #[cfg(feature = "json")] {
+/// use sluice_plugin_sdk::{Record, serde_json::json};
+/// let r = Record::from_value(r#"{"n":1}"#);
+/// let mut v = r.value_json().unwrap().unwrap();
+/// v["n"] = json!(2);
+/// assert_eq!(r.with_json(&v).value_str().unwrap(), Some(r#"{"n":2}"#));
+/// # }
+/// ```
+#[cfg(feature = "json")]
+impl Record {
+    /// The value parsed as JSON; `Ok(None)` for a tombstone, an error naming the parse
+    /// problem (line, column) if it is not JSON.
+    pub fn value_json(&self) -> Result<Option<serde_json::Value>, Error> {
+        match &self.value {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(bytes)
+                .map(Some)
+                .map_err(|e| Error::new(format!("record value is not JSON: {e}"))),
+        }
+    }
+
+    /// This record with its value replaced by `value` serialized as compact JSON.
+    pub fn with_json(self, value: &serde_json::Value) -> Record {
+        self.with_value(value.to_string())
+    }
+}
+
+#[cfg(feature = "json")]
+pub use serde_json;
+
 /// What one input record becomes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
