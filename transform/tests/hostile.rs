@@ -8,6 +8,12 @@ use std::time::{Duration, Instant};
 use common::*;
 use sluice_transform::*;
 
+/// A 300 ms CPU deadline, for the tests whose point is hitting it.
+fn fast_deadline(mut spec: PluginSpec) -> PluginSpec {
+    spec.limits.timeout = Duration::from_millis(300);
+    spec
+}
+
 /// Runs one batch through a one-plugin chain of `spec`, expecting a batch error.
 fn batch_error(spec: PluginSpec) -> TransformError {
     let name = spec.name.clone();
@@ -43,7 +49,7 @@ fn outcomes(spec: PluginSpec) -> Vec<Outcome> {
 #[test]
 fn infinite_loop_hits_the_cpu_deadline() {
     let started = Instant::now();
-    let err = batch_error(hostile("loop", &[]));
+    let err = batch_error(fast_deadline(hostile("loop", &[])));
     assert!(
         matches!(err, TransformError::Timeout { timeout, call: "process", .. } if timeout == Duration::from_millis(300)),
         "{err}"
@@ -59,7 +65,12 @@ fn infinite_loop_hits_the_cpu_deadline() {
 
 #[test]
 fn infinite_loop_in_init_hits_the_deadline() {
-    let err = TransformChain::new(engine(), "hostile", &[hostile("init-loop", &[])]).unwrap_err();
+    let err = TransformChain::new(
+        engine(),
+        "hostile",
+        &[fast_deadline(hostile("init-loop", &[]))],
+    )
+    .unwrap_err();
     assert!(
         matches!(err, TransformError::Timeout { call: "init", .. }),
         "{err}"
@@ -230,12 +241,11 @@ fn failing_init_is_reported() {
 #[test]
 fn stdio_and_log_spam_are_contained() {
     assert_eq!(values(&outcomes(hostile("print", &[]))[0]), vec!["a"]);
-    let started = Instant::now();
-    assert_eq!(
-        values(&outcomes(hostile("log-spam", &[("count", "100000")]))[0]),
-        vec!["a"]
-    );
-    assert!(started.elapsed() < Duration::from_secs(10));
+    // 100k host calls: give it time on a loaded machine; the point is that it completes
+    // and the lines past the cap are dropped (see tests/logging.rs).
+    let mut spam = hostile("log-spam", &[("count", "100000")]);
+    spam.limits.timeout = Duration::from_secs(10);
+    assert_eq!(values(&outcomes(spam)[0]), vec!["a"]);
 }
 
 #[test]
@@ -319,7 +329,8 @@ fn process_isolating_finds_the_poison_record() {
     assert_eq!(stats[0].records_in, stats[0].records_out);
 
     // Every record poisonous and a small budget: gives up quickly, nothing stalls.
-    let mut chain = TransformChain::new(engine(), "hostile", &[hostile("loop", &[])]).unwrap();
+    let mut chain =
+        TransformChain::new(engine(), "hostile", &[fast_deadline(hostile("loop", &[]))]).unwrap();
     let started = Instant::now();
     let out = chain
         .process_isolating((0..64).map(|i| rec(i, "x")).collect(), 3)

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use sluice_transform::*;
 
@@ -35,7 +34,6 @@ pub fn spec(name: &str, plugin: &str, config: &[(&str, &str)]) -> PluginSpec {
 pub fn hostile(mode: &str, extra: &[(&str, &str)]) -> PluginSpec {
     let mut s = spec(&format!("hostile-{mode}"), "hostile", extra);
     s.config.insert("mode".into(), mode.into());
-    s.limits.timeout = Duration::from_millis(300);
     s
 }
 
