@@ -403,6 +403,25 @@ impl Stage {
             error = ?error,
             "plugin call failed"
         );
+        if let Some(denied) = error.downcast_ref::<crate::engine::Denied>() {
+            return TransformError::Trap {
+                plugin,
+                call,
+                trap: denied.to_string(),
+                last_log: state.log.last_error.clone(),
+            };
+        }
+        if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+            return TransformError::Trap {
+                plugin,
+                call,
+                trap: format!(
+                    "the plugin called exit({}); plugins must return, not exit",
+                    exit.0
+                ),
+                last_log: state.log.last_error.clone(),
+            };
+        }
         let text = match trap {
             Some(trap) => trap.to_string(),
             None => error

@@ -108,6 +108,8 @@ impl TransformEngine {
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| TransformError::Engine(format!("cannot link WASI: {e:#}")))?;
+        deny_blocking_clocks(&mut linker)
+            .map_err(|e| TransformError::Engine(format!("cannot link the clock guard: {e:#}")))?;
         bindings::Transform::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |state| state,
@@ -241,6 +243,48 @@ impl TransformEngine {
         }
         Ok(component)
     }
+}
+
+/// The `wasi:clocks` version that wasmtime-wasi 48 links (see its `p2/wit/deps/clocks.wit`).
+const WASI_MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+/// A guest attempted something the sandbox forbids at run time; reported as a trap.
+#[derive(Debug)]
+pub(crate) struct Denied(pub(crate) &'static str);
+
+impl std::fmt::Display for Denied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for Denied {}
+
+/// Replaces the two WASI functions that let a guest *wait* (`subscribe-duration`,
+/// `subscribe-instant`: what `std::thread::sleep` uses) with ones that trap. A wait
+/// blocks inside the host, where epoch interruption cannot reach it, so a sleeping plugin
+/// would stall its task for as long as it liked; with nothing else granted (no sockets,
+/// closed stdin) the clocks are the only thing a plugin could wait on.
+fn deny_blocking_clocks(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    use wasmtime::component::Resource;
+    use wasmtime_wasi::p2::DynPollable;
+    const WHY: &str = "the plugin tried to sleep or wait on a clock; plugins must not block (they run under a CPU deadline)";
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(WASI_MONOTONIC_CLOCK)?;
+    clock.func_wrap(
+        "subscribe-duration",
+        |_, (_,): (u64,)| -> wasmtime::Result<(Resource<DynPollable>,)> {
+            Err(wasmtime::Error::new(Denied(WHY)))
+        },
+    )?;
+    clock.func_wrap(
+        "subscribe-instant",
+        |_, (_,): (u64,)| -> wasmtime::Result<(Resource<DynPollable>,)> {
+            Err(wasmtime::Error::new(Denied(WHY)))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
 }
 
 /// Writes the serialized component to a temporary file next to `file`, then renames it, so

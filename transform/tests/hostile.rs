@@ -346,3 +346,23 @@ fn process_isolating_finds_the_poison_record() {
         started.elapsed()
     );
 }
+
+#[test]
+fn sleeping_is_denied_not_waited_for() {
+    let started = Instant::now();
+    let err = batch_error(hostile("sleep", &[]));
+    assert!(matches!(err, TransformError::Trap { .. }), "{err}");
+    assert!(err.to_string().contains("tried to sleep"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn exit_is_a_trap() {
+    let err = batch_error(hostile("exit", &[]));
+    assert!(matches!(err, TransformError::Trap { .. }), "{err}");
+    assert!(err.to_string().contains("called exit("), "{err}");
+}

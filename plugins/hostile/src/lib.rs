@@ -20,6 +20,8 @@
 //! | `short`       | returns one outcome fewer than it was given records               |
 //! | `print`       | prints to stdout and stderr, then echoes                          |
 //! | `log-spam`    | logs `count` (default 100000) lines, then echoes                  |
+//! | `sleep`       | sleeps for an hour (a wait the CPU deadline cannot see)           |
+//! | `exit`        | calls `std::process::exit(3)`                                     |
 //! | `init-fail`   | `init` itself fails                                               |
 //! | `init-loop`   | `init` spins forever                                              |
 
@@ -65,7 +67,7 @@ impl Guest for Hostile {
                 black_box(0);
             },
             "echo" | "loop" | "memory" | "panic" | "unreachable" | "recursion" | "file" | "env"
-            | "socket" | "flood" | "big" | "short" | "print" | "log-spam" => {}
+            | "socket" | "flood" | "big" | "short" | "print" | "log-spam" | "sleep" | "exit" => {}
             other => return Err(format!("config `mode`: unknown mode {other:?}")),
         }
         let settings = Settings {
@@ -184,6 +186,11 @@ fn run(s: &Settings, batch: Vec<Record>) -> Vec<WitOutcome> {
             eprintln!("hostile: hello on stderr");
             echo(batch)
         }
+        "sleep" => {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+            echo(batch)
+        }
+        "exit" => std::process::exit(3),
         "log-spam" => {
             for i in 0..s.count {
                 sluice_plugin_sdk::log::warn(&format!("hostile: spam line {i}"));
