@@ -90,7 +90,8 @@
 //! ## Rules of the sandbox
 //!
 //! * No filesystem, no environment variables, no network, no stdin/stdout/stderr: those
-//!   calls fail (`std::fs::File::open` returns an error). Clocks and randomness work.
+//!   calls fail (`std::fs::File::open` returns an error). Clocks and randomness work;
+//!   sleeping (`std::thread::sleep`) and `std::process::exit` trap.
 //! * A memory cap (default 64 MiB) and a CPU deadline per batch (default 2 s). Exceeding
 //!   either fails the **whole batch**; the host re-instantiates the plugin (calling
 //!   [`Transform::init`] again) and isolates the bad record by splitting the batch.
