@@ -295,6 +295,34 @@ pub fn test_plugin(
     Ok(cases)
 }
 
+/// One line per case for `sluice plugin test`, e.g.
+/// `line 1: key="k" value="#1*a@2" -> 1 record: value="{...}" (0.21 ms)` or
+/// `line 2: key=null value="x" -> FAILED in parse: malformed word event ... (0.05 ms)`.
+impl std::fmt::Display for PluginTestCase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: {} -> ", self.line, self.input)?;
+        match &self.outcome {
+            Outcome::Records(rs) if rs.is_empty() => f.write_str("filtered out")?,
+            Outcome::Records(rs) => {
+                write!(
+                    f,
+                    "{} record{}:",
+                    rs.len(),
+                    if rs.len() == 1 { "" } else { "s" }
+                )?;
+                for r in rs.iter().take(3) {
+                    write!(f, " [{}]", summarize(r))?;
+                }
+                if rs.len() > 3 {
+                    write!(f, " …")?;
+                }
+            }
+            Outcome::Failed { plugin, message } => write!(f, "FAILED in {plugin}: {message}")?,
+        }
+        write!(f, " ({:.2} ms)", self.elapsed.as_secs_f64() * 1000.0)
+    }
+}
+
 fn json_bytes(v: &Value) -> Option<Vec<u8>> {
     match v {
         Value::Null => None,

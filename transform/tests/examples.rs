@@ -240,6 +240,25 @@ fn test_plugin_runs_jsonl() {
         values(&cases[0].outcome),
         vec![r#"{"uid":1,"word":"a","produced_at":2}"#]
     );
+    let shown = cases[0].to_string();
+    assert!(
+        shown.starts_with(
+            r##"line 1: key="k" value="#1*a@2" -> 1 record: [key="k" value="{\"uid\""##
+        ),
+        "{shown}"
+    );
+    assert!(
+        cases[1]
+            .to_string()
+            .contains("FAILED in parse: malformed word event"),
+        "{}",
+        cases[1]
+    );
+    assert!(
+        cases[2].to_string().contains("filtered out"),
+        "{}",
+        cases[2]
+    );
     assert_eq!(cases[1].line, 3);
     assert!(matches!(&cases[1].outcome, Outcome::Failed { .. }));
     assert_eq!(cases[2].outcome, Outcome::Records(vec![]));
