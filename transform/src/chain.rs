@@ -108,7 +108,9 @@ impl TransformChain {
 
     /// Transforms one batch. The result is aligned 1:1 with `batch`: plugin N's outputs
     /// feed plugin N+1; a record that fails in plugin N (or any of whose outputs fails
-    /// later) is [`Outcome::Failed`] and is not passed on.
+    /// later) is [`Outcome::Failed`] and is not passed on. Output records always carry
+    /// their input's topic, partition and offset (whatever a plugin wrote there); key,
+    /// value, headers and timestamp are the plugin's.
     ///
     /// An `Err` is a batch failure in one plugin (see
     /// [`TransformError::is_batch_failure`]); that plugin is re-instantiated on the next
@@ -119,6 +121,20 @@ impl TransformChain {
         // The records flowing between stages, each tagged with its input's index (the
         // tags are non-decreasing).
         let mut origins: Vec<usize> = (0..n).collect();
+        // Each input's topic/partition/offset: outputs always carry their input's, so a
+        // plugin cannot disturb offset bookkeeping. Topics are interned (a batch has few).
+        let mut topics: Vec<String> = Vec::new();
+        let mut meta: Vec<(usize, i32, i64)> = Vec::with_capacity(n);
+        for r in &batch {
+            let t = match topics.iter().rposition(|t| *t == r.topic) {
+                Some(t) => t,
+                None => {
+                    topics.push(r.topic.clone());
+                    topics.len() - 1
+                }
+            };
+            meta.push((t, r.partition, r.offset));
+        }
         let mut current: Vec<WitRecord> = batch.into_iter().map(WitRecord::from).collect();
 
         for stage in &mut self.stages {
@@ -131,8 +147,16 @@ impl TransformChain {
             for (origin, outcome) in origins.iter().copied().zip(outcomes) {
                 match outcome {
                     WitOutcome::Records(records) => {
+                        let (t, partition, offset) = meta[origin];
                         next_origins.extend(std::iter::repeat_n(origin, records.len()));
-                        next.extend(records);
+                        next.extend(records.into_iter().map(|mut r| {
+                            if r.topic != topics[t] {
+                                r.topic.clone_from(&topics[t]);
+                            }
+                            r.partition = partition;
+                            r.offset = offset;
+                            r
+                        }));
                     }
                     WitOutcome::Error(message) => {
                         if failed[origin].is_none() {

@@ -366,3 +366,38 @@ fn exit_is_a_trap() {
     assert!(matches!(err, TransformError::Trap { .. }), "{err}");
     assert!(err.to_string().contains("called exit("), "{err}");
 }
+
+#[test]
+fn plugins_cannot_rewrite_offsets() {
+    let mut chain = TransformChain::new(
+        engine(),
+        "hostile",
+        &[
+            hostile("rewrite-meta", &[]),
+            spec("parse", "word_parse", &[]),
+        ],
+    )
+    .unwrap();
+    let mut input = Record::from_value("other-topic", 3, 77, "#1*a@2");
+    input.timestamp = Some(5);
+    let out = chain.process(vec![rec(10, "#1*a@2"), input]).unwrap();
+    let Outcome::Records(a) = &out[0] else {
+        panic!("{out:?}")
+    };
+    let Outcome::Records(b) = &out[1] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        (a[0].topic.as_str(), a[0].partition, a[0].offset),
+        ("words", 0, 10)
+    );
+    assert_eq!(
+        (
+            b[0].topic.as_str(),
+            b[0].partition,
+            b[0].offset,
+            b[0].timestamp
+        ),
+        ("other-topic", 3, 77, Some(5))
+    );
+}

@@ -22,6 +22,7 @@
 //! | `log-spam`    | logs `count` (default 100000) lines, then echoes                  |
 //! | `sleep`       | sleeps for an hour (a wait the CPU deadline cannot see)           |
 //! | `exit`        | calls `std::process::exit(3)`                                     |
+//! | `rewrite-meta`| echoes records with topic/partition/offset rewritten              |
 //! | `init-fail`   | `init` itself fails                                               |
 //! | `init-loop`   | `init` spins forever                                              |
 
@@ -67,7 +68,8 @@ impl Guest for Hostile {
                 black_box(0);
             },
             "echo" | "loop" | "memory" | "panic" | "unreachable" | "recursion" | "file" | "env"
-            | "socket" | "flood" | "big" | "short" | "print" | "log-spam" | "sleep" | "exit" => {}
+            | "socket" | "flood" | "big" | "short" | "print" | "log-spam" | "sleep" | "exit"
+            | "rewrite-meta" => {}
             other => return Err(format!("config `mode`: unknown mode {other:?}")),
         }
         let settings = Settings {
@@ -191,6 +193,17 @@ fn run(s: &Settings, batch: Vec<Record>) -> Vec<WitOutcome> {
             echo(batch)
         }
         "exit" => std::process::exit(3),
+        "rewrite-meta" => batch
+            .into_iter()
+            .map(|r| {
+                WitOutcome::Records(vec![Record {
+                    topic: "evil".into(),
+                    partition: 99,
+                    offset: -1,
+                    ..r
+                }])
+            })
+            .collect(),
         "log-spam" => {
             for i in 0..s.count {
                 sluice_plugin_sdk::log::warn(&format!("hostile: spam line {i}"));

@@ -105,9 +105,10 @@
 //!
 //! ## Output records
 //!
-//! Output records have the same shape as inputs ([`Record`]). The host keeps the input
-//! record's topic/partition/offset for offset bookkeeping and passes outputs' `key`,
-//! `value`, `headers` and `timestamp` to the next plugin of the chain (or the sink).
+//! Output records have the same shape as inputs ([`Record`]). The host sets every
+//! output's topic/partition/offset to its input's (offset bookkeeping is the host's) and
+//! passes outputs' `key`, `value`, `headers` and `timestamp` to the next plugin of the
+//! chain (or the sink).
 //! Building outputs from the input (`record.with_value(..)`) keeps the metadata.
 //!
 //! ## Going below the SDK
