@@ -401,3 +401,35 @@ fn plugins_cannot_rewrite_offsets() {
         ("other-topic", 3, 77, Some(5))
     );
 }
+
+#[test]
+fn a_hung_plugin_does_not_stall_other_chains() {
+    // Chain A spins until its 1.5 s deadline on another thread; chain B, in the same
+    // engine, keeps transforming meanwhile.
+    let mut looping = hostile("loop", &[]);
+    looping.limits.timeout = Duration::from_millis(1500);
+    let mut a = TransformChain::new(engine(), "a", &[looping]).unwrap();
+    let mut b = TransformChain::new(engine(), "b", &[spec("parse", "word_parse", &[])]).unwrap();
+    let started = Instant::now();
+    let hung = std::thread::spawn(move || {
+        let err = a.process(vec![rec(0, "x")]).unwrap_err();
+        (err, started.elapsed())
+    });
+    let mut batches = 0;
+    while batches < 20 {
+        let out = b.process(vec![rec(batches, "#1*ok@2")]).unwrap();
+        assert_eq!(
+            values(&out[0]),
+            vec![r#"{"uid":1,"word":"ok","produced_at":2}"#]
+        );
+        batches += 1;
+    }
+    let b_done = started.elapsed();
+    let (err, a_done) = hung.join().unwrap();
+    assert!(matches!(err, TransformError::Timeout { .. }), "{err}");
+    assert!(
+        b_done < a_done,
+        "chain b finished at {b_done:?}, after the hung chain a ({a_done:?})"
+    );
+    assert!(a_done >= Duration::from_millis(1400), "{a_done:?}");
+}
