@@ -181,7 +181,9 @@ impl Host for HostState {
             }
             Level::Error => {
                 tracing::error!(target: "sluice::plugin", connector = c, plugin = p, level = "error", "{message}");
-                let mut short = message;
+                // Kept for the error of a trap that follows (the SDK logs panics here),
+                // on one line: errors are printed one per line.
+                let mut short = message.replace(['\n', '\r'], " ");
                 short.truncate(short.floor_char_boundary(512));
                 log.last_error = Some(short);
             }

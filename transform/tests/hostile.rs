@@ -105,6 +105,7 @@ fn panic_is_a_trap_with_the_panic_message() {
             .contains("panic on purpose"),
         "{err}"
     );
+    assert!(!err.to_string().contains('\n'), "one line: {err}");
 }
 
 #[test]
