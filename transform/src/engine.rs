@@ -93,6 +93,19 @@ impl Hasher for ShaHasher {
     }
 }
 
+/// A wasmtime error and its causes on one line (errors are printed one per line).
+pub(crate) fn one_line(error: &wasmtime::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string().replace(['\n', '\r'], " ");
+        // wasmtime repeats a cause's text in its context sometimes; keep one copy.
+        if !parts.iter().any(|p| p.contains(text.trim())) {
+            parts.push(text.trim().to_owned());
+        }
+    }
+    parts.join(": ")
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -103,7 +116,7 @@ impl TransformEngine {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
-        let engine = Engine::new(&config).map_err(|e| TransformError::Engine(format!("{e:#}")))?;
+        let engine = Engine::new(&config).map_err(|e| TransformError::Engine(one_line(&e)))?;
 
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
@@ -187,9 +200,9 @@ impl TransformEngine {
             .inner
             .linker
             .instantiate_pre(&component)
-            .map_err(|e| incompatible(format!("{e:#}")))?;
-        let pre = bindings::TransformPre::new(instance_pre)
-            .map_err(|e| incompatible(format!("{e:#}")))?;
+            .map_err(|e| incompatible(one_line(&e)))?;
+        let pre =
+            bindings::TransformPre::new(instance_pre).map_err(|e| incompatible(one_line(&e)))?;
         let loaded = Arc::new(Loaded { pre });
         self.lock_loaded().insert(digest, loaded.clone());
         Ok(loaded)
@@ -233,7 +246,7 @@ impl TransformEngine {
         let component = Component::new(engine, bytes).map_err(|e| TransformError::Invalid {
             plugin: plugin.to_owned(),
             path: path.to_owned(),
-            reason: format!("{e:#}"),
+            reason: one_line(&e),
         })?;
         tracing::info!(plugin, path = %path.display(), elapsed_ms = started.elapsed().as_millis() as u64, "compiled plugin");
         if let Some(file) = cached
@@ -290,7 +303,7 @@ fn deny_blocking_clocks(linker: &mut Linker<HostState>) -> wasmtime::Result<()> 
 /// Writes the serialized component to a temporary file next to `file`, then renames it, so
 /// a concurrent reader never sees half a file.
 fn write_atomically(file: &Path, component: &Component) -> Result<(), String> {
-    let bytes = component.serialize().map_err(|e| format!("{e:#}"))?;
+    let bytes = component.serialize().map_err(|e| one_line(&e))?;
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = file.with_extension(format!("tmp{}-{seq}", std::process::id()));

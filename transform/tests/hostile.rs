@@ -271,6 +271,7 @@ fn bad_files_are_reported() {
     )
     .unwrap_err();
     assert!(matches!(err, TransformError::Invalid { .. }), "{err}");
+    assert!(!err.to_string().contains('\n'), "one line: {err}");
 
     // A component of another world.
     let other = PluginSpec {
@@ -279,6 +280,7 @@ fn bad_files_are_reported() {
     let err = check_plugin(engine(), &other).unwrap_err();
     assert!(matches!(err, TransformError::Incompatible { .. }), "{err}");
     assert!(err.to_string().contains("sluice:transform@0.1.0"), "{err}");
+    assert!(!err.to_string().contains('\n'), "one line: {err}");
     assert_engine_healthy();
 }
 
