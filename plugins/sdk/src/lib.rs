@@ -74,6 +74,10 @@
 //!     limits: { memory: 64MiB, timeout: 2s }
 //! ```
 //!
+//! A stateless transform can be a plain function instead:
+//! `fn my_fn(record: Record, config: &Config) -> Result<Outcome, Error>` exported with
+//! [`export_fn!`]`(my_fn)`.
+//!
 //! ## What each record can become
 //!
 //! | you return                          | effect                                            |
@@ -432,6 +436,46 @@ macro_rules! export_transform {
         #[doc(hidden)]
         type __SluiceTransformAdapter = $crate::Adapter<$t>;
         $crate::bindings::export_raw!(__SluiceTransformAdapter with_types_in $crate::bindings);
+    };
+}
+
+/// Export a plain function `fn(Record, &Config) -> Result<Outcome, Error>` as the plugin,
+/// for transforms that need no state and no config validation beyond the call itself.
+///
+/// ```
+/// use sluice_plugin_sdk::{Config, Error, Outcome, Record};
+///
+/// /// Appends the configured suffix; records without a value are dropped.
+/// fn suffix(record: Record, config: &Config) -> Result<Outcome, Error> {
+///     let Some(text) = record.value_str()? else { return Ok(Outcome::Discard) };
+///     let out = format!("{text}{}", config.get_or("suffix", "!"));
+///     Ok(Outcome::Emit(record.with_value(out)))
+/// }
+///
+/// sluice_plugin_sdk::export_fn!(suffix);
+/// # let out = suffix(Record::from_value("hi"), &Config::default()).unwrap();
+/// # assert_eq!(out.records()[0].value_str().unwrap(), Some("hi!"));
+/// ```
+#[macro_export]
+macro_rules! export_fn {
+    ($f:path) => {
+        #[doc(hidden)]
+        pub struct __SluiceFnTransform($crate::Config);
+
+        impl $crate::Transform for __SluiceFnTransform {
+            fn init(config: &$crate::Config) -> ::std::result::Result<Self, $crate::Error> {
+                ::std::result::Result::Ok(__SluiceFnTransform(config.clone()))
+            }
+
+            fn transform(
+                &mut self,
+                record: $crate::Record,
+            ) -> ::std::result::Result<$crate::Outcome, $crate::Error> {
+                $f(record, &self.0)
+            }
+        }
+
+        $crate::export_transform!(__SluiceFnTransform);
     };
 }
 
