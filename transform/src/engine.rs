@@ -227,11 +227,20 @@ impl TransformEngine {
             .as_ref()
             .map(|dir| dir.join(format!("{}.cwasm", hex(digest))));
         if let Some(file) = cached.as_ref().filter(|f| f.is_file()) {
-            // SAFETY: the file was written by `Component::serialize` of an engine with the
-            // same compatibility hash (it is in the directory name), under a name that is
-            // the SHA-256 of its source. wasmtime checks the header and version again. The
-            // cache directory must be as trusted as the sluice binary itself.
-            match unsafe { Component::deserialize_file(engine, file) } {
+            // Read into memory rather than `deserialize_file`'s mmap: a cache file that is
+            // truncated or rewritten in place (by a cleaner, an operator) while mapped would
+            // kill the process with SIGBUS.
+            let loaded = std::fs::read(file)
+                .map_err(wasmtime::Error::new)
+                .and_then(|image| {
+                    // SAFETY: the file was written by `Component::serialize` of an engine with
+                    // the same compatibility hash (it is in the directory name), under a name
+                    // that is the SHA-256 of its source; wasmtime checks the header, version
+                    // and settings again. The cache directory must be as trusted as the sluice
+                    // binary itself (as for wasmtime's own cache).
+                    unsafe { Component::deserialize(engine, &image) }
+                });
+            match loaded {
                 Ok(component) => {
                     tracing::debug!(plugin, path = %path.display(), cache = %file.display(), "loaded compiled plugin from cache");
                     return Ok(component);
