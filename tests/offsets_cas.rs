@@ -39,10 +39,11 @@ async fn race(db: Db) {
     b.prepare().await.unwrap();
 
     // Nothing stored yet: both start from "none"; one insert of the offset row wins.
-    let (ra, rb) = tokio::join!(
-        a.write(&batch(&scenario.topic, None, 100, 0..100)),
-        b.write(&batch(&scenario.topic, None, 100, 1000..1100))
+    let (first_a, first_b) = (
+        batch(&scenario.topic, None, 100, 0..100),
+        batch(&scenario.topic, None, 100, 1000..1100),
     );
+    let (ra, rb) = tokio::join!(a.write(&first_a), b.write(&first_b));
     let wins = [ra.is_ok(), rb.is_ok()];
     assert_eq!(
         wins.iter().filter(|w| **w).count(),
@@ -65,10 +66,11 @@ async fn race(db: Db) {
     assert_eq!(stats.rows, 100, "only the winner's rows: {stats:?}");
 
     // Both now believe the stored offset is 100; again only one advances it.
-    let (ra, rb) = tokio::join!(
-        a.write(&batch(&scenario.topic, Some(100), 200, 100..200)),
-        b.write(&batch(&scenario.topic, Some(100), 200, 2000..2100))
+    let (second_a, second_b) = (
+        batch(&scenario.topic, Some(100), 200, 100..200),
+        batch(&scenario.topic, Some(100), 200, 2000..2100),
     );
+    let (ra, rb) = tokio::join!(a.write(&second_a), b.write(&second_b));
     assert_eq!(
         [ra.is_ok(), rb.is_ok()].iter().filter(|w| **w).count(),
         1,

@@ -458,6 +458,20 @@ connectors:
     }
 
     #[test]
+    fn columns_keep_the_file_order() {
+        let text = GOOD.replace("        uid: { from: /uid, type: bigint }\n        word: { from: /word, type: text }", "        word: { from: /word, type: text }\n        uid: { from: /uid, type: bigint }\n        a: { from: $offset, type: bigint }");
+        let config = load_str(&text, &no_env).expect("valid");
+        let names: Vec<&str> = config.connectors[0]
+            .sink
+            .columns
+            .0
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(names, ["word", "uid", "a"]);
+    }
+
+    #[test]
     fn unknown_key_column_is_named() {
         let text = GOOD.replace("key: [uid]", "key: [id]");
         assert_eq!(

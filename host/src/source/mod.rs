@@ -35,8 +35,9 @@ pub trait RebalanceListener: Send + Sync {
     /// per `auto.offset.reset`). An error leaves them unassigned and fails the task.
     fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Option<i64>)>;
 
-    /// After an assignment: whether the operator paused the task (a pause survives
-    /// rebalances).
+    /// After an assignment: whether the new partitions start paused (an operator's pause,
+    /// or backpressure). librdkafka keeps a partition's pause flag across unassign and
+    /// assign, so the callback sets it explicitly either way.
     fn paused(&self) -> bool;
 }
 
@@ -116,8 +117,13 @@ impl ConsumerContext for SourceContext {
                 if let Err(e) = result {
                     tracing::error!(connector, task, error = %e, "assign failed");
                 }
-                if self.listener.paused() {
-                    let _ = consumer.pause(&assignment);
+                let paused = if self.listener.paused() {
+                    consumer.pause(&assignment)
+                } else {
+                    consumer.resume(&assignment)
+                };
+                if let Err(e) = paused {
+                    tracing::error!(connector, task, error = %e, "cannot set the pause state of new partitions");
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {

@@ -81,6 +81,10 @@ pub struct Metrics {
     pub batches: AtomicU64,
     /// Batches rolled back on an offset conflict.
     pub conflicts: AtomicU64,
+    /// Times a partition's next record came with a higher offset than the one after the
+    /// previous record: compaction and transaction markers do that, and so does a broker
+    /// that skips records.
+    pub offset_gaps: AtomicU64,
 }
 
 /// How a task is started.
@@ -206,7 +210,10 @@ struct Shared {
     connector: String,
     task: usize,
     guarantee: Guarantee,
+    /// The operator paused the task.
     paused: AtomicBool,
+    /// The next batch is full while the previous one is still being written.
+    backpressure: AtomicBool,
 }
 
 impl Shared {
@@ -415,7 +422,7 @@ impl RebalanceListener for Shared {
     }
 
     fn paused(&self) -> bool {
-        self.paused.load(Ordering::Relaxed)
+        self.paused.load(Ordering::Relaxed) || self.backpressure.load(Ordering::Relaxed)
     }
 }
 
@@ -426,7 +433,6 @@ struct Actor {
     mapper: RowMapper,
     state: TaskState,
     status: watch::Sender<TaskStatus>,
-    backpressure: bool,
 }
 
 impl Actor {
@@ -456,6 +462,7 @@ impl Actor {
             task: spec.task,
             guarantee: spec.connector.delivery.guarantee,
             paused: AtomicBool::new(false),
+            backpressure: AtomicBool::new(false),
         });
         Self {
             spec,
@@ -463,7 +470,6 @@ impl Actor {
             mapper,
             state: TaskState::Subscribing,
             status,
-            backpressure: false,
         }
     }
 
@@ -516,7 +522,7 @@ impl Actor {
                 Ok(Control::Resume) if self.state == TaskState::Paused => {
                     self.transition(TaskEvent::Resume)?;
                     self.shared.paused.store(false, Ordering::Relaxed);
-                    if !self.backpressure {
+                    if !self.shared.backpressure.load(Ordering::Relaxed) {
                         source::set_paused(&consumer, false)?;
                     }
                     self.transition(TaskEvent::ResumeApplied)?;
@@ -599,9 +605,12 @@ impl Actor {
         }
         let full = inner.buffer.len() >= max_records || inner.buffer_bytes >= max_bytes;
         drop(inner);
-        if full != self.backpressure && !self.shared.paused.load(Ordering::Relaxed) {
-            source::set_paused(consumer, full)?;
-            self.backpressure = full;
+        if full != self.shared.backpressure.load(Ordering::Relaxed) {
+            tracing::debug!(connector = %self.spec.connector.name, task = self.spec.task, paused = full, "backpressure");
+            self.shared.backpressure.store(full, Ordering::Relaxed);
+            if !self.shared.paused.load(Ordering::Relaxed) {
+                source::set_paused(consumer, full)?;
+            }
         }
         self.commit_to_kafka(consumer);
         Ok(())
@@ -615,8 +624,17 @@ impl Actor {
             // Not ours (any more): a record fetched before a revocation.
             return;
         };
-        if state.position.is_some_and(|p| record.offset < p) {
-            return;
+        match state.position {
+            Some(p) if record.offset < p => return,
+            Some(p) if record.offset > p => {
+                self.shared
+                    .metrics
+                    .offset_gaps
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(connector = %self.spec.connector.name, task = self.spec.task, topic = %record.topic,
+                    partition = record.partition, expected = p, got = record.offset, "offset gap");
+            }
+            _ => {}
         }
         state.position = Some(record.offset + 1);
         inner.buffer_bytes += record.size();
