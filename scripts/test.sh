@@ -5,4 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
 cargo build --workspace --all-targets
+# The plugins are their own workspace (built for wasm32-wasip2 by transform/build.rs);
+# their unit tests are plain native tests.
+cargo test --manifest-path plugins/Cargo.toml --quiet
 exec cargo nextest run --workspace --no-fail-fast "$@"

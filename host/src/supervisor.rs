@@ -18,6 +18,8 @@ pub enum SupervisorError {
         connector: String,
         source: SinkError,
     },
+    #[error("cannot start the plugin engine: {0}")]
+    Engine(#[from] sluice_transform::TransformError),
     #[error("connector {connector}: cannot start task thread: {source}")]
     Spawn {
         connector: String,
@@ -52,6 +54,14 @@ impl Supervisor {
             sink.prepare().await.map_err(sink_error)?;
             connectors.push((Arc::new(connector.clone()), sink));
         }
+        // One engine for the process: compiled plugins are shared, and cached on disk.
+        let engine = if config.connectors.iter().any(|c| !c.transforms.is_empty()) {
+            Some(sluice_transform::TransformEngine::new(
+                sluice_transform::EngineOptions::default(),
+            )?)
+        } else {
+            None
+        };
         let mut running = Vec::new();
         for (connector, sink) in connectors {
             let metrics = Arc::new(Metrics::default());
@@ -62,6 +72,7 @@ impl Supervisor {
                     brokers: brokers.to_string(),
                     connector: connector.clone(),
                     task,
+                    engine: engine.clone(),
                 };
                 let handle = task::spawn(spec, sink.clone(), metrics.clone(), Handle::current())
                     .map_err(|source| SupervisorError::Spawn {

@@ -130,8 +130,34 @@ impl Broker {
         }
     }
 
-    /// Produces word events `uid` in `range`, keyed by uid, spread over the partitions by key.
+    /// Produces word events `uid` in `range` as JSON, keyed by uid, spread over the
+    /// partitions by key.
     pub async fn produce(&self, topic: &str, range: std::ops::Range<u64>) {
+        self.produce_with(topic, range, |uid| {
+            format!(
+                "{{\"uid\":{uid},\"word\":\"w{}\",\"produced_at\":{}}}",
+                uid % 97,
+                1_700_000_000_000u64 + uid
+            )
+        })
+        .await
+    }
+
+    /// Produces word events as the field writes them: `#<uid>*<word>@<timestamp>`.
+    pub async fn produce_raw(&self, topic: &str, range: std::ops::Range<u64>) {
+        self.produce_with(topic, range, |uid| {
+            format!("#{uid}*w{}@{}", uid % 97, 1_700_000_000_000u64 + uid)
+        })
+        .await
+    }
+
+    /// Produces `value(uid)` for each uid in `range`, keyed by uid.
+    pub async fn produce_with(
+        &self,
+        topic: &str,
+        range: std::ops::Range<u64>,
+        value: impl Fn(u64) -> String,
+    ) {
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
             // One record per batch. Tansu 0.6.0's memory storage answers a fetch that starts
@@ -147,11 +173,7 @@ impl Broker {
         let mut pending = Vec::new();
         for uid in range {
             let key = uid.to_string();
-            let value = format!(
-                "{{\"uid\":{uid},\"word\":\"w{}\",\"produced_at\":{}}}",
-                uid % 97,
-                1_700_000_000_000u64 + uid
-            );
+            let value = value(uid);
             let future = producer
                 .send_result(FutureRecord::to(topic).key(&key).payload(&value))
                 .expect("enqueue");
@@ -230,6 +252,8 @@ pub struct Scenario {
     pub tasks: u32,
     pub max_records: usize,
     pub extra_kafka: String,
+    /// A `transforms:` block (indented for a connector), or empty.
+    pub transforms: String,
 }
 
 impl Scenario {
@@ -242,6 +266,7 @@ impl Scenario {
             tasks,
             max_records: 1000,
             extra_kafka: String::new(),
+            transforms: String::new(),
         }
     }
 
@@ -260,6 +285,7 @@ connectors:
     group: {group}
     tasks: {tasks}
     batch: {{ max_records: {max_records}, linger: 20ms }}
+{transforms}
     sink:
       url: "{url}"
       table: {table}
@@ -274,6 +300,7 @@ connectors:
       create_table: true
 "#,
             extra = self.extra_kafka,
+            transforms = self.transforms,
             connector = self.connector,
             topic = self.topic,
             group = self.group,

@@ -20,8 +20,17 @@ const WORDS: &[&str] = &[
     "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
 ];
 
-/// One word event, as JSON: `{"uid": 42, "word": "echo", "produced_at": 1700000000123}`.
+/// One word event as the field writes it: `#42*echo@1700000000123`. The default
+/// connector's `word_parse` plugin turns it into `{"uid":42,"word":"echo","produced_at":…}`.
 pub fn word_event(uid: u64, now_ms: i64) -> String {
+    format!(
+        "#{uid}*{}@{now_ms}",
+        WORDS[(uid as usize * 7 + 3) % WORDS.len()]
+    )
+}
+
+/// The same event as JSON, for a connector without transforms.
+pub fn word_event_json(uid: u64, now_ms: i64) -> String {
     format!(
         "{{\"uid\":{uid},\"word\":\"{}\",\"produced_at\":{now_ms}}}",
         WORDS[(uid as usize * 7 + 3) % WORDS.len()]
@@ -85,6 +94,7 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
     };
     let metrics = supervisor.connectors[0].metrics.clone();
 
+    let raw = !connector.transforms.is_empty();
     let produced = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let producer = {
@@ -94,11 +104,21 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
             brokers.clone(),
             topic.clone(),
         );
-        std::thread::spawn(move || produce(&brokers, &topic, records, &produced, &stop))
+        std::thread::spawn(move || produce(&brokers, &topic, records, raw, &produced, &stop))
     };
 
+    let through = if raw {
+        let names: Vec<&str> = connector
+            .transforms
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
+        format!(" through {}", names.join(" -> "))
+    } else {
+        String::new()
+    };
     println!(
-        "demo: producing {records} word events to {topic} ({partitions} partitions) -> {} table {}",
+        "demo: producing {records} word events to {topic} ({partitions} partitions){through} -> {} table {}",
         crate::config::redact_url(&connector.sink.url),
         connector.sink.table
     );
@@ -193,6 +213,7 @@ fn produce(
     brokers: &str,
     topic: &str,
     records: u64,
+    raw: bool,
     produced: &AtomicU64,
     stop: &AtomicBool,
 ) -> Result<(), KafkaError> {
@@ -206,7 +227,11 @@ fn produce(
             break;
         }
         let now = chrono::Utc::now().timestamp_millis();
-        let value = word_event(uid, now);
+        let value = if raw {
+            word_event(uid, now)
+        } else {
+            word_event_json(uid, now)
+        };
         let key = uid.to_string();
         let mut record = BaseRecord::to(topic).key(&key).payload(&value);
         loop {

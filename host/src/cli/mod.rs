@@ -67,6 +67,45 @@ enum Command {
         #[command(subcommand)]
         action: OffsetsAction,
     },
+    /// Write, build and try transform plugins.
+    Plugin {
+        #[command(subcommand)]
+        action: PluginAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PluginAction {
+    /// Create a plugin crate NAME (in the current directory) that builds as it is.
+    New {
+        name: String,
+        /// Where to create it.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Build a plugin crate for wasm32-wasip2 and print the component's path.
+    Build {
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Run a plugin over sample records (JSON lines: {"key":…, "value":…, "headers":{…}})
+    /// and print each outcome with the time it took.
+    Test {
+        /// The component (.wasm).
+        plugin: PathBuf,
+        /// Sample records, one JSON object per line.
+        #[arg(long)]
+        input: PathBuf,
+        /// A config entry for the plugin's init, `key=value`; repeat for more.
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        config: Vec<String>,
+        /// CPU deadline per call.
+        #[arg(long, default_value = "2s")]
+        timeout: String,
+        /// Memory cap.
+        #[arg(long, default_value = "64MiB")]
+        memory: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -123,6 +162,7 @@ pub fn main() -> ExitCode {
                 partitions,
             } => demo::run(&config, records, partitions).await,
             Command::Offsets { action } => offsets(action).await,
+            Command::Plugin { action } => plugin(action),
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
@@ -156,7 +196,25 @@ fn print_config_error(path: &Path, error: &ConfigError) {
 }
 
 fn validate(path: &Path) -> u8 {
-    match load(path) {
+    let checked = load(path).and_then(|config| {
+        if config.connectors.iter().all(|c| c.transforms.is_empty()) {
+            return Ok(config);
+        }
+        let engine =
+            sluice_transform::TransformEngine::new(sluice_transform::EngineOptions::default())
+                .map_err(|e| {
+                    eprintln!("{}: cannot start the plugin engine: {e}", path.display());
+                    EXIT_FAILURE
+                })?;
+        let problems = config::plugin_problems(&config, &engine);
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            print_config_error(path, &ConfigError::Invalid { problems });
+            Err(EXIT_INVALID)
+        }
+    });
+    match checked {
         Ok(config) => {
             println!(
                 "{}: valid, {} connector(s)",
@@ -175,6 +233,9 @@ fn validate(path: &Path) -> u8 {
                     c.tasks,
                     c.group_id()
                 );
+                for t in &c.transforms {
+                    println!("    transform {}: {} (init ok)", t.name, t.plugin.display());
+                }
             }
             0
         }
@@ -306,4 +367,92 @@ async fn offsets(action: OffsetsAction) -> u8 {
         sink.close().await;
     }
     0
+}
+
+fn plugin(action: PluginAction) -> u8 {
+    use sluice_transform::{EngineOptions, Limits, PluginSpec, TransformEngine};
+    match action {
+        PluginAction::New { name, dir } => match sluice_transform::scaffold_plugin(&name, &dir) {
+            Ok(created) => {
+                println!(
+                    "created {}: write your transform in src/lib.rs, then `sluice plugin build {}`",
+                    created.display(),
+                    created.display()
+                );
+                0
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                EXIT_INVALID
+            }
+        },
+        PluginAction::Build { dir } => match sluice_transform::build_plugin(&dir) {
+            Ok(wasm) => {
+                println!("{}", wasm.display());
+                0
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                EXIT_FAILURE
+            }
+        },
+        PluginAction::Test {
+            plugin,
+            input,
+            config,
+            timeout,
+            memory,
+        } => {
+            let mut entries = std::collections::BTreeMap::new();
+            for entry in &config {
+                let Some((key, value)) = entry.split_once('=') else {
+                    eprintln!("--config {entry}: write key=value");
+                    return EXIT_INVALID;
+                };
+                entries.insert(key.to_string(), value.to_string());
+            }
+            let (timeout, memory) = match (
+                config::units::parse_duration(&timeout),
+                config::units::parse_size(&memory),
+            ) {
+                (Ok(t), Ok(m)) => (t, m),
+                (Err(e), _) => {
+                    eprintln!("--timeout: {e}");
+                    return EXIT_INVALID;
+                }
+                (_, Err(e)) => {
+                    eprintln!("--memory: {e}");
+                    return EXIT_INVALID;
+                }
+            };
+            let name = plugin
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "plugin".into());
+            let spec = PluginSpec {
+                name,
+                path: plugin,
+                config: entries,
+                limits: Limits {
+                    memory_bytes: memory,
+                    timeout,
+                    ..Limits::default()
+                },
+            };
+            let result = TransformEngine::new(EngineOptions::default())
+                .and_then(|engine| sluice_transform::test_plugin(&engine, &spec, &input));
+            match result {
+                Ok(cases) => {
+                    for case in &cases {
+                        println!("{case}");
+                    }
+                    0
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    EXIT_FAILURE
+                }
+            }
+        }
+    }
 }

@@ -74,12 +74,47 @@ impl ConfigError {
 }
 
 /// Reads and checks a configuration file, with the process environment for `${VAR}`.
+/// Relative plugin paths are resolved against the file's directory.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         file: path.display().to_string(),
         source,
     })?;
-    load_str(&text, &|name| std::env::var(name).ok())
+    let mut config = load_str(&text, &|name| std::env::var(name).ok())?;
+    let base = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    for transform in config
+        .connectors
+        .iter_mut()
+        .flat_map(|c| c.transforms.iter_mut())
+    {
+        if transform.plugin.is_relative() {
+            transform.plugin = base.join(&transform.plugin);
+        }
+    }
+    Ok(config)
+}
+
+/// Loads every plugin of every connector, checks that it implements the interface and runs
+/// its `init` with its config: what `sluice validate` adds to the file checks.
+pub fn plugin_problems(
+    config: &Config,
+    engine: &sluice_transform::TransformEngine,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (c, connector) in config.connectors.iter().enumerate() {
+        for (t, transform) in connector.transforms.iter().enumerate() {
+            if let Err(error) = sluice_transform::check_plugin(engine, &transform.spec()) {
+                problems.push(Problem::new(
+                    format!("connectors[{c}].transforms[{t}].plugin"),
+                    error.to_string(),
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// Checks configuration text; `lookup` resolves `${VAR}`.
@@ -315,6 +350,21 @@ fn semantic_problems(config: &Config) -> Vec<Problem> {
                 ));
             }
             problems.extend(source_problem(column, &column_at, connector.format));
+        }
+        let mut transform_names = HashSet::new();
+        for (t, transform) in connector.transforms.iter().enumerate() {
+            if !transform_names.insert(transform.name.as_str()) {
+                problems.push(Problem::new(
+                    at(&format!("transforms[{t}].name")),
+                    format!("duplicate transform name \"{}\"", transform.name),
+                ));
+            }
+            if transform.limits.max_output_records == 0 {
+                problems.push(Problem::new(
+                    at(&format!("transforms[{t}].limits.max_output_records")),
+                    "must be at least 1",
+                ));
+            }
         }
         if sink.columns.0.is_empty() {
             problems.push(Problem::new(

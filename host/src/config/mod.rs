@@ -10,10 +10,11 @@ mod redact;
 pub mod units;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer};
 
-pub use load::{ConfigError, Problem, load_file, load_str};
+pub use load::{ConfigError, Problem, load_file, load_str, plugin_problems};
 pub use redact::redact_url;
 use units::{ByteSize, HumanDuration};
 
@@ -33,6 +34,15 @@ pub mod defaults {
     pub const AUTO_OFFSET_RESET: &str = "earliest";
     /// librdkafka's prefetch queue: its default (100k) halves the source's pace.
     pub const QUEUED_MIN_MESSAGES: &str = "200000";
+    /// A plugin's memory cap.
+    pub const PLUGIN_MEMORY: u64 = sluice_transform::Limits::DEFAULT_MEMORY_BYTES;
+    /// A plugin's CPU deadline per batch.
+    pub const PLUGIN_TIMEOUT: Duration = sluice_transform::Limits::DEFAULT_TIMEOUT;
+    /// Most output records of one plugin call.
+    pub const PLUGIN_MAX_OUTPUT_RECORDS: usize =
+        sluice_transform::Limits::DEFAULT_MAX_OUTPUT_RECORDS;
+    /// Most output bytes of one plugin call.
+    pub const PLUGIN_MAX_OUTPUT_BYTES: u64 = sluice_transform::Limits::DEFAULT_MAX_OUTPUT_BYTES;
     /// Group name: `sluice-<connector name>`.
     pub fn group(connector: &str) -> String {
         format!("sluice-{connector}")
@@ -87,6 +97,9 @@ pub struct ConnectorConfig {
     /// When a batch is cut.
     #[serde(default)]
     pub batch: BatchConfig,
+    /// The chain of WebAssembly transforms every batch passes through, in order.
+    #[serde(default)]
+    pub transforms: Vec<TransformConfig>,
     /// Where rows go.
     pub sink: SinkConfig,
     /// Delivery guarantee.
@@ -151,6 +164,82 @@ impl Default for BatchConfig {
             max_records: max_records_default(),
             max_bytes: max_bytes_default(),
             linger: linger_default(),
+        }
+    }
+}
+
+/// One WebAssembly transform of a connector's chain.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformConfig {
+    /// Its name in the connector: errors and logs carry it.
+    pub name: String,
+    /// The component (`.wasm`, built for wasm32-wasip2); a relative path is read from the
+    /// directory of the configuration file.
+    pub plugin: PathBuf,
+    /// Passed to the plugin's `init`, as strings.
+    #[serde(default, deserialize_with = "string_map")]
+    pub config: BTreeMap<String, String>,
+    /// The sandbox's limits for this plugin.
+    #[serde(default)]
+    pub limits: TransformLimits,
+}
+
+/// Sandbox limits of one plugin.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformLimits {
+    /// Most linear memory of the instance.
+    #[serde(default = "memory_default")]
+    pub memory: ByteSize,
+    /// CPU deadline of one call (one batch).
+    #[serde(default = "timeout_default")]
+    pub timeout: HumanDuration,
+    /// Most output records of one batch.
+    #[serde(default = "max_output_records_default")]
+    pub max_output_records: usize,
+    /// Most output bytes of one batch.
+    #[serde(default = "max_output_bytes_default")]
+    pub max_output_bytes: ByteSize,
+}
+
+fn memory_default() -> ByteSize {
+    ByteSize(defaults::PLUGIN_MEMORY)
+}
+fn timeout_default() -> HumanDuration {
+    HumanDuration(defaults::PLUGIN_TIMEOUT)
+}
+fn max_output_records_default() -> usize {
+    defaults::PLUGIN_MAX_OUTPUT_RECORDS
+}
+fn max_output_bytes_default() -> ByteSize {
+    ByteSize(defaults::PLUGIN_MAX_OUTPUT_BYTES)
+}
+
+impl Default for TransformLimits {
+    fn default() -> Self {
+        Self {
+            memory: memory_default(),
+            timeout: timeout_default(),
+            max_output_records: max_output_records_default(),
+            max_output_bytes: max_output_bytes_default(),
+        }
+    }
+}
+
+impl TransformConfig {
+    /// The plugin host's view of this transform.
+    pub fn spec(&self) -> sluice_transform::PluginSpec {
+        sluice_transform::PluginSpec {
+            name: self.name.clone(),
+            path: self.plugin.clone(),
+            config: self.config.clone(),
+            limits: sluice_transform::Limits {
+                memory_bytes: self.limits.memory.0,
+                timeout: self.limits.timeout.0,
+                max_output_records: self.limits.max_output_records,
+                max_output_bytes: self.limits.max_output_bytes.0,
+            },
         }
     }
 }

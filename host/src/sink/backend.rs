@@ -44,44 +44,21 @@ macro_rules! scalar_binds {
     };
 }
 
-impl Backend for sqlx::MySql {
-    fn bind_value<'q>(
-        query: Query<'q, Self, Self::Arguments>,
-        value: &SqlValue,
-        _: ColumnType,
-    ) -> Query<'q, Self, Self::Arguments> {
-        scalar_binds!(query, value)
-    }
-    fn rows_affected(result: &Self::QueryResult) -> u64 {
-        result.rows_affected()
-    }
+// The three bind the same Rust types; only the SQL text differs between them.
+macro_rules! impl_backend {
+    ($($db:ty),*) => {$(
+        impl Backend for $db {
+            fn bind_value<'q>(query: Query<'q, Self, Self::Arguments>, value: &SqlValue, _: ColumnType) -> Query<'q, Self, Self::Arguments> {
+                scalar_binds!(query, value)
+            }
+            fn rows_affected(result: &Self::QueryResult) -> u64 {
+                result.rows_affected()
+            }
+        }
+    )*};
 }
 
-impl Backend for sqlx::Sqlite {
-    fn bind_value<'q>(
-        query: Query<'q, Self, Self::Arguments>,
-        value: &SqlValue,
-        _: ColumnType,
-    ) -> Query<'q, Self, Self::Arguments> {
-        scalar_binds!(query, value)
-    }
-    fn rows_affected(result: &Self::QueryResult) -> u64 {
-        result.rows_affected()
-    }
-}
-
-impl Backend for sqlx::Postgres {
-    fn bind_value<'q>(
-        query: Query<'q, Self, Self::Arguments>,
-        value: &SqlValue,
-        _: ColumnType,
-    ) -> Query<'q, Self, Self::Arguments> {
-        scalar_binds!(query, value)
-    }
-    fn rows_affected(result: &Self::QueryResult) -> u64 {
-        result.rows_affected()
-    }
-}
+impl_backend!(sqlx::MySql, sqlx::Sqlite, sqlx::Postgres);
 
 /// `(partition, next_offset)` of every stored partition of a topic.
 pub async fn read_offsets<'p, DB>(

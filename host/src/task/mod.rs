@@ -25,7 +25,7 @@ use tokio::sync::watch;
 
 use crate::config::{ConnectorConfig, Guarantee, KafkaConfig};
 use crate::map::{MapError, RowMapper, RowOp};
-use crate::record::Record;
+use crate::record::{Record, RecordExt};
 use crate::sink::{OffsetAdvance, Sink, SinkError, WriteBatch};
 use crate::source::{self, Partition, RebalanceListener, SourceConsumer};
 pub use state::{InvalidTransition, TaskEvent, TaskState};
@@ -42,6 +42,14 @@ pub enum TaskError {
         coordinates: String,
         source: MapError,
     },
+    #[error("record {coordinates}: transform {plugin} rejected it: {message}")]
+    Rejected {
+        coordinates: String,
+        plugin: String,
+        message: String,
+    },
+    #[error("transform: {0}")]
+    Transform(#[from] sluice_transform::TransformError),
     #[error("reading stored offsets for {topic}: {source}")]
     Offsets { topic: String, source: SinkError },
     #[error("database still failing after {elapsed:?}: {source}")]
@@ -95,6 +103,8 @@ pub struct TaskSpec {
     pub brokers: String,
     pub connector: Arc<ConnectorConfig>,
     pub task: usize,
+    /// The process's plugin engine, when the connector has transforms.
+    pub engine: Option<sluice_transform::TransformEngine>,
 }
 
 /// The supervisor's end of a task.
@@ -361,7 +371,11 @@ fn drop_buffered(inner: &mut Inner, partitions: &[Partition]) {
             .any(|(t, p)| *t == r.topic && *p == r.partition)
     });
     if inner.buffer.len() != before {
-        inner.buffer_bytes = inner.buffer.iter().map(Record::size).sum();
+        inner.buffer_bytes = inner
+            .buffer
+            .iter()
+            .map(|r| r.payload_bytes() as usize)
+            .sum();
         if inner.buffer.is_empty() {
             inner.batch_started = None;
         }
@@ -431,6 +445,8 @@ struct Actor {
     spec: TaskSpec,
     shared: Arc<Shared>,
     mapper: RowMapper,
+    /// The connector's transforms, instantiated for this task (its own stores).
+    chain: Option<sluice_transform::TransformChain>,
     state: TaskState,
     status: watch::Sender<TaskStatus>,
 }
@@ -468,6 +484,7 @@ impl Actor {
             spec,
             shared,
             mapper,
+            chain: None,
             state: TaskState::Subscribing,
             status,
         }
@@ -499,6 +516,22 @@ impl Actor {
     }
 
     fn run(&mut self, control: mpsc::Receiver<Control>) -> Result<(), TaskError> {
+        if let Some(engine) = &self.spec.engine
+            && !self.spec.connector.transforms.is_empty()
+        {
+            let specs: Vec<_> = self
+                .spec
+                .connector
+                .transforms
+                .iter()
+                .map(|t| t.spec())
+                .collect();
+            self.chain = Some(sluice_transform::TransformChain::new(
+                engine,
+                &self.spec.connector.name,
+                &specs,
+            )?);
+        }
         let listener: Arc<dyn RebalanceListener> = self.shared.clone();
         let consumer = source::subscribe(
             &self.spec.kafka,
@@ -562,7 +595,8 @@ impl Actor {
         self.transition(TaskEvent::Stop)?;
         // Commit what was read, then leave the group.
         {
-            let mut inner = self.shared.lock();
+            let shared = self.shared.clone();
+            let mut inner = shared.lock();
             self.shared.settle_in_flight(&mut inner, true);
             if inner.fatal.is_none() && !inner.buffer.is_empty() {
                 self.submit(&mut inner)?;
@@ -587,7 +621,8 @@ impl Actor {
         max_bytes: usize,
         linger: Duration,
     ) -> Result<(), TaskError> {
-        let mut inner = self.shared.lock();
+        let shared = self.shared.clone();
+        let mut inner = shared.lock();
         self.shared.settle_in_flight(&mut inner, false);
         if let Some(error) = inner.fatal.take() {
             return Err(error);
@@ -596,7 +631,7 @@ impl Actor {
             let partitions = std::mem::take(&mut inner.reassign);
             drop(inner);
             self.reassign(consumer, &partitions)?;
-            inner = self.shared.lock();
+            inner = shared.lock();
         }
         let full = inner.buffer.len() >= max_records || inner.buffer_bytes >= max_bytes;
         let due = inner.batch_started.is_some_and(|t| t.elapsed() >= linger);
@@ -637,20 +672,30 @@ impl Actor {
             _ => {}
         }
         state.position = Some(record.offset + 1);
-        inner.buffer_bytes += record.size();
+        inner.buffer_bytes += record.payload_bytes() as usize;
         inner.batch_started.get_or_insert_with(Instant::now);
         inner.buffer.push(record);
     }
 
-    /// Maps the buffered records and starts writing them with their offsets.
-    fn submit(&self, inner: &mut Inner) -> Result<(), TaskError> {
+    /// Transforms and maps the buffered records and starts writing them with their
+    /// offsets. Every consumed record advances its partition's offset: it leaves as rows, a
+    /// delete, a transform's decision to drop it, or a counted skip.
+    fn submit(&mut self, inner: &mut Inner) -> Result<(), TaskError> {
         let records = std::mem::take(&mut inner.buffer);
         inner.buffer_bytes = 0;
         inner.batch_started = None;
-        let mut ops = Vec::with_capacity(records.len());
-        let mut skipped = 0;
         let mut last: HashMap<Partition, i64> = HashMap::new();
         for record in &records {
+            let entry = last
+                .entry((record.topic.clone(), record.partition))
+                .or_insert(record.offset);
+            *entry = (*entry).max(record.offset);
+        }
+        let consumed = records.len() as u64;
+        let rows = self.transform(records)?;
+        let mut ops = Vec::with_capacity(rows.len());
+        let mut skipped = 0;
+        for record in &rows {
             match self.mapper.map(record) {
                 Ok(RowOp::Skip(why)) => {
                     tracing::debug!(connector = %self.spec.connector.name, record = %record.coordinates(), why, "record skipped");
@@ -664,10 +709,6 @@ impl Actor {
                     });
                 }
             }
-            let entry = last
-                .entry((record.topic.clone(), record.partition))
-                .or_insert(record.offset);
-            *entry = (*entry).max(record.offset);
         }
         let next_offsets: Vec<(Partition, i64)> =
             last.into_iter().map(|(p, o)| (p, o + 1)).collect();
@@ -697,7 +738,7 @@ impl Actor {
         inner.in_flight = Some(InFlight {
             handle,
             batch,
-            records: records.len() as u64,
+            records: consumed,
             skipped,
             next_offsets,
             first_failure: None,
@@ -705,6 +746,30 @@ impl Actor {
             retry_at: None,
         });
         Ok(())
+    }
+
+    /// Runs the batch through the connector's transforms (one guest call per plugin); the
+    /// records that come out are what the mapping sees.
+    fn transform(&mut self, records: Vec<Record>) -> Result<Vec<Record>, TaskError> {
+        let Some(chain) = self.chain.as_mut() else {
+            return Ok(records);
+        };
+        let coordinates: Vec<String> = records.iter().map(RecordExt::coordinates).collect();
+        let outcomes = chain.process(records)?;
+        let mut out = Vec::with_capacity(outcomes.len());
+        for (outcome, coordinates) in outcomes.into_iter().zip(coordinates) {
+            match outcome {
+                sluice_transform::Outcome::Records(records) => out.extend(records),
+                sluice_transform::Outcome::Failed { plugin, message } => {
+                    return Err(TaskError::Rejected {
+                        coordinates,
+                        plugin,
+                        message,
+                    });
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// After an offset conflict: read the stored offsets again and move the partitions we
