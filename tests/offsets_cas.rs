@@ -3,7 +3,7 @@
 
 mod harness;
 
-use harness::{Db, Scenario, TestDb};
+use harness::{Backend, Scenario, TestDb};
 use sluice::map::{RowOp, SqlValue};
 use sluice::sink::{OffsetAdvance, Sink, SinkError, WriteBatch};
 
@@ -29,7 +29,7 @@ fn batch(topic: &str, expected: Option<i64>, next: i64, uids: std::ops::Range<i6
     }
 }
 
-async fn race(db: Db) {
+async fn race(db: Backend) {
     let db = TestDb::new(db);
     let scenario = Scenario::new(1);
     let config = scenario.config("unused:9092", &db);
@@ -95,7 +95,7 @@ async fn race(db: Db) {
 for_each_database!(race);
 
 /// Upsert, update and tombstone deletes through each dialect's bulk statements.
-async fn write_modes(db: Db) {
+async fn write_modes(db: Backend) {
     let db = TestDb::new(db);
     let scenario = Scenario::new(1);
     let config = scenario.config("unused:9092", &db);

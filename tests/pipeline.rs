@@ -5,7 +5,7 @@ mod harness;
 
 use std::time::Duration;
 
-use harness::{Broker, Db, Scenario, SluiceProcess, TestDb};
+use harness::{Backend, Broker, Scenario, SluiceProcess, TestDb};
 
 const PARTITIONS: i32 = 4;
 
@@ -18,7 +18,7 @@ fn assert_exactly(stats: sluice::sink::SequenceStats, n: i64) {
 }
 
 /// N records with sequential ids over several partitions: exactly N rows, each id once.
-async fn exactly_n_rows(db: Db) {
+async fn exactly_n_rows(db: Backend) {
     const N: u64 = 20_000;
     let broker = Broker::start();
     let db = TestDb::new(db);
@@ -41,7 +41,7 @@ for_each_database!(exactly_n_rows);
 
 /// Stopped mid-stream by SIGTERM and by SIGKILL, started again each time: it resumes from
 /// the stored offsets, with no duplicate and no gap.
-async fn resumes_after_sigterm_and_sigkill(db: Db) {
+async fn resumes_after_sigterm_and_sigkill(db: Backend) {
     const N: u64 = 30_000;
     let broker = Broker::start();
     let db = TestDb::new(db);
@@ -88,7 +88,7 @@ async fn resumes_after_sigterm_and_sigkill(db: Db) {
 for_each_database!(resumes_after_sigterm_and_sigkill);
 
 /// Two processes in one group share the partitions; one leaves; the other takes over.
-async fn two_processes_share_then_hand_over(db: Db) {
+async fn two_processes_share_then_hand_over(db: Backend) {
     const N: u64 = 20_000;
     let broker = Broker::start();
     let db = TestDb::new(db);
@@ -120,7 +120,7 @@ async fn two_processes_share_then_hand_over(db: Db) {
 for_each_database!(two_processes_share_then_hand_over);
 
 /// The cooperative-sticky protocol: two processes, one leaves mid-stream.
-async fn cooperative_sticky_hand_over(db: Db) {
+async fn cooperative_sticky_hand_over(db: Backend) {
     const N: u64 = 10_000;
     let broker = Broker::start();
     let db = TestDb::new(db);
@@ -154,7 +154,7 @@ async fn cooperative_sticky_hand_over(db: Db) {
 for_each_database!(cooperative_sticky_hand_over);
 
 /// The field's raw word events through the `word_parse` plugin: exactly N rows.
-async fn word_parse_plugin_end_to_end(db: Db) {
+async fn word_parse_plugin_end_to_end(db: Backend) {
     const N: u64 = 10_000;
     let broker = Broker::start();
     let db = TestDb::new(db);
@@ -178,7 +178,7 @@ for_each_database!(word_parse_plugin_end_to_end);
 
 /// A record the plugin rejects stops the task in its failed state, with the record's
 /// coordinates and the plugin's message; nothing after it is written and the process exits 1.
-async fn rejected_record_fails_the_task(db: Db) {
+async fn rejected_record_fails_the_task(db: Backend) {
     let broker = Broker::start();
     let db = TestDb::new(db);
     let mut scenario = Scenario::new(1);

@@ -12,7 +12,7 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
-use harness::{Broker, Db, Scenario, SluiceProcess, TestDb};
+use harness::{Backend, Broker, Scenario, SluiceProcess, TestDb};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use sluice::map::{RowOp, SqlValue};
@@ -100,7 +100,7 @@ async fn main() {
     let n = records();
     let broker = Broker::start();
     println!("pipeline benchmark: {n} word events, 4 partitions, batches of 5000, 2 tasks");
-    for kind in [Db::Sqlite, Db::Postgres, Db::MariaDb] {
+    for kind in [Backend::Sqlite, Backend::Postgres, Backend::MariaDb] {
         let db = TestDb::new(kind);
         let mut scenario = Scenario::new(2);
         scenario.max_records = 5000;

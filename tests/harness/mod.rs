@@ -202,7 +202,7 @@ impl Drop for Broker {
 
 /// The databases every end-to-end test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Db {
+pub enum Backend {
     Postgres,
     MariaDb,
     Sqlite,
@@ -210,27 +210,27 @@ pub enum Db {
 
 /// A database for one test: its URL, and for SQLite the directory that holds the file.
 pub struct TestDb {
-    pub kind: Db,
+    pub kind: Backend,
     pub url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl TestDb {
-    pub fn new(kind: Db) -> TestDb {
+    pub fn new(kind: Backend) -> TestDb {
         match kind {
-            Db::Postgres => TestDb {
+            Backend::Postgres => TestDb {
                 kind,
                 url: std::env::var("SLUICE_TEST_POSTGRES_URL")
                     .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into()),
                 _dir: None,
             },
-            Db::MariaDb => TestDb {
+            Backend::MariaDb => TestDb {
                 kind,
                 url: std::env::var("SLUICE_TEST_MYSQL_URL")
                     .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into()),
                 _dir: None,
             },
-            Db::Sqlite => {
+            Backend::Sqlite => {
                 let dir = tempfile::tempdir().expect("temp dir");
                 let url = format!("sqlite://{}", dir.path().join("sluice.db").display());
                 TestDb {
@@ -457,15 +457,15 @@ macro_rules! for_each_database {
             use super::*;
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                $body(Db::Postgres).await
+                $body(Backend::Postgres).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn mariadb() {
-                $body(Db::MariaDb).await
+                $body(Backend::MariaDb).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                $body(Db::Sqlite).await
+                $body(Backend::Sqlite).await
             }
         }
     };

@@ -98,6 +98,14 @@ pub enum SinkError {
         partition: i32,
         expected: Option<i64>,
     },
+    /// The database did not answer in time; what happened to the statement is unknown
+    /// (a retried batch is fenced by the compare-and-set if it did commit).
+    #[error("{action} on table {table}: no answer from the database within {after:?}")]
+    Timeout {
+        action: &'static str,
+        table: String,
+        after: Duration,
+    },
     #[error("{0}")]
     Invalid(String),
 }
@@ -110,6 +118,7 @@ impl SinkError {
             SinkError::Connect { source, .. } | SinkError::Database { source, .. } => {
                 is_transient(source)
             }
+            SinkError::Timeout { .. } => true,
             SinkError::OffsetConflict { .. } | SinkError::Invalid(_) => false,
         }
     }
@@ -123,13 +132,20 @@ fn is_transient(error: &sqlx::Error) -> bool {
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Tls(_) => true,
         sqlx::Error::Database(db) => {
+            // MySQL's own error numbers say more than the SQLSTATEs it shares with others.
+            if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                // deadlock, lock wait timeout, server gone, lost connection, too many
+                // connections, shutdown in progress, read-only during failover
+                return matches!(
+                    mysql.number(),
+                    1213 | 1205 | 2006 | 2013 | 1040 | 1053 | 1290 | 1927
+                );
+            }
             let code = db.code().unwrap_or_default();
             matches!(
                 code.as_ref(),
                 // PostgreSQL: serialization failure, deadlock, shutdown, connection exceptions
                 "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300" | "08000" | "08003" | "08006" | "08001" | "08004"
-                // MySQL/MariaDB: deadlock, lock wait timeout, server gone, too many connections
-                | "1213" | "1205" | "2006" | "2013" | "1040" | "1053"
                 // SQLite: busy, locked
                 | "5" | "6" | "261" | "517"
             )
@@ -158,6 +174,11 @@ pub struct Sink {
 /// How long a connection or a statement waits for the database before the error is
 /// treated as transient.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for one batch's transaction: a database that stops answering (a host
+/// gone, a network split) must not hold a task forever.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest wait for reading stored offsets.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Sink {
     /// Connects to the connector's database. Nothing is created yet: see [`Sink::prepare`].
@@ -296,6 +317,18 @@ impl Sink {
 
     /// The stored `next_offset` of each partition of `topic` that has one.
     pub async fn read_offsets(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
+        tokio::time::timeout(READ_TIMEOUT, self.read_offsets_now(topic))
+            .await
+            .unwrap_or_else(|_| {
+                Err(SinkError::Timeout {
+                    action: "read offsets",
+                    table: "sluice_offsets".into(),
+                    after: READ_TIMEOUT,
+                })
+            })
+    }
+
+    async fn read_offsets_now(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
         let sql = self.dialect.read_offsets();
         let rows = match &self.pool {
             Pool::Postgres(p) => {
@@ -330,6 +363,18 @@ impl Sink {
     /// Writes one batch in one transaction: offsets (compare-and-set), then rows. On any
     /// error the transaction is rolled back and nothing of the batch is stored.
     pub async fn write(&self, batch: &WriteBatch) -> Result<(), SinkError> {
+        tokio::time::timeout(WRITE_TIMEOUT, self.write_transaction(batch))
+            .await
+            .unwrap_or_else(|_| {
+                Err(SinkError::Timeout {
+                    action: "write batch",
+                    table: self.table.name.clone(),
+                    after: WRITE_TIMEOUT,
+                })
+            })
+    }
+
+    async fn write_transaction(&self, batch: &WriteBatch) -> Result<(), SinkError> {
         let runs = runs(&batch.ops, &self.table.key, self.mode != WriteMode::Insert);
         match &self.pool {
             Pool::Postgres(pool) => {

@@ -39,6 +39,9 @@ pub trait RebalanceListener: Send + Sync {
     /// or backpressure). librdkafka keeps a partition's pause flag across unassign and
     /// assign, so the callback sets it explicitly either way.
     fn paused(&self) -> bool;
+
+    /// The client could not take or give up partitions: the task cannot go on correctly.
+    fn failed(&self, error: KafkaError);
 }
 
 /// The consumer's context: librdkafka's logs to `tracing`, rebalances to the listener.
@@ -116,6 +119,7 @@ impl ConsumerContext for SourceContext {
                 };
                 if let Err(e) = result {
                     tracing::error!(connector, task, error = %e, "assign failed");
+                    self.listener.failed(e);
                 }
                 let paused = if self.listener.paused() {
                     consumer.pause(&assignment)
@@ -143,6 +147,7 @@ impl ConsumerContext for SourceContext {
                 };
                 if let Err(e) = result {
                     tracing::error!(connector, task, error = %e, "unassign failed");
+                    self.listener.failed(e);
                 }
             }
             other => {
@@ -209,6 +214,23 @@ pub fn reassign(
     consumer: &SourceConsumer,
     starts: &[(Partition, Option<i64>)],
 ) -> Result<(), KafkaError> {
+    // A seek moves just these partitions and leaves the others where they are. It needs a
+    // stored offset and a partition that is fetching; otherwise assign again.
+    let seeks: Result<(), KafkaError> =
+        starts
+            .iter()
+            .try_for_each(|((topic, partition), start)| match start {
+                Some(offset) => consumer.seek(
+                    topic,
+                    *partition,
+                    Offset::Offset(*offset),
+                    std::time::Duration::from_secs(10),
+                ),
+                None => Err(KafkaError::Seek("no stored offset".into())),
+            });
+    if seeks.is_ok() {
+        return Ok(());
+    }
     let mut tpl = TopicPartitionList::new();
     for ((topic, partition), start) in starts {
         tpl.add_partition_offset(

@@ -171,6 +171,8 @@ const RETRY_INITIAL: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(10);
 /// Longest single poll: the loop checks control messages and writes this often.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How many batches may wait behind the one being written before the partitions pause.
+const BACKPRESSURE_BATCHES: usize = 4;
 
 /// What a partition looks like to the task.
 #[derive(Debug, Clone, Copy, Default)]
@@ -435,6 +437,10 @@ impl RebalanceListener for Shared {
             .collect()
     }
 
+    fn failed(&self, error: rdkafka::error::KafkaError) {
+        self.lock().fatal.get_or_insert(TaskError::Kafka(error));
+    }
+
     fn paused(&self) -> bool {
         self.paused.load(Ordering::Relaxed) || self.backpressure.load(Ordering::Relaxed)
     }
@@ -598,8 +604,8 @@ impl Actor {
             let shared = self.shared.clone();
             let mut inner = shared.lock();
             self.shared.settle_in_flight(&mut inner, true);
-            if inner.fatal.is_none() && !inner.buffer.is_empty() {
-                self.submit(&mut inner)?;
+            while inner.fatal.is_none() && !inner.buffer.is_empty() {
+                self.submit(&mut inner, batch.max_records, max_bytes)?;
                 self.shared.settle_in_flight(&mut inner, true);
             }
             if let Some(error) = inner.fatal.take() {
@@ -636,9 +642,12 @@ impl Actor {
         let full = inner.buffer.len() >= max_records || inner.buffer_bytes >= max_bytes;
         let due = inner.batch_started.is_some_and(|t| t.elapsed() >= linger);
         if inner.in_flight.is_none() && !inner.buffer.is_empty() && (full || due) {
-            self.submit(&mut inner)?;
+            self.submit(&mut inner, max_records, max_bytes)?;
         }
-        let full = inner.buffer.len() >= max_records || inner.buffer_bytes >= max_bytes;
+        // Pausing purges librdkafka's prefetched records and costs a fetch round trip on
+        // resume, so the buffer may run BACKPRESSURE_BATCHES batches ahead before it does.
+        let full = inner.buffer.len() >= max_records * BACKPRESSURE_BATCHES
+            || inner.buffer_bytes >= max_bytes.saturating_mul(BACKPRESSURE_BATCHES);
         drop(inner);
         if full != self.shared.backpressure.load(Ordering::Relaxed) {
             tracing::debug!(connector = %self.spec.connector.name, task = self.spec.task, paused = full, "backpressure");
@@ -680,10 +689,28 @@ impl Actor {
     /// Transforms and maps the buffered records and starts writing them with their
     /// offsets. Every consumed record advances its partition's offset: it leaves as rows, a
     /// delete, a transform's decision to drop it, or a counted skip.
-    fn submit(&mut self, inner: &mut Inner) -> Result<(), TaskError> {
-        let records = std::mem::take(&mut inner.buffer);
-        inner.buffer_bytes = 0;
-        inner.batch_started = None;
+    fn submit(
+        &mut self,
+        inner: &mut Inner,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<(), TaskError> {
+        // The oldest records, up to one batch's worth (at least one record).
+        let mut take = 0;
+        let mut bytes = 0;
+        for record in &inner.buffer {
+            let size = record.payload_bytes() as usize;
+            if take > 0 && (take >= max_records || bytes + size > max_bytes) {
+                break;
+            }
+            take += 1;
+            bytes += size;
+        }
+        let records: Vec<Record> = inner.buffer.drain(..take).collect();
+        inner.buffer_bytes = inner.buffer_bytes.saturating_sub(bytes);
+        if inner.buffer.is_empty() {
+            inner.batch_started = None;
+        }
         let mut last: HashMap<Partition, i64> = HashMap::new();
         for record in &records {
             let entry = last
