@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec cargo run --release -p sluice -- demo --config connectors.yaml "$@"
+# The dev profile shares its build with scripts/test.sh (dependencies are optimised in it);
+# for production, `cargo build --release -p sluice`.
+exec cargo run -p sluice -- demo --config connectors.yaml "$@"

@@ -114,10 +114,16 @@ async fn main() {
         let config = scenario.write(dir.path(), &broker.bootstrap, &db);
         let started = Instant::now();
         let sluice = SluiceProcess::start(&config);
+        // Start-up (connect, create, join the group) is timed apart from the steady flow.
+        let first = scenario
+            .wait_for_rows(&broker.bootstrap, &db, 1, Duration::from_secs(120))
+            .await;
+        let flowing = Instant::now();
         let stats = scenario
             .wait_for_rows(&broker.bootstrap, &db, n as i64, Duration::from_secs(600))
             .await;
         let elapsed = started.elapsed();
+        let steady = flowing.elapsed();
         let status = sluice.terminate();
         println!("{kind:?}:");
         println!(
@@ -125,6 +131,11 @@ async fn main() {
             rate(n, elapsed),
             stats.rows,
             stats.duplicates()
+        );
+        println!(
+            "  sluice run, after start   {} (first rows after {:.2} s)",
+            rate(n - first.rows as u64, steady),
+            (elapsed - steady).as_secs_f64()
         );
         println!("  baseline: bare consumer   {}", rate(n, source));
         println!("  baseline: sink alone      {}", rate(n, sink));
