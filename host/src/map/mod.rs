@@ -272,19 +272,27 @@ pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, Strin
             Ok(SqlValue::Int(n))
         }
         ColumnType::Double => match value {
-            Value::Number(n) => n.as_f64().map(SqlValue::Double).ok_or_else(mismatch),
+            // `+ 0.0` turns -0.0 into 0.0: equal keys must look equal to the batch's dedupe.
+            Value::Number(n) => n
+                .as_f64()
+                .map(|f| SqlValue::Double(f + 0.0))
+                .ok_or_else(mismatch),
             Value::String(s) => s
                 .trim()
                 .parse::<f64>()
                 .ok()
                 .filter(|f| f.is_finite())
-                .map(SqlValue::Double)
+                .map(|f| SqlValue::Double(f + 0.0))
                 .ok_or_else(mismatch),
             _ => Err(mismatch()),
         },
         ColumnType::Numeric => match value {
-            Value::Number(n) => Ok(SqlValue::Text(n.to_string())),
-            Value::String(s) if is_decimal(s.trim()) => Ok(SqlValue::Text(s.trim().to_string())),
+            Value::Number(n) if is_decimal(&n.to_string()) => {
+                Ok(SqlValue::Text(canonical_decimal(&n.to_string())))
+            }
+            Value::String(s) if is_decimal(s.trim()) => {
+                Ok(SqlValue::Text(canonical_decimal(s.trim())))
+            }
             _ => Err(mismatch()),
         },
         ColumnType::Text => Ok(SqlValue::Text(match value {
@@ -345,6 +353,29 @@ fn is_decimal(s: &str) -> bool {
     (!whole.is_empty() || !fraction.is_empty())
         && whole.chars().all(|c| c.is_ascii_digit())
         && fraction.chars().all(|c| c.is_ascii_digit())
+}
+
+/// One spelling per decimal value (`+01.50` and `1.5` are the same key to a database):
+/// no sign for zero or `+`, no leading zeros, no trailing fractional zeros.
+fn canonical_decimal(s: &str) -> String {
+    let (negative, digits) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    let whole = whole.trim_start_matches('0');
+    let fraction = fraction.trim_end_matches('0');
+    let whole = if whole.is_empty() { "0" } else { whole };
+    let body = if fraction.is_empty() {
+        whole.to_string()
+    } else {
+        format!("{whole}.{fraction}")
+    };
+    if negative && body != "0" {
+        format!("-{body}")
+    } else {
+        body
+    }
 }
 
 fn is_uuid(s: &str) -> bool {
@@ -490,9 +521,29 @@ mod tests {
     fn conversions() {
         assert_eq!(
             convert(&json!("12.50"), ColumnType::Numeric),
-            Ok(SqlValue::Text("12.50".into()))
+            Ok(SqlValue::Text("12.5".into()))
         );
         assert!(convert(&json!("12,50"), ColumnType::Numeric).is_err());
+        for (a, b) in [
+            ("1", "1.0"),
+            ("+01.50", "1.5"),
+            ("-0", "0.000"),
+            ("0.10", ".1"),
+        ] {
+            assert_eq!(
+                convert(&json!(a), ColumnType::Numeric),
+                convert(&json!(b), ColumnType::Numeric),
+                "{a} vs {b}"
+            );
+        }
+        assert_eq!(
+            convert(&json!(-0.0), ColumnType::Double),
+            Ok(SqlValue::Double(0.0))
+        );
+        assert_eq!(
+            convert(&json!("-12.500"), ColumnType::Numeric),
+            Ok(SqlValue::Text("-12.5".into()))
+        );
         assert_eq!(
             convert(&json!({"a": 1}), ColumnType::Json),
             Ok(SqlValue::Text("{\"a\":1}".into()))
