@@ -212,3 +212,63 @@ async fn rejected_record_fails_the_task(db: Backend) {
     assert!(stats.rows <= 100, "{stats:?}");
 }
 for_each_database!(rejected_record_fails_the_task);
+
+/// At-least-once: offsets go to the Kafka group, not the database; a restart resumes from
+/// the group's committed offsets (upserts make any redelivered row land once).
+async fn at_least_once_resumes_from_the_group(db: Backend) {
+    const N: u64 = 10_000;
+    let broker = Broker::start();
+    let db = TestDb::new(db);
+    let mut scenario = Scenario::new(1);
+    scenario.guarantee = "at_least_once";
+    broker.create_topic(&scenario.topic, PARTITIONS).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = scenario.write(dir.path(), &broker.bootstrap, &db);
+    broker.produce(&scenario.topic, 0..N / 2).await;
+    let first = SluiceProcess::start(&config);
+    scenario
+        .wait_for_rows(
+            &broker.bootstrap,
+            &db,
+            (N / 2) as i64,
+            Duration::from_secs(120),
+        )
+        .await;
+    assert!(first.terminate().success());
+    broker.produce(&scenario.topic, N / 2..N).await;
+    let second = SluiceProcess::start(&config);
+    let stats = scenario
+        .wait_for_rows(&broker.bootstrap, &db, N as i64, Duration::from_secs(120))
+        .await;
+    assert!(second.terminate().success());
+    assert_exactly(stats, N as i64);
+    let sink = sluice::sink::Sink::connect(&scenario.config(&broker.bootstrap, &db).connectors[0])
+        .await
+        .unwrap();
+    assert!(
+        sink.read_offsets(&scenario.topic).await.unwrap().is_empty(),
+        "at_least_once stores no offsets in the database"
+    );
+    sink.close().await;
+    // The group holds them: every partition committed up to its end.
+    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .set("group.id", &scenario.group)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition(&scenario.topic, p);
+    }
+    use rdkafka::consumer::Consumer;
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .unwrap();
+    let total: i64 = committed
+        .elements()
+        .iter()
+        .map(|e| e.offset().to_raw().unwrap_or(0))
+        .sum();
+    assert_eq!(total, N as i64, "committed offsets: {committed:?}");
+}
+for_each_database!(at_least_once_resumes_from_the_group);

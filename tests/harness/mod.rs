@@ -254,6 +254,8 @@ pub struct Scenario {
     pub extra_kafka: String,
     /// A `transforms:` block (indented for a connector), or empty.
     pub transforms: String,
+    /// `exactly_once` or `at_least_once`.
+    pub guarantee: &'static str,
 }
 
 impl Scenario {
@@ -267,6 +269,7 @@ impl Scenario {
             max_records: 1000,
             extra_kafka: String::new(),
             transforms: String::new(),
+            guarantee: "exactly_once",
         }
     }
 
@@ -286,6 +289,7 @@ connectors:
     tasks: {tasks}
     batch: {{ max_records: {max_records}, linger: 20ms }}
 {transforms}
+    delivery: {{ guarantee: {guarantee} }}
     sink:
       url: "{url}"
       table: {table}
@@ -301,6 +305,7 @@ connectors:
 "#,
             extra = self.extra_kafka,
             transforms = self.transforms,
+            guarantee = self.guarantee,
             connector = self.connector,
             topic = self.topic,
             group = self.group,

@@ -42,6 +42,10 @@ pub trait RebalanceListener: Send + Sync {
 
     /// The client could not take or give up partitions: the task cannot go on correctly.
     fn failed(&self, error: KafkaError);
+
+    /// At-least-once: offsets whose rows are committed but not yet committed to Kafka.
+    /// Taken on a revocation so that they reach the group before the partitions leave.
+    fn take_kafka_commits(&self) -> Vec<(Partition, i64)>;
 }
 
 /// The consumer's context: librdkafka's logs to `tracing`, rebalances to the listener.
@@ -140,6 +144,12 @@ impl ConsumerContext for SourceContext {
                     "partitions revoked"
                 );
                 self.listener.on_revoke(&partitions);
+                let commits = self.listener.take_kafka_commits();
+                if !commits.is_empty()
+                    && let Err(e) = commit_offsets(consumer, &commits)
+                {
+                    tracing::warn!(connector, task, error = %e, "committing offsets to Kafka before the revocation failed; those records will be delivered again");
+                }
                 let result = if cooperative {
                     consumer.incremental_unassign(tpl)
                 } else {
@@ -256,6 +266,18 @@ pub fn reassign(
         }
         consumer.assign(&current)
     }
+}
+
+/// Commits `next` offsets to the consumer group (at-least-once delivery), synchronously.
+pub fn commit_offsets(
+    consumer: &SourceConsumer,
+    commits: &[(Partition, i64)],
+) -> Result<(), KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), next) in commits {
+        tpl.add_partition_offset(topic, *partition, Offset::Offset(*next))?;
+    }
+    consumer.commit(&tpl, rdkafka::consumer::CommitMode::Sync)
 }
 
 /// Pauses (or resumes) every assigned partition.

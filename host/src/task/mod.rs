@@ -18,8 +18,6 @@ use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
@@ -437,6 +435,10 @@ impl RebalanceListener for Shared {
             .collect()
     }
 
+    fn take_kafka_commits(&self) -> Vec<(Partition, i64)> {
+        std::mem::take(&mut self.lock().kafka_commits)
+    }
+
     fn failed(&self, error: rdkafka::error::KafkaError) {
         self.lock().fatal.get_or_insert(TaskError::Kafka(error));
     }
@@ -839,15 +841,11 @@ impl Actor {
 
     /// At-least-once: offsets go to the Kafka group once their rows are committed.
     fn commit_to_kafka(&self, consumer: &SourceConsumer) {
-        let commits = std::mem::take(&mut self.shared.lock().kafka_commits);
+        let commits = self.shared.take_kafka_commits();
         if commits.is_empty() {
             return;
         }
-        let mut tpl = TopicPartitionList::new();
-        for ((topic, partition), next) in &commits {
-            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
-        }
-        if let Err(error) = consumer.commit(&tpl, CommitMode::Sync) {
+        if let Err(error) = source::commit_offsets(consumer, &commits) {
             tracing::warn!(connector = %self.spec.connector.name, task = self.spec.task, %error, "committing offsets to Kafka failed; those records will be delivered again");
         }
     }
