@@ -475,3 +475,58 @@ macro_rules! for_each_database {
         }
     };
 }
+
+/// One end-to-end run: its broker, database, scenario (topic created) and config file.
+pub struct Pipeline {
+    pub broker: Broker,
+    pub db: TestDb,
+    pub scenario: Scenario,
+    /// The scenario's connectors.yaml.
+    pub config: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Pipeline {
+    /// Starts a broker, creates the scenario's topic with `partitions`, writes its config.
+    pub async fn new(kind: Backend, scenario: Scenario, partitions: i32) -> Pipeline {
+        let broker = Broker::start();
+        let db = TestDb::new(kind);
+        broker.create_topic(&scenario.topic, partitions).await;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = scenario.write(dir.path(), &broker.bootstrap, &db);
+        Pipeline {
+            broker,
+            db,
+            scenario,
+            config,
+            _dir: dir,
+        }
+    }
+
+    /// Produces JSON word events for `range` to the scenario's topic.
+    pub async fn produce(&self, range: std::ops::Range<u64>) {
+        self.broker.produce(&self.scenario.topic, range).await
+    }
+
+    /// Starts a `sluice run` on the scenario's config.
+    pub fn start(&self) -> SluiceProcess {
+        SluiceProcess::start(&self.config)
+    }
+
+    /// The table's uid statistics now.
+    pub async fn stats(&self) -> SequenceStats {
+        self.scenario.stats(&self.broker.bootstrap, &self.db).await
+    }
+
+    /// Waits for `rows` rows (at most `seconds`), returning the last statistics seen.
+    pub async fn wait_for_rows(&self, rows: i64, seconds: u64) -> SequenceStats {
+        self.scenario
+            .wait_for_rows(
+                &self.broker.bootstrap,
+                &self.db,
+                rows,
+                Duration::from_secs(seconds),
+            )
+            .await
+    }
+}
