@@ -206,11 +206,6 @@ impl RowMapper {
         }
         Ok(RowOp::Delete(key_values))
     }
-
-    /// The number of columns, and which of them are the key.
-    pub fn key_indices(&self) -> &[usize] {
-        &self.key
-    }
 }
 
 fn column_error(column: &Column, message: &str) -> MapError {

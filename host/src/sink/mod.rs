@@ -258,16 +258,6 @@ impl Sink {
         })
     }
 
-    /// The dialect of this sink's database.
-    pub fn dialect(&self) -> Dialect {
-        self.dialect
-    }
-
-    /// The table this sink writes.
-    pub fn table(&self) -> &TableSpec {
-        &self.table
-    }
-
     fn db_error(&self, action: &'static str) -> impl Fn(sqlx::Error) -> SinkError + '_ {
         move |source| SinkError::Database {
             action,

@@ -75,14 +75,6 @@ impl TaskState {
         Ok(to)
     }
 
-    /// True while the task owns a consumer.
-    pub fn is_live(self) -> bool {
-        !matches!(
-            self,
-            TaskState::Closed | TaskState::Failed | TaskState::Terminated
-        )
-    }
-
     /// The name the status API shows.
     pub fn name(self) -> &'static str {
         match self {
