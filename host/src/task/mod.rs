@@ -783,15 +783,30 @@ impl Actor {
         let Some(chain) = self.chain.as_mut() else {
             return Ok(records);
         };
-        let coordinates: Vec<String> = records.iter().map(RecordExt::coordinates).collect();
+        // Where each input came from, kept cheaply: only a rejected record's coordinates are
+        // ever formatted. Topics repeat, so they are stored once.
+        let mut topics: Vec<String> = Vec::new();
+        let origins: Vec<(usize, i32, i64)> = records
+            .iter()
+            .map(|r| {
+                let topic = topics
+                    .iter()
+                    .position(|t| *t == r.topic)
+                    .unwrap_or_else(|| {
+                        topics.push(r.topic.clone());
+                        topics.len() - 1
+                    });
+                (topic, r.partition, r.offset)
+            })
+            .collect();
         let outcomes = chain.process(records)?;
         let mut out = Vec::with_capacity(outcomes.len());
-        for (outcome, coordinates) in outcomes.into_iter().zip(coordinates) {
+        for (outcome, (topic, partition, offset)) in outcomes.into_iter().zip(origins) {
             match outcome {
                 sluice_transform::Outcome::Records(records) => out.extend(records),
                 sluice_transform::Outcome::Failed { plugin, message } => {
                     return Err(TaskError::Rejected {
-                        coordinates,
+                        coordinates: format!("{}/{partition}@{offset}", topics[topic]),
                         plugin,
                         message,
                     });
