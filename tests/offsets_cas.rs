@@ -26,6 +26,7 @@ fn batch(topic: &str, expected: Option<i64>, next: i64, uids: std::ops::Range<i6
             expected,
             next,
         }],
+        ..WriteBatch::default()
     }
 }
 

@@ -78,6 +78,7 @@ async fn sink_only(db: &TestDb, n: u64) -> Duration {
                 expected,
                 next,
             }],
+            ..WriteBatch::default()
         };
         sink.write(&batch).await.expect("write");
         expected = Some(next);

@@ -14,3 +14,6 @@ impl RecordExt for Record {
         format!("{}/{}@{}", self.topic, self.partition, self.offset)
     }
 }
+
+/// A record's headers in wire order: name, and value (`None` is a null value).
+pub type Headers = Vec<(String, Option<Vec<u8>>)>;

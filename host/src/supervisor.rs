@@ -7,8 +7,10 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 use crate::config::{Config, ConnectorConfig};
+use crate::dead_letter::topic::DeadLetterProducer;
 use crate::sink::{Sink, SinkError};
-use crate::task::{self, Control, Metrics, TaskHandle, TaskSpec, TaskState};
+use crate::task::{self, Control, Metrics, Policy, TaskHandle, TaskSpec, TaskState};
+use crate::validate::RecordSchema;
 
 /// Why the supervisor could not start.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +22,16 @@ pub enum SupervisorError {
     },
     #[error("cannot start the plugin engine: {0}")]
     Engine(#[from] sluice_transform::TransformError),
+    #[error("connector {connector}: {source}")]
+    Schema {
+        connector: String,
+        source: crate::validate::SchemaError,
+    },
+    #[error("connector {connector}: {source}")]
+    DeadLetters {
+        connector: String,
+        source: crate::dead_letter::topic::DeadLetterError,
+    },
     #[error("connector {connector}: cannot start task thread: {source}")]
     Spawn {
         connector: String,
@@ -65,6 +77,34 @@ impl Supervisor {
         let mut running = Vec::new();
         for (connector, sink) in connectors {
             let metrics = Arc::new(Metrics::default());
+            let schema = match &connector.schema {
+                Some(path) => Some(Arc::new(RecordSchema::load(path).map_err(|source| {
+                    SupervisorError::Schema {
+                        connector: connector.name.clone(),
+                        source,
+                    }
+                })?)),
+                None => None,
+            };
+            let dlq_topic = match connector
+                .errors
+                .dlq
+                .as_ref()
+                .and_then(|d| d.topic.as_deref())
+            {
+                Some(topic) => Some(
+                    DeadLetterProducer::new(&config.kafka, brokers, topic, &connector.name)
+                        .map_err(|source| SupervisorError::DeadLetters {
+                            connector: connector.name.clone(),
+                            source,
+                        })?,
+                ),
+                None => None,
+            };
+            let policy = Arc::new(Policy {
+                policy: connector.errors.policy,
+                dlq_topic,
+            });
             let mut tasks = Vec::new();
             for task in 0..connector.tasks as usize {
                 let spec = TaskSpec {
@@ -73,6 +113,8 @@ impl Supervisor {
                     connector: connector.clone(),
                     task,
                     engine: engine.clone(),
+                    schema: schema.clone(),
+                    policy: policy.clone(),
                 };
                 let handle = task::spawn(spec, sink.clone(), metrics.clone(), Handle::current())
                     .map_err(|source| SupervisorError::Spawn {

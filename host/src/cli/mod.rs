@@ -67,6 +67,11 @@ enum Command {
         #[command(subcommand)]
         action: OffsetsAction,
     },
+    /// Work with a connector's dead letters.
+    Dlq {
+        #[command(subcommand)]
+        action: DlqAction,
+    },
     /// Write, build and try transform plugins.
     Plugin {
         #[command(subcommand)]
@@ -105,6 +110,19 @@ enum PluginAction {
         /// Memory cap.
         #[arg(long, default_value = "64MiB")]
         memory: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DlqAction {
+    /// Re-submit the dead letters of a connector's dead-letter table through its current
+    /// transforms and sink (after a plugin fix, say): what succeeds is written and removed
+    /// from the table in one transaction, what still fails stays with its new cause.
+    Redrive {
+        #[arg(long, short, default_value = "connectors.yaml")]
+        config: PathBuf,
+        #[arg(long)]
+        connector: String,
     },
 }
 
@@ -162,6 +180,9 @@ pub fn main() -> ExitCode {
                 partitions,
             } => demo::run(&config, records, partitions).await,
             Command::Offsets { action } => offsets(action).await,
+            Command::Dlq {
+                action: DlqAction::Redrive { config, connector },
+            } => redrive(&config, &connector).await,
             Command::Plugin { action } => plugin(action),
         }
     });
@@ -310,6 +331,67 @@ async fn run(path: &Path) -> u8 {
         eprintln!("{failure}");
     }
     if failures.is_empty() { 0 } else { EXIT_FAILURE }
+}
+
+async fn redrive(path: &Path, name: &str) -> u8 {
+    let config = match load(path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let Some(connector) = config.connectors.iter().find(|c| c.name == name) else {
+        eprintln!("{}: no connector named {name}", path.display());
+        return EXIT_INVALID;
+    };
+    if connector
+        .errors
+        .dlq
+        .as_ref()
+        .and_then(|d| d.table.as_ref())
+        .is_none()
+    {
+        eprintln!(
+            "connector {name}: redrive reads the dead-letter table, and errors.dlq.table is not set; dead letters in a topic are re-read by a connector whose topics include the dead-letter topic"
+        );
+        return EXIT_INVALID;
+    }
+    let sink = match Sink::connect(connector).await {
+        Ok(sink) => std::sync::Arc::new(sink),
+        Err(e) => {
+            eprintln!("connector {name}: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    if let Err(e) = sink.prepare().await {
+        eprintln!("connector {name}: {e}");
+        return EXIT_FAILURE;
+    }
+    let engine = if connector.transforms.is_empty() {
+        None
+    } else {
+        match sluice_transform::TransformEngine::new(sluice_transform::EngineOptions::default()) {
+            Ok(engine) => Some(engine),
+            Err(e) => {
+                eprintln!("{e}");
+                return EXIT_FAILURE;
+            }
+        }
+    };
+    let result =
+        crate::dead_letter::redrive::redrive(connector, sink.clone(), engine.as_ref()).await;
+    sink.close().await;
+    match result {
+        Ok(report) => {
+            println!(
+                "{name}: {} dead letter(s) read, {} redriven and removed, {} still failing and kept",
+                report.read, report.redriven, report.still_failing
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("connector {name}: {e}");
+            EXIT_FAILURE
+        }
+    }
 }
 
 async fn offsets(action: OffsetsAction) -> u8 {

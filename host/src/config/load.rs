@@ -9,7 +9,10 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use super::{ColumnConfig, Config, WriteMode, interpolate::interpolate, redact_url};
+use super::{
+    ColumnConfig, Config, ConnectorConfig, ErrorPolicy, WriteMode, interpolate::interpolate,
+    redact_url,
+};
 
 /// The JSON Schema of `connectors.yaml`, compiled into the binary.
 pub const SCHEMA: &str = include_str!("../../../schemas/connectors.schema.json");
@@ -85,16 +88,38 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    for transform in config
-        .connectors
-        .iter_mut()
-        .flat_map(|c| c.transforms.iter_mut())
-    {
-        if transform.plugin.is_relative() {
-            transform.plugin = base.join(&transform.plugin);
+    for connector in &mut config.connectors {
+        for transform in &mut connector.transforms {
+            if transform.plugin.is_relative() {
+                transform.plugin = base.join(&transform.plugin);
+            }
+        }
+        if let Some(schema) = connector.schema.as_mut()
+            && schema.is_relative()
+        {
+            *schema = base.join(&*schema);
         }
     }
+    let problems = record_schema_problems(&config);
+    if !problems.is_empty() {
+        return Err(ConfigError::Invalid { problems });
+    }
     Ok(config)
+}
+
+/// Reads and compiles each connector's `schema:` file.
+fn record_schema_problems(config: &Config) -> Vec<Problem> {
+    config
+        .connectors
+        .iter()
+        .enumerate()
+        .filter_map(|(c, connector)| {
+            let path = connector.schema.as_ref()?;
+            crate::validate::RecordSchema::load(path)
+                .err()
+                .map(|e| Problem::new(format!("connectors[{c}].schema"), e.to_string()))
+        })
+        .collect()
 }
 
 /// Loads every plugin of every connector, checks that it implements the interface and runs
@@ -396,6 +421,16 @@ fn semantic_problems(config: &Config) -> Vec<Problem> {
                 "mode update needs at least one column that is not in the key",
             ));
         }
+        problems.extend(errors_problems(connector, &at));
+        if connector.schema.is_some() && connector.format != super::Format::Json {
+            problems.push(Problem::new(
+                at("schema"),
+                "a JSON Schema needs format: json",
+            ));
+        }
+        if connector.max_record_bytes.0 == 0 {
+            problems.push(Problem::new(at("max_record_bytes"), "must be at least 1"));
+        }
         for (t, topic) in connector.topics.iter().enumerate() {
             if topic.is_empty()
                 || topic.len() > 249
@@ -409,6 +444,68 @@ fn semantic_problems(config: &Config) -> Vec<Problem> {
                 ));
             }
         }
+    }
+    problems
+}
+
+fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let errors = &connector.errors;
+    match (&errors.policy, &errors.dlq) {
+        (ErrorPolicy::Dlq, None) => problems.push(Problem::new(
+            at("errors.dlq"),
+            "policy dlq needs a destination: dlq: { topic: NAME } or dlq: { table: NAME }",
+        )),
+        (policy, Some(_)) if *policy != ErrorPolicy::Dlq => problems.push(Problem::new(
+            at("errors.dlq"),
+            format!(
+                "a dead-letter destination is set but policy is {}: set policy: dlq or remove dlq",
+                policy.name()
+            ),
+        )),
+        _ => {}
+    }
+    if let Some(dlq) = &errors.dlq {
+        match (&dlq.topic, &dlq.table) {
+            (Some(_), Some(_)) | (None, None) => problems.push(Problem::new(
+                at("errors.dlq"),
+                "set exactly one of topic and table",
+            )),
+            (Some(topic), None) => {
+                if connector.topics.contains(topic) {
+                    problems.push(Problem::new(
+                        at("errors.dlq.topic"),
+                        format!("\"{topic}\" is also a source topic of this connector"),
+                    ));
+                }
+            }
+            (None, Some(table)) => {
+                if !valid_table_name(table) {
+                    problems.push(Problem::new(
+                        at("errors.dlq.table"),
+                        format!("\"{table}\" is not a table name: use letters, digits and _, optionally schema.table"),
+                    ));
+                } else if table.eq_ignore_ascii_case(&connector.sink.table) {
+                    problems.push(Problem::new(
+                        at("errors.dlq.table"),
+                        "the dead-letter table must not be the sink table",
+                    ));
+                }
+            }
+        }
+    }
+    let retry = &errors.retry;
+    if retry.initial.0.is_zero() {
+        problems.push(Problem::new(
+            at("errors.retry.initial"),
+            "must be more than 0",
+        ));
+    }
+    if retry.initial.0 > retry.max.0 {
+        problems.push(Problem::new(
+            at("errors.retry.max"),
+            format!("must be at least initial ({:?})", retry.initial.0),
+        ));
     }
     problems
 }

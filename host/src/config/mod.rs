@@ -43,6 +43,14 @@ pub mod defaults {
         sluice_transform::Limits::DEFAULT_MAX_OUTPUT_RECORDS;
     /// Most output bytes of one plugin call.
     pub const PLUGIN_MAX_OUTPUT_BYTES: u64 = sluice_transform::Limits::DEFAULT_MAX_OUTPUT_BYTES;
+    /// Largest record accepted (key, value and headers): a larger one is a per-record failure.
+    pub const MAX_RECORD_BYTES: u64 = 8 * 1024 * 1024;
+    /// First wait before a transient failure is retried.
+    pub const RETRY_INITIAL: Duration = Duration::from_millis(200);
+    /// Longest wait between two attempts.
+    pub const RETRY_MAX: Duration = Duration::from_secs(30);
+    /// How long transient failures are retried before the task fails.
+    pub const RETRY_MAX_ELAPSED: Duration = Duration::from_secs(300);
     /// Group name: `sluice-<connector name>`.
     pub fn group(connector: &str) -> String {
         format!("sluice-{connector}")
@@ -100,11 +108,127 @@ pub struct ConnectorConfig {
     /// The chain of WebAssembly transforms every batch passes through, in order.
     #[serde(default)]
     pub transforms: Vec<TransformConfig>,
+    /// A JSON Schema file every value must satisfy after the transforms (`format: json`); a
+    /// relative path is read from the directory of the configuration file.
+    #[serde(default)]
+    pub schema: Option<PathBuf>,
+    /// Largest record accepted: key, value and headers together.
+    #[serde(default = "max_record_bytes_default")]
+    pub max_record_bytes: ByteSize,
     /// Where rows go.
     pub sink: SinkConfig,
     /// Delivery guarantee.
     #[serde(default)]
     pub delivery: DeliveryConfig,
+    /// What happens to records that fail, and how long outages are waited out.
+    #[serde(default)]
+    pub errors: ErrorsConfig,
+}
+
+fn max_record_bytes_default() -> ByteSize {
+    ByteSize(defaults::MAX_RECORD_BYTES)
+}
+
+/// Failure handling of one connector.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorsConfig {
+    /// What happens to a record that fails for a reason retrying cannot help.
+    #[serde(default)]
+    pub policy: ErrorPolicy,
+    /// Where dead letters go; required by `policy: dlq`.
+    #[serde(default)]
+    pub dlq: Option<DlqConfig>,
+    /// How transient failures (lost connections, deadlocks, broker transport errors) are
+    /// retried.
+    #[serde(default)]
+    pub retry: RetryConfig,
+}
+
+/// What happens to a failing record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorPolicy {
+    /// The task stops in `Failed` with the record's coordinates and the cause; the records
+    /// before it commit.
+    #[default]
+    Fail,
+    /// The record is logged with its coordinates, counted and passed over.
+    Skip,
+    /// The record goes to the dead-letter topic or table, with the cause.
+    Dlq,
+}
+
+impl ErrorPolicy {
+    /// The name as `connectors.yaml` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorPolicy::Fail => "fail",
+            ErrorPolicy::Skip => "skip",
+            ErrorPolicy::Dlq => "dlq",
+        }
+    }
+}
+
+/// The dead-letter destination: exactly one of `topic` and `table`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DlqConfig {
+    /// A Kafka topic (on the connector's cluster): the original key, value and headers,
+    /// with `sluice.*` context headers; acknowledged before the batch's offsets commit.
+    #[serde(default)]
+    pub topic: Option<String>,
+    /// A table in the sink database, written in the batch's transaction (created when
+    /// missing).
+    #[serde(default)]
+    pub table: Option<String>,
+}
+
+/// Capped exponential backoff with jitter.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    /// First wait.
+    #[serde(default = "retry_initial_default")]
+    pub initial: HumanDuration,
+    /// Longest wait between two attempts.
+    #[serde(default = "retry_max_default")]
+    pub max: HumanDuration,
+    /// After this long failing, the task fails with the cause.
+    #[serde(default = "retry_max_elapsed_default")]
+    pub max_elapsed: HumanDuration,
+}
+
+fn retry_initial_default() -> HumanDuration {
+    HumanDuration(defaults::RETRY_INITIAL)
+}
+fn retry_max_default() -> HumanDuration {
+    HumanDuration(defaults::RETRY_MAX)
+}
+fn retry_max_elapsed_default() -> HumanDuration {
+    HumanDuration(defaults::RETRY_MAX_ELAPSED)
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            initial: retry_initial_default(),
+            max: retry_max_default(),
+            max_elapsed: retry_max_elapsed_default(),
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The wait before attempt `attempt + 1` (0-based), with up to 20 % jitter.
+    pub fn backoff(&self, attempt: u32) -> std::time::Duration {
+        let base = self
+            .initial
+            .0
+            .saturating_mul(2u32.saturating_pow(attempt))
+            .min(self.max.0);
+        base + base.mul_f64(rand::random::<f64>() * 0.2)
+    }
 }
 
 fn tasks_default() -> u32 {

@@ -115,19 +115,39 @@ impl RowMapper {
 
     /// Maps one record.
     pub fn map(&self, record: &Record) -> Result<RowOp, MapError> {
+        self.map_parsed(record, None)
+    }
+
+    /// The JSON document of a record's value (`format: json`); `None` for a tombstone.
+    /// serde_json refuses documents nested deeper than 128 levels, so a hostile value
+    /// cannot exhaust the stack.
+    pub fn parse(record: &Record) -> Result<Option<Value>, MapError> {
+        record
+            .value
+            .as_deref()
+            .map(|raw| {
+                serde_json::from_slice::<Value>(raw).map_err(|e| MapError::Decode(e.to_string()))
+            })
+            .transpose()
+    }
+
+    /// Maps one record whose value was already parsed (by [`RowMapper::parse`], for the
+    /// schema check); with `None` the value is parsed here when the format asks for it.
+    pub fn map_parsed(&self, record: &Record, parsed: Option<Value>) -> Result<RowOp, MapError> {
         let Some(raw) = record.value.as_deref() else {
             return self.tombstone(record);
         };
-        let document = match self.format {
-            Format::Json => Some(
+        let document = match (self.format, parsed) {
+            (Format::Json, Some(document)) => Some(document),
+            (Format::Json, None) => Some(
                 serde_json::from_slice::<Value>(raw)
                     .map_err(|e| MapError::Decode(e.to_string()))?,
             ),
-            Format::String => {
+            (Format::String, _) => {
                 std::str::from_utf8(raw).map_err(|_| MapError::NotUtf8)?;
                 None
             }
-            Format::Bytes => None,
+            (Format::Bytes, _) => None,
         };
         let mut row = Vec::with_capacity(self.columns.len());
         for (index, column) in self.columns.iter().enumerate() {

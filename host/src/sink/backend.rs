@@ -168,6 +168,31 @@ where
     Ok(())
 }
 
+/// Writes runs in order: PostgreSQL with one `UNNEST` statement per run, MySQL and SQLite
+/// with multi-row `VALUES`.
+pub async fn write_runs<DB>(
+    conn: &mut DB::Connection,
+    dialect: Dialect,
+    table: &TableSpec,
+    mode: WriteMode,
+    runs: &[Run<'_>],
+) -> Result<(), sqlx::Error>
+where
+    DB: Backend,
+    DB::Connection: 'static,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    for run in runs {
+        let any: &mut dyn std::any::Any = &mut *conn;
+        match any.downcast_mut::<sqlx::PgConnection>() {
+            Some(pg) => super::postgres::write_run(pg, table, mode, run).await?,
+            None => write_run::<DB>(conn, dialect, table, mode, run).await?,
+        }
+    }
+    Ok(())
+}
+
 /// Writes one run with multi-row `VALUES` statements, chunked under the bind limit.
 pub async fn write_run<DB>(
     conn: &mut DB::Connection,

@@ -111,6 +111,36 @@ impl Dialect {
         }
     }
 
+    /// The statement that opens a batch's transaction. SQLite's `IMMEDIATE` takes the
+    /// write lock at once, so two writers queue on the busy timeout instead of one failing
+    /// to upgrade a read lock.
+    pub fn begin(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+            _ => "BEGIN",
+        }
+    }
+
+    /// Reads a connector's dead letters after a (topic, partition, offset), in that order:
+    /// binds connector, topic, partition, offset.
+    pub fn read_dead_letters(self, table: &str, limit: usize) -> String {
+        let headers = match self {
+            Dialect::Postgres => "record_headers::text",
+            Dialect::MySql => "CAST(record_headers AS CHAR)",
+            Dialect::Sqlite => "record_headers",
+        };
+        format!(
+            "SELECT source_topic, source_partition, source_offset, record_key, record_value, {headers} \
+             FROM {} WHERE connector = {} AND (source_topic, source_partition, source_offset) > ({}, {}, {}) \
+             ORDER BY source_topic, source_partition, source_offset LIMIT {limit}",
+            self.quote(table),
+            self.param(1),
+            self.param(2),
+            self.param(3),
+            self.param(4),
+        )
+    }
+
     /// `CREATE TABLE IF NOT EXISTS` for a sink table, the key as its primary key.
     pub fn create_table(self, table: &TableSpec) -> String {
         let mut parts: Vec<String> = table

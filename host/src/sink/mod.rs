@@ -26,9 +26,12 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, MySql, Postgres, Sqlite};
+use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, MySql, Postgres, Sqlite, Type};
+
+use backend::Backend;
 
 use crate::config::{ConnectorConfig, WriteMode, redact_url};
+use crate::dead_letter::{self, DeadLetter};
 use crate::map::{RowOp, SqlValue};
 pub use dialect::{Dialect, TableSpec};
 
@@ -50,6 +53,11 @@ pub struct WriteBatch {
     pub ops: Vec<RowOp>,
     /// Offsets to advance; empty in `at_least_once` delivery.
     pub offsets: Vec<OffsetAdvance>,
+    /// Dead letters for the connector's dead-letter table.
+    pub dead_letters: Vec<DeadLetter>,
+    /// Dead letters (topic, partition, offset) that a redrive wrote: deleted from the
+    /// dead-letter table in the same transaction.
+    pub redriven: Vec<(String, i32, i64)>,
 }
 
 /// What [`Sink::sequence_stats`] finds.
@@ -124,6 +132,17 @@ impl SinkError {
     }
 }
 
+/// A refused row's message: the database's own words.
+fn refused_message(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) => format!("{} (code {code})", db.message()),
+            None => db.message().to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
 fn is_transient(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Io(_)
@@ -169,7 +188,33 @@ pub struct Sink {
     mode: WriteMode,
     connector: String,
     create_table: bool,
+    /// The dead-letter table, when `errors.dlq.table` is set.
+    dead_letter_table: Option<TableSpec>,
 }
+
+/// Runs `$body` with `$pool` bound to the connector's pool and `$db` to its sqlx database
+/// type: one generic body serves PostgreSQL, MySQL and SQLite.
+macro_rules! each_pool {
+    ($self:expr, $pool:ident, $db:ident => $body:expr) => {
+        match &$self.pool {
+            Pool::Postgres($pool) => {
+                type $db = Postgres;
+                $body
+            }
+            Pool::MySql($pool) => {
+                type $db = MySql;
+                $body
+            }
+            Pool::Sqlite($pool) => {
+                type $db = Sqlite;
+                $body
+            }
+        }
+    };
+}
+
+/// A savepoint the probe for refused rows rolls back to.
+const PROBE_SAVEPOINT: &str = "sluice_probe";
 
 /// How long a connection or a statement waits for the database before the error is
 /// treated as transient.
@@ -255,6 +300,12 @@ impl Sink {
             mode: connector.sink.mode,
             connector: connector.name.clone(),
             create_table: connector.sink.create_table,
+            dead_letter_table: connector
+                .errors
+                .dlq
+                .as_ref()
+                .and_then(|d| d.table.as_deref())
+                .map(dead_letter::table_spec),
         })
     }
 
@@ -272,6 +323,9 @@ impl Sink {
         let mut statements = vec![self.dialect.create_offsets_table().to_string()];
         if self.create_table {
             statements.push(self.dialect.create_table(&self.table));
+        }
+        if let Some(table) = &self.dead_letter_table {
+            statements.push(self.dialect.create_table(table));
         }
         for sql in statements {
             // Two processes creating the same table at once can trip PostgreSQL's catalog
@@ -365,68 +419,208 @@ impl Sink {
     }
 
     async fn write_transaction(&self, batch: &WriteBatch) -> Result<(), SinkError> {
+        each_pool!(self, pool, DB => {
+            let mut tx = pool
+                .begin_with(self.dialect.begin())
+                .await
+                .map_err(self.db_error("begin"))?;
+            self.write_in::<DB>(&mut tx, batch).await?;
+            tx.commit().await.map_err(self.db_error("commit"))
+        })
+    }
+
+    /// The body of a batch's transaction.
+    async fn write_in<DB>(
+        &self,
+        conn: &mut DB::Connection,
+        batch: &WriteBatch,
+    ) -> Result<(), SinkError>
+    where
+        DB: Backend,
+        DB::Connection: 'static,
+        DB::Arguments: IntoArguments<DB>,
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+        String: for<'q> Encode<'q, DB> + Type<DB>,
+        i32: for<'q> Encode<'q, DB> + Type<DB>,
+        i64: for<'q> Encode<'q, DB> + Type<DB>,
+    {
+        backend::advance_offsets::<DB>(conn, self.dialect, &self.connector, &batch.offsets).await?;
         let runs = runs(&batch.ops, &self.table.key, self.mode != WriteMode::Insert);
-        match &self.pool {
-            Pool::Postgres(pool) => {
-                let mut tx = pool.begin().await.map_err(self.db_error("begin"))?;
-                backend::advance_offsets::<Postgres>(
-                    &mut tx,
-                    self.dialect,
-                    &self.connector,
-                    &batch.offsets,
-                )
-                .await?;
-                for run in &runs {
-                    postgres::write_run(&mut tx, &self.table, self.mode, run)
-                        .await
-                        .map_err(self.db_error("write rows"))?;
-                }
-                tx.commit().await.map_err(self.db_error("commit"))
+        backend::write_runs::<DB>(conn, self.dialect, &self.table, self.mode, &runs)
+            .await
+            .map_err(self.db_error("write rows"))?;
+        if batch.dead_letters.is_empty() && batch.redriven.is_empty() {
+            return Ok(());
+        }
+        let Some(table) = &self.dead_letter_table else {
+            return Err(SinkError::Invalid(
+                "dead letters for a connector without errors.dlq.table".into(),
+            ));
+        };
+        let dlq_error = |action| {
+            move |source| SinkError::Database {
+                action,
+                table: table.name.clone(),
+                source,
             }
-            Pool::MySql(pool) => {
-                let mut tx = pool.begin().await.map_err(self.db_error("begin"))?;
-                backend::advance_offsets::<MySql>(
-                    &mut tx,
-                    self.dialect,
-                    &self.connector,
-                    &batch.offsets,
-                )
-                .await?;
-                for run in &runs {
-                    backend::write_run::<MySql>(&mut tx, self.dialect, &self.table, self.mode, run)
-                        .await
-                        .map_err(self.db_error("write rows"))?;
-                }
-                tx.commit().await.map_err(self.db_error("commit"))
-            }
-            Pool::Sqlite(pool) => {
-                // IMMEDIATE takes the write lock at BEGIN, so two writers queue on the busy
-                // timeout instead of one failing to upgrade a read lock.
+        };
+        let rows: Vec<Vec<SqlValue>> = batch
+            .dead_letters
+            .iter()
+            .map(|letter| dead_letter::row(&self.connector, letter))
+            .collect();
+        let keys: Vec<Vec<SqlValue>> = batch
+            .redriven
+            .iter()
+            .map(|(topic, partition, offset)| {
+                dead_letter::key(&self.connector, topic, *partition, *offset)
+            })
+            .collect();
+        let mut runs = Vec::new();
+        if !rows.is_empty() {
+            runs.push(Run::Write(rows.iter().map(Vec::as_slice).collect()));
+        }
+        if !keys.is_empty() {
+            runs.push(Run::Delete(keys.iter().map(Vec::as_slice).collect()));
+        }
+        // Upsert: an at-least-once redelivery stores the same dead letter again.
+        backend::write_runs::<DB>(conn, self.dialect, table, WriteMode::Upsert, &runs)
+            .await
+            .map_err(dlq_error("write dead letters"))
+    }
+
+    /// Finds the operations the database refuses (a constraint, a length, a value out of
+    /// range), with its message for each, by splitting `ops` in halves under savepoints
+    /// until each refusal is one operation. Nothing is kept: the transaction is rolled
+    /// back. `Err` for a transient failure, or when the database cannot be probed.
+    pub async fn find_refused(&self, ops: &[RowOp]) -> Result<Vec<(usize, String)>, SinkError> {
+        let probe = async {
+            each_pool!(self, pool, DB => {
                 let mut tx = pool
-                    .begin_with("BEGIN IMMEDIATE")
+                    .begin_with(self.dialect.begin())
                     .await
                     .map_err(self.db_error("begin"))?;
-                backend::advance_offsets::<Sqlite>(
-                    &mut tx,
-                    self.dialect,
-                    &self.connector,
-                    &batch.offsets,
-                )
-                .await?;
-                for run in &runs {
-                    backend::write_run::<Sqlite>(
-                        &mut tx,
-                        self.dialect,
-                        &self.table,
-                        self.mode,
-                        run,
-                    )
-                    .await
-                    .map_err(self.db_error("write rows"))?;
-                }
-                tx.commit().await.map_err(self.db_error("commit"))
+                // Dropping the transaction rolls it back.
+                self.refused_in::<DB>(&mut tx, ops).await
+            })
+        };
+        tokio::time::timeout(WRITE_TIMEOUT, probe)
+            .await
+            .unwrap_or_else(|_| {
+                Err(SinkError::Timeout {
+                    action: "find refused rows",
+                    table: self.table.name.clone(),
+                    after: WRITE_TIMEOUT,
+                })
+            })
+    }
+
+    async fn refused_in<DB>(
+        &self,
+        conn: &mut DB::Connection,
+        ops: &[RowOp],
+    ) -> Result<Vec<(usize, String)>, SinkError>
+    where
+        DB: Backend,
+        DB::Connection: 'static,
+        DB::Arguments: IntoArguments<DB>,
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    {
+        let savepoint = |verb: &str| AssertSqlSafe(format!("{verb} {PROBE_SAVEPOINT}"));
+        let db_error = self.db_error("find refused rows");
+        let dedupe = self.mode != WriteMode::Insert;
+        let mut refused = Vec::new();
+        // Ranges still to try, the next one on top: in record order, so that an earlier
+        // row is in place when a later one is tried (a duplicate key refuses the later).
+        let mut stack = vec![(0, ops.len())];
+        while let Some((start, end)) = stack.pop() {
+            if start >= end {
+                continue;
             }
+            sqlx::query::<DB>(savepoint("SAVEPOINT"))
+                .execute(&mut *conn)
+                .await
+                .map_err(&db_error)?;
+            let runs = runs(&ops[start..end], &self.table.key, dedupe);
+            match backend::write_runs::<DB>(conn, self.dialect, &self.table, self.mode, &runs).await
+            {
+                Ok(()) => {}
+                Err(error) if is_transient(&error) => return Err(db_error(error)),
+                Err(error) => {
+                    sqlx::query::<DB>(savepoint("ROLLBACK TO SAVEPOINT"))
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(&db_error)?;
+                    if end - start == 1 {
+                        refused.push((start, refused_message(&error)));
+                    } else {
+                        let middle = start + (end - start) / 2;
+                        stack.push((middle, end));
+                        stack.push((start, middle));
+                    }
+                }
+            }
+            sqlx::query::<DB>(savepoint("RELEASE SAVEPOINT"))
+                .execute(&mut *conn)
+                .await
+                .map_err(&db_error)?;
         }
+        Ok(refused)
+    }
+
+    /// Reads up to `limit` dead letters of this connector after `after` (topic, partition,
+    /// offset), in that order.
+    pub async fn read_dead_letters(
+        &self,
+        after: Option<&(String, i32, i64)>,
+        limit: usize,
+    ) -> Result<Vec<dead_letter::redrive::Stored>, SinkError> {
+        let Some(table) = &self.dead_letter_table else {
+            return Err(SinkError::Invalid(format!(
+                "connector {} has no dead-letter table (errors.dlq.table)",
+                self.connector
+            )));
+        };
+        let sql = self.dialect.read_dead_letters(&table.name, limit);
+        let start = after
+            .cloned()
+            .unwrap_or_else(|| (String::new(), i32::MIN, i64::MIN));
+        each_pool!(self, pool, DB => {
+            dead_letter::redrive::read::<DB>(pool, sql, &self.connector, &start).await
+        })
+        .map_err(|source| SinkError::Database {
+            action: "read dead letters",
+            table: table.name.clone(),
+            source,
+        })
+    }
+
+    /// How many dead letters this connector has in its table.
+    pub async fn count_dead_letters(&self) -> Result<i64, SinkError> {
+        let Some(table) = &self.dead_letter_table else {
+            return Ok(0);
+        };
+        let sql = format!(
+            "SELECT CAST(COUNT(*) AS {}) FROM {} WHERE connector = {}",
+            if self.dialect == Dialect::MySql {
+                "SIGNED"
+            } else {
+                "BIGINT"
+            },
+            self.dialect.quote(&table.name),
+            self.dialect.param(1)
+        );
+        each_pool!(self, pool, DB => {
+            sqlx::query_scalar::<DB, i64>(AssertSqlSafe(sql))
+                .bind(self.connector.clone())
+                .fetch_one(pool)
+                .await
+        })
+        .map_err(|source| SinkError::Database {
+            action: "count dead letters",
+            table: table.name.clone(),
+            source,
+        })
     }
 
     /// Count, distinct count, minimum and maximum of an integer column: how the demo and the

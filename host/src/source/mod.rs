@@ -14,12 +14,13 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
 
 use crate::config::{ConnectorConfig, KafkaConfig, defaults};
-use crate::record::Record;
+use crate::prepare::Incoming;
+use crate::record::{Headers, Record};
 
 /// A topic and partition.
 pub type Partition = (String, i32);
@@ -293,24 +294,67 @@ pub fn set_paused(consumer: &SourceConsumer, paused: bool) -> Result<(), KafkaEr
     }
 }
 
-/// Copies a message out of librdkafka's buffer.
-pub fn to_record(message: &BorrowedMessage<'_>) -> Record {
-    let headers = message
-        .headers()
-        .map(|headers| {
-            headers
-                .iter()
-                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-                .collect()
-        })
-        .unwrap_or_default();
-    Record {
-        topic: message.topic().to_string(),
-        partition: message.partition(),
-        offset: message.offset(),
-        timestamp: message.timestamp().to_millis(),
-        key: message.key().map(<[u8]>::to_vec),
-        value: message.payload().map(<[u8]>::to_vec),
-        headers,
+/// The record of a message. A header name that is not UTF-8 (Kafka says header names are
+/// strings; nothing stops a producer from sending bytes) is kept, lossily decoded, and the
+/// record carries the defect, so that it fails alone.
+pub fn to_record(message: &BorrowedMessage<'_>) -> Incoming {
+    let (headers, defect) = headers_of(message);
+    Incoming {
+        record: Record {
+            topic: message.topic().to_string(),
+            partition: message.partition(),
+            offset: message.offset(),
+            timestamp: message.timestamp().to_millis(),
+            key: message.key().map(<[u8]>::to_vec),
+            value: message.payload().map(<[u8]>::to_vec),
+            headers,
+        },
+        defect,
     }
+}
+
+/// A message's headers, read through librdkafka directly: rdkafka's own accessor panics on
+/// a header name that is not UTF-8.
+fn headers_of(message: &BorrowedMessage<'_>) -> (Headers, Option<String>) {
+    use rdkafka::message::{BorrowedHeaders, Headers};
+    let Some(headers) = message.headers() else {
+        return (Vec::new(), None);
+    };
+    // `BorrowedHeaders` is librdkafka's header list itself (rdkafka casts it the same way).
+    let native = headers as *const BorrowedHeaders as *const rdkafka::bindings::rd_kafka_headers_t;
+    let mut out = Vec::with_capacity(headers.count());
+    let mut defect = None;
+    for index in 0..headers.count() {
+        let mut name = std::ptr::null();
+        let mut value = std::ptr::null();
+        let mut size = 0;
+        // SAFETY: `native` is the message's header list, alive while `message` is borrowed;
+        // librdkafka fills in pointers into it, read before this function returns.
+        let error = unsafe {
+            rdkafka::bindings::rd_kafka_header_get_all(
+                native, index, &mut name, &mut value, &mut size,
+            )
+        };
+        if error != rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            break;
+        }
+        // SAFETY: a NUL-terminated name owned by the header list (see above).
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+        let value = (!value.is_null()).then(|| {
+            // SAFETY: `size` bytes owned by the header list (see above).
+            unsafe { std::slice::from_raw_parts(value.cast::<u8>(), size) }.to_vec()
+        });
+        let name = match std::str::from_utf8(name) {
+            Ok(name) => name.to_string(),
+            Err(_) => {
+                let lossy = String::from_utf8_lossy(name).into_owned();
+                defect.get_or_insert_with(|| {
+                    format!("header name {lossy:?} (header {index}) is not UTF-8")
+                });
+                lossy
+            }
+        };
+        out.push((name, value));
+    }
+    (out, defect)
 }

@@ -10,6 +10,7 @@
 //! The state that both the loop and the rebalance callback touch sits in [`Shared`]; the
 //! loop never holds its lock across `poll`, which is where the callback runs.
 
+pub mod deliver;
 pub mod state;
 
 use std::collections::HashMap;
@@ -21,11 +22,14 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use crate::config::{ConnectorConfig, Guarantee, KafkaConfig};
-use crate::map::{MapError, RowMapper, RowOp};
-use crate::record::{Record, RecordExt};
-use crate::sink::{OffsetAdvance, Sink, SinkError, WriteBatch};
+use crate::config::{ConnectorConfig, ErrorPolicy, Guarantee, KafkaConfig, RetryConfig};
+use crate::failure::Failure;
+use crate::prepare::{Incoming, Preparer};
+use crate::sink::{OffsetAdvance, Sink, SinkError};
 use crate::source::{self, Partition, RebalanceListener, SourceConsumer};
+use crate::validate::RecordSchema;
+pub use deliver::{DeliverError, Policy};
+use deliver::{Delivered, Job, Plan};
 pub use state::{InvalidTransition, TaskEvent, TaskState};
 
 /// Why a task stopped in `Failed`.
@@ -35,25 +39,19 @@ pub enum TaskError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("sink: {0}")]
     Sink(#[from] SinkError),
-    #[error("record {coordinates}: {source}")]
-    Map {
-        coordinates: String,
-        source: MapError,
-    },
-    #[error("record {coordinates}: transform {plugin} rejected it: {message}")]
-    Rejected {
-        coordinates: String,
-        plugin: String,
-        message: String,
-    },
+    #[error("{0}")]
+    Deliver(#[from] DeliverError),
+    /// `errors.policy: fail` and a record failed; the records before it committed.
+    #[error("{0} (errors.policy is fail)")]
+    Record(Failure),
     #[error("transform: {0}")]
     Transform(#[from] sluice_transform::TransformError),
     #[error("reading stored offsets for {topic}: {source}")]
     Offsets { topic: String, source: SinkError },
-    #[error("database still failing after {elapsed:?}: {source}")]
+    #[error("still failing after {elapsed:?} of retries (errors.retry.max_elapsed): {source}")]
     RetriesExhausted {
         elapsed: Duration,
-        source: SinkError,
+        source: DeliverError,
     },
     #[error(transparent)]
     Transition(#[from] InvalidTransition),
@@ -83,6 +81,10 @@ pub struct Metrics {
     pub committed: AtomicU64,
     /// Records that committed as a skip (tombstone without key, …).
     pub skipped: AtomicU64,
+    /// Failed records passed over by `errors.policy: skip`.
+    pub failed_skipped: AtomicU64,
+    /// Failed records stored or produced as dead letters.
+    pub dead_letters: AtomicU64,
     /// Batches committed.
     pub batches: AtomicU64,
     /// Batches rolled back on an offset conflict.
@@ -103,6 +105,10 @@ pub struct TaskSpec {
     pub task: usize,
     /// The process's plugin engine, when the connector has transforms.
     pub engine: Option<sluice_transform::TransformEngine>,
+    /// The connector's compiled JSON Schema (`schema:`).
+    pub schema: Option<Arc<RecordSchema>>,
+    /// The connector's error policy and dead-letter producer.
+    pub policy: Arc<Policy>,
 }
 
 /// The supervisor's end of a task.
@@ -163,10 +169,6 @@ pub fn spawn(
     })
 }
 
-/// Transient database errors are retried this long before the task fails.
-const RETRY_MAX_ELAPSED: Duration = Duration::from_secs(300);
-const RETRY_INITIAL: Duration = Duration::from_millis(200);
-const RETRY_MAX: Duration = Duration::from_secs(10);
 /// Longest single poll: the loop checks control messages and writes this often.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How many batches may wait behind the one being written before the partitions pause.
@@ -183,14 +185,11 @@ struct PartitionState {
 
 /// A batch being written.
 struct InFlight {
-    handle: tokio::task::JoinHandle<Result<(), SinkError>>,
-    batch: Arc<WriteBatch>,
+    handle: tokio::task::JoinHandle<Result<Delivered, DeliverError>>,
+    job: Arc<Job>,
     /// Records the batch covers (written, deleted or skipped).
     records: u64,
     skipped: u64,
-    /// Where each partition goes after the batch: what a Kafka commit needs in
-    /// at-least-once mode.
-    next_offsets: Vec<(Partition, i64)>,
     /// Retry bookkeeping for transient failures.
     first_failure: Option<Instant>,
     attempts: u32,
@@ -200,7 +199,7 @@ struct InFlight {
 /// What the loop and the rebalance callback share.
 struct Inner {
     partitions: HashMap<Partition, PartitionState>,
-    buffer: Vec<Record>,
+    buffer: Vec<Incoming>,
     buffer_bytes: usize,
     batch_started: Option<Instant>,
     in_flight: Option<InFlight>,
@@ -220,6 +219,10 @@ struct Shared {
     connector: String,
     task: usize,
     guarantee: Guarantee,
+    policy: Arc<Policy>,
+    /// Whether dead letters go to the sink's dead-letter table.
+    dlq_table: bool,
+    retry: RetryConfig,
     /// The operator paused the task.
     paused: AtomicBool,
     /// The next batch is full while the previous one is still being written.
@@ -251,9 +254,7 @@ impl Shared {
                     std::thread::sleep(at - now);
                 }
                 flight.retry_at = None;
-                let sink = self.sink.clone();
-                let batch = flight.batch.clone();
-                flight.handle = self.runtime.spawn(async move { sink.write(&batch).await });
+                flight.handle = self.spawn_delivery(flight.job.clone());
             }
             if !wait && !flight.handle.is_finished() {
                 return;
@@ -263,38 +264,33 @@ impl Shared {
             };
             let result = match self.runtime.block_on(&mut flight.handle) {
                 Ok(result) => result,
-                Err(join) => Err(SinkError::Invalid(format!(
+                Err(join) => Err(DeliverError::Sink(SinkError::Invalid(format!(
                     "write task ended abnormally: {join}"
-                ))),
+                )))),
             };
             match result {
-                Ok(()) => {
-                    self.committed(inner, &flight);
+                Ok(delivered) => {
+                    self.committed(inner, &flight, delivered);
                     return;
                 }
-                Err(SinkError::OffsetConflict {
+                Err(DeliverError::Sink(SinkError::OffsetConflict {
                     topic,
                     partition,
                     expected,
-                }) => {
+                })) => {
                     self.metrics.conflicts.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(connector = %self.connector, task = self.task, topic, partition, ?expected,
                         "offset conflict: another task moved this partition on; batch rolled back, re-reading offsets");
                     // Everything buffered for the batch's partitions is re-read from the
                     // stored offsets.
-                    let touched: Vec<Partition> = flight
-                        .batch
-                        .offsets
-                        .iter()
-                        .map(|a| (a.topic.clone(), a.partition))
-                        .collect();
+                    let touched = flight.job.partitions.clone();
                     drop_buffered(inner, &touched);
                     inner.reassign.extend(touched);
                     return;
                 }
                 Err(error) if error.is_transient() => {
                     let first = *flight.first_failure.get_or_insert_with(Instant::now);
-                    if first.elapsed() > RETRY_MAX_ELAPSED {
+                    if first.elapsed() > self.retry.max_elapsed.0 {
                         inner.fatal = Some(TaskError::RetriesExhausted {
                             elapsed: first.elapsed(),
                             source: error,
@@ -302,29 +298,56 @@ impl Shared {
                         return;
                     }
                     if flight.attempts == 0 {
-                        tracing::warn!(connector = %self.connector, task = self.task, %error, "database unavailable; retrying with backoff");
+                        tracing::warn!(connector = %self.connector, task = self.task, %error,
+                            "transient failure; partitions paused, retrying with backoff until errors.retry.max_elapsed");
                     }
-                    let backoff = RETRY_INITIAL
-                        .saturating_mul(2u32.saturating_pow(flight.attempts))
-                        .min(RETRY_MAX);
-                    let jitter = backoff.mul_f64(rand::random::<f64>() * 0.2);
+                    let backoff = self.retry.backoff(flight.attempts);
                     flight.attempts += 1;
-                    flight.retry_at = Some(Instant::now() + backoff + jitter);
+                    flight.retry_at = Some(Instant::now() + backoff);
                     inner.in_flight = Some(flight);
                 }
                 Err(error) => {
-                    inner.fatal = Some(TaskError::Sink(error));
+                    inner.fatal = Some(TaskError::Deliver(error));
                     return;
                 }
             }
         }
     }
 
-    fn committed(&self, inner: &mut Inner, flight: &InFlight) {
+    fn spawn_delivery(
+        &self,
+        job: Arc<Job>,
+    ) -> tokio::task::JoinHandle<Result<Delivered, DeliverError>> {
+        let sink = self.sink.clone();
+        let policy = self.policy.clone();
+        let dlq_table = self.dlq_table;
+        self.runtime
+            .spawn(async move { deliver::deliver(sink, policy, dlq_table, job).await })
+    }
+
+    fn committed(&self, inner: &mut Inner, flight: &InFlight, delivered: Delivered) {
         if flight.attempts > 0 {
-            tracing::info!(connector = %self.connector, task = self.task, attempts = flight.attempts, "database back; batch committed");
+            tracing::info!(connector = %self.connector, task = self.task, attempts = flight.attempts, "recovered; batch committed, partitions resume");
         }
-        for advance in &flight.batch.offsets {
+        for failure in &delivered.handled {
+            tracing::warn!(connector = %self.connector, task = self.task, topic = %failure.topic, partition = failure.partition,
+                offset = failure.offset, stage = %failure.stage, class = failure.class, policy = self.policy.policy.name(),
+                error = %failure.message, "record failed");
+        }
+        match self.policy.policy {
+            ErrorPolicy::Dlq => self
+                .metrics
+                .dead_letters
+                .fetch_add(delivered.dead_letters as u64, Ordering::Relaxed),
+            _ => self
+                .metrics
+                .failed_skipped
+                .fetch_add(delivered.handled.len() as u64, Ordering::Relaxed),
+        };
+        if let Some(failure) = delivered.fatal {
+            inner.fatal = Some(TaskError::Record(failure));
+        }
+        for advance in &delivered.offsets {
             if let Some(state) = inner
                 .partitions
                 .get_mut(&(advance.topic.clone(), advance.partition))
@@ -333,9 +356,7 @@ impl Shared {
             }
         }
         if self.guarantee == Guarantee::AtLeastOnce {
-            inner
-                .kafka_commits
-                .extend(flight.next_offsets.iter().cloned());
+            inner.kafka_commits.extend(delivered.next_offsets);
         }
         self.metrics
             .committed
@@ -349,13 +370,15 @@ impl Shared {
 
     fn read_offsets(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
         let started = Instant::now();
-        let mut delay = RETRY_INITIAL;
+        let mut attempt = 0;
         loop {
             match self.runtime.block_on(self.sink.read_offsets(topic)) {
-                Err(e) if e.is_transient() && started.elapsed() < RETRY_MAX_ELAPSED => {
-                    tracing::warn!(connector = %self.connector, task = self.task, topic, error = %e, "cannot read stored offsets yet; retrying");
-                    std::thread::sleep(delay);
-                    delay = (delay * 2).min(RETRY_MAX);
+                Err(e) if e.is_transient() && started.elapsed() < self.retry.max_elapsed.0 => {
+                    if attempt == 0 {
+                        tracing::warn!(connector = %self.connector, task = self.task, topic, error = %e, "cannot read stored offsets yet; retrying");
+                    }
+                    std::thread::sleep(self.retry.backoff(attempt));
+                    attempt += 1;
                 }
                 other => return other,
             }
@@ -365,16 +388,16 @@ impl Shared {
 
 fn drop_buffered(inner: &mut Inner, partitions: &[Partition]) {
     let before = inner.buffer.len();
-    inner.buffer.retain(|r| {
+    inner.buffer.retain(|i| {
         !partitions
             .iter()
-            .any(|(t, p)| *t == r.topic && *p == r.partition)
+            .any(|(t, p)| *t == i.record.topic && *p == i.record.partition)
     });
     if inner.buffer.len() != before {
         inner.buffer_bytes = inner
             .buffer
             .iter()
-            .map(|r| r.payload_bytes() as usize)
+            .map(|i| i.record.payload_bytes() as usize)
             .sum();
         if inner.buffer.is_empty() {
             inner.batch_started = None;
@@ -452,9 +475,8 @@ impl RebalanceListener for Shared {
 struct Actor {
     spec: TaskSpec,
     shared: Arc<Shared>,
-    mapper: RowMapper,
-    /// The connector's transforms, instantiated for this task (its own stores).
-    chain: Option<sluice_transform::TransformChain>,
+    /// Transforms (instantiated for this task: its own stores), schema and mapping.
+    preparer: Option<Preparer>,
     state: TaskState,
     status: watch::Sender<TaskStatus>,
 }
@@ -467,7 +489,6 @@ impl Actor {
         runtime: Handle,
         status: watch::Sender<TaskStatus>,
     ) -> Self {
-        let mapper = RowMapper::new(&spec.connector.sink, spec.connector.format);
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
                 partitions: HashMap::new(),
@@ -485,14 +506,21 @@ impl Actor {
             connector: spec.connector.name.clone(),
             task: spec.task,
             guarantee: spec.connector.delivery.guarantee,
+            policy: spec.policy.clone(),
+            dlq_table: spec
+                .connector
+                .errors
+                .dlq
+                .as_ref()
+                .is_some_and(|d| d.table.is_some()),
+            retry: spec.connector.errors.retry.clone(),
             paused: AtomicBool::new(false),
             backpressure: AtomicBool::new(false),
         });
         Self {
             spec,
             shared,
-            mapper,
-            chain: None,
+            preparer: None,
             state: TaskState::Subscribing,
             status,
         }
@@ -524,6 +552,7 @@ impl Actor {
     }
 
     fn run(&mut self, control: mpsc::Receiver<Control>) -> Result<(), TaskError> {
+        let mut chain = None;
         if let Some(engine) = &self.spec.engine
             && !self.spec.connector.transforms.is_empty()
         {
@@ -534,12 +563,17 @@ impl Actor {
                 .iter()
                 .map(|t| t.spec())
                 .collect();
-            self.chain = Some(sluice_transform::TransformChain::new(
+            chain = Some(sluice_transform::TransformChain::new(
                 engine,
                 &self.spec.connector.name,
                 &specs,
             )?);
         }
+        self.preparer = Some(Preparer::new(
+            &self.spec.connector,
+            chain,
+            self.spec.schema.clone(),
+        ));
         let listener: Arc<dyn RebalanceListener> = self.shared.clone();
         let consumer = source::subscribe(
             &self.spec.kafka,
@@ -585,8 +619,8 @@ impl Actor {
             }) {
                 match message {
                     Ok(message) => {
-                        let record = source::to_record(&message);
-                        self.accept(record);
+                        let incoming = source::to_record(&message);
+                        self.accept(incoming);
                     }
                     Err(error) => {
                         tracing::warn!(connector = %self.spec.connector.name, task = self.spec.task, %error, "consumer error");
@@ -648,7 +682,11 @@ impl Actor {
         }
         // Pausing purges librdkafka's prefetched records and costs a fetch round trip on
         // resume, so the buffer may run BACKPRESSURE_BATCHES batches ahead before it does.
-        let full = inner.buffer.len() >= max_records * BACKPRESSURE_BATCHES
+        // While a transient failure is retried, the partitions pause too: polling goes on,
+        // so the consumer stays in its group.
+        let retrying = inner.in_flight.as_ref().is_some_and(|f| f.attempts > 0);
+        let full = retrying
+            || inner.buffer.len() >= max_records * BACKPRESSURE_BATCHES
             || inner.buffer_bytes >= max_bytes.saturating_mul(BACKPRESSURE_BATCHES);
         drop(inner);
         if full != self.shared.backpressure.load(Ordering::Relaxed) {
@@ -662,7 +700,8 @@ impl Actor {
         Ok(())
     }
 
-    fn accept(&self, record: Record) {
+    fn accept(&self, incoming: Incoming) {
+        let record = &incoming.record;
         self.shared.metrics.consumed.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.shared.lock();
         let key = (record.topic.clone(), record.partition);
@@ -685,7 +724,7 @@ impl Actor {
         state.position = Some(record.offset + 1);
         inner.buffer_bytes += record.payload_bytes() as usize;
         inner.batch_started.get_or_insert_with(Instant::now);
-        inner.buffer.push(record);
+        inner.buffer.push(incoming);
     }
 
     /// Transforms and maps the buffered records and starts writing them with their
@@ -700,45 +739,35 @@ impl Actor {
         // The oldest records, up to one batch's worth (at least one record).
         let mut take = 0;
         let mut bytes = 0;
-        for record in &inner.buffer {
-            let size = record.payload_bytes() as usize;
+        for incoming in &inner.buffer {
+            let size = incoming.record.payload_bytes() as usize;
             if take > 0 && (take >= max_records || bytes + size > max_bytes) {
                 break;
             }
             take += 1;
             bytes += size;
         }
-        let records: Vec<Record> = inner.buffer.drain(..take).collect();
+        let records: Vec<Incoming> = inner.buffer.drain(..take).collect();
         inner.buffer_bytes = inner.buffer_bytes.saturating_sub(bytes);
         if inner.buffer.is_empty() {
             inner.batch_started = None;
         }
         let mut last: HashMap<Partition, i64> = HashMap::new();
-        for record in &records {
+        for incoming in &records {
+            let record = &incoming.record;
             let entry = last
                 .entry((record.topic.clone(), record.partition))
                 .or_insert(record.offset);
             *entry = (*entry).max(record.offset);
         }
         let consumed = records.len() as u64;
-        let rows = self.transform(records)?;
-        let mut ops = Vec::with_capacity(rows.len());
-        let mut skipped = 0;
-        for record in &rows {
-            match self.mapper.map(record) {
-                Ok(RowOp::Skip(why)) => {
-                    tracing::debug!(connector = %self.spec.connector.name, record = %record.coordinates(), why, "record skipped");
-                    skipped += 1;
-                }
-                Ok(op) => ops.push(op),
-                Err(source) => {
-                    return Err(TaskError::Map {
-                        coordinates: record.coordinates(),
-                        source,
-                    });
-                }
-            }
-        }
+        let Some(preparer) = self.preparer.as_mut() else {
+            return Err(TaskError::Sink(SinkError::Invalid(
+                "internal: batch submitted before the task started".into(),
+            )));
+        };
+        let mut prepared = preparer.prepare(records)?;
+        let skipped = prepared.skipped;
         let next_offsets: Vec<(Partition, i64)> =
             last.into_iter().map(|(p, o)| (p, o + 1)).collect();
         let offsets = if self.shared.guarantee == Guarantee::ExactlyOnce {
@@ -757,63 +786,30 @@ impl Actor {
         } else {
             Vec::new()
         };
-        let batch = Arc::new(WriteBatch { ops, offsets });
-        let sink = self.shared.sink.clone();
-        let write = batch.clone();
-        let handle = self
-            .shared
-            .runtime
-            .spawn(async move { sink.write(&write).await });
+        let partitions = next_offsets.iter().map(|(p, _)| p.clone()).collect();
+        let plan = Plan::new(
+            self.shared.policy.policy,
+            self.shared.dlq_table,
+            &mut prepared,
+            offsets,
+            next_offsets,
+        );
+        let job = Arc::new(Job {
+            plan: tokio::sync::Mutex::new(plan),
+            prepared,
+            partitions,
+        });
+        let handle = self.shared.spawn_delivery(job.clone());
         inner.in_flight = Some(InFlight {
             handle,
-            batch,
+            job,
             records: consumed,
             skipped,
-            next_offsets,
             first_failure: None,
             attempts: 0,
             retry_at: None,
         });
         Ok(())
-    }
-
-    /// Runs the batch through the connector's transforms (one guest call per plugin); the
-    /// records that come out are what the mapping sees.
-    fn transform(&mut self, records: Vec<Record>) -> Result<Vec<Record>, TaskError> {
-        let Some(chain) = self.chain.as_mut() else {
-            return Ok(records);
-        };
-        // Where each input came from, kept cheaply: only a rejected record's coordinates are
-        // ever formatted. Topics repeat, so they are stored once.
-        let mut topics: Vec<String> = Vec::new();
-        let origins: Vec<(usize, i32, i64)> = records
-            .iter()
-            .map(|r| {
-                let topic = topics
-                    .iter()
-                    .position(|t| *t == r.topic)
-                    .unwrap_or_else(|| {
-                        topics.push(r.topic.clone());
-                        topics.len() - 1
-                    });
-                (topic, r.partition, r.offset)
-            })
-            .collect();
-        let outcomes = chain.process(records)?;
-        let mut out = Vec::with_capacity(outcomes.len());
-        for (outcome, (topic, partition, offset)) in outcomes.into_iter().zip(origins) {
-            match outcome {
-                sluice_transform::Outcome::Records(records) => out.extend(records),
-                sluice_transform::Outcome::Failed { plugin, message } => {
-                    return Err(TaskError::Rejected {
-                        coordinates: format!("{}/{partition}@{offset}", topics[topic]),
-                        plugin,
-                        message,
-                    });
-                }
-            }
-        }
-        Ok(out)
     }
 
     /// After an offset conflict: read the stored offsets again and move the partitions we

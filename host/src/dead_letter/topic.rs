@@ -1,0 +1,176 @@
+//! The dead-letter topic: failed records produced to Kafka with their cause.
+//!
+//! Each dead letter keeps the original key, value and headers, and gets context headers:
+//! `sluice.source.topic`, `sluice.source.partition`, `sluice.source.offset`,
+//! `sluice.connector`, `sluice.stage`, `sluice.error.class`, `sluice.error.message`. The
+//! task waits for the broker's acknowledgement of every dead letter of a batch before that
+//! batch's offsets commit, so a crash cannot lose one (it can repeat one: a batch retried
+//! after its dead letters were acknowledged but before its commit produces them again).
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use super::DeadLetter;
+use crate::config::KafkaConfig;
+
+/// How long librdkafka keeps trying to deliver one dead letter.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why dead letters could not be produced.
+#[derive(Debug, thiserror::Error)]
+#[error("producing dead letters to topic {topic}: {source}")]
+pub struct DeadLetterError {
+    pub topic: String,
+    pub source: KafkaError,
+}
+
+impl DeadLetterError {
+    /// A broker that is down or slow passes; a record too large for the topic, or a topic
+    /// this client may not write, does not.
+    pub fn is_transient(&self) -> bool {
+        !matches!(
+            self.source.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::MessageSizeTooLarge
+                    | RDKafkaErrorCode::InvalidMessageSize
+                    | RDKafkaErrorCode::TopicAuthorizationFailed
+                    | RDKafkaErrorCode::InvalidTopic
+                    | RDKafkaErrorCode::InvalidRecord
+            )
+        )
+    }
+}
+
+/// A producer for one connector's dead-letter topic.
+pub struct DeadLetterProducer {
+    producer: FutureProducer,
+    topic: String,
+    connector: String,
+}
+
+impl DeadLetterProducer {
+    /// A producer on the connector's cluster, with its `kafka.properties` (security
+    /// settings), waiting for all in-sync replicas.
+    pub fn new(
+        kafka: &KafkaConfig,
+        brokers: &str,
+        topic: &str,
+        connector: &str,
+    ) -> Result<Self, DeadLetterError> {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", brokers);
+        for (key, value) in &kafka.properties {
+            // Consumer-only settings would only make librdkafka warn.
+            if !is_consumer_only(key) {
+                config.set(key, value);
+            }
+        }
+        config
+            .set("client.id", format!("sluice-{connector}-dlq"))
+            .set("acks", "all")
+            .set(
+                "message.timeout.ms",
+                DELIVERY_TIMEOUT.as_millis().to_string(),
+            )
+            .set_log_level(RDKafkaLogLevel::Warning);
+        let producer = config.create().map_err(|source| DeadLetterError {
+            topic: topic.to_string(),
+            source,
+        })?;
+        Ok(Self {
+            producer,
+            topic: topic.to_string(),
+            connector: connector.to_string(),
+        })
+    }
+
+    /// The topic dead letters go to.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Produces every dead letter and waits until the broker acknowledged all of them.
+    pub async fn send_all(&self, letters: &[DeadLetter]) -> Result<(), DeadLetterError> {
+        let error = |source| DeadLetterError {
+            topic: self.topic.clone(),
+            source,
+        };
+        let mut pending = Vec::with_capacity(letters.len());
+        for letter in letters {
+            let headers = self.headers(letter);
+            let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
+            if let Some(key) = letter.record.key.as_deref() {
+                record = record.key(key);
+            }
+            if let Some(value) = letter.record.value.as_deref() {
+                record = record.payload(value);
+            }
+            loop {
+                match self.producer.send_result(record) {
+                    Ok(delivery) => {
+                        pending.push(delivery);
+                        break;
+                    }
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        record = back;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err((source, _)) => return Err(error(source)),
+                }
+            }
+        }
+        for delivery in pending {
+            match delivery.await {
+                Ok(Ok(_)) => {}
+                Ok(Err((source, _))) => return Err(error(source)),
+                Err(_canceled) => return Err(error(KafkaError::Canceled)),
+            }
+        }
+        Ok(())
+    }
+
+    fn headers(&self, letter: &DeadLetter) -> OwnedHeaders {
+        let record = &letter.record;
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 7);
+        for (name, value) in &record.headers {
+            headers = headers.insert(Header {
+                key: name.as_str(),
+                value: value.as_deref(),
+            });
+        }
+        let context = [
+            ("sluice.source.topic", record.topic.clone()),
+            ("sluice.source.partition", record.partition.to_string()),
+            ("sluice.source.offset", record.offset.to_string()),
+            ("sluice.connector", self.connector.clone()),
+            ("sluice.stage", letter.stage.name().to_string()),
+            ("sluice.error.class", letter.class.to_string()),
+            ("sluice.error.message", letter.message.clone()),
+        ];
+        for (name, value) in &context {
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(value.as_bytes()),
+            });
+        }
+        headers
+    }
+}
+
+fn is_consumer_only(key: &str) -> bool {
+    key.starts_with("session.")
+        || key.starts_with("heartbeat.")
+        || key.starts_with("group.")
+        || key.starts_with("fetch.")
+        || key.starts_with("auto.")
+        || key.starts_with("enable.auto")
+        || key.starts_with("partition.assignment")
+        || key.starts_with("max.poll")
+        || key.starts_with("queued.")
+        || key == "isolation.level"
+}

@@ -1,0 +1,255 @@
+//! One batch through the stages before the database: arrival checks, the transform chain,
+//! the JSON Schema and the column mapping. Every failure belongs to one input record and
+//! is kept apart ([`Failure`]); the others become row operations.
+//!
+//! The task uses this for every batch it consumes, and `sluice dlq redrive` for the dead
+//! letters it re-submits, so both see exactly the same pipeline.
+
+use std::sync::Arc;
+
+use crate::config::{ConnectorConfig, ErrorPolicy, Format};
+use crate::failure::{Failure, Stage};
+use crate::map::{MapError, RowMapper, RowOp};
+use crate::record::Record;
+use crate::validate::{self, RecordSchema};
+
+/// A failing plugin costs a call per split when its failures are isolated; after this many
+/// failed calls in one batch, the records not yet isolated fail together.
+const MAX_FAILED_TRANSFORM_CALLS: usize = 256;
+
+/// A record as the source hands it over.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    pub record: Record,
+    /// Why the record cannot be taken as it is (a header name that is not UTF-8).
+    pub defect: Option<String>,
+}
+
+impl From<Record> for Incoming {
+    fn from(record: Record) -> Self {
+        Incoming {
+            record,
+            defect: None,
+        }
+    }
+}
+
+/// A prepared batch.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// Row operations in record order (no `Skip`).
+    pub ops: Vec<RowOp>,
+    /// For each operation, the index of the input record it came from.
+    pub origins: Vec<usize>,
+    /// Failed inputs, in input order, one per input at most.
+    pub failures: Vec<Failure>,
+    /// Inputs that mapped to nothing to write (a tombstone on a table without key).
+    pub skipped: u64,
+    /// The input records as they arrived, when dead letters may need them.
+    pub originals: Option<Vec<Record>>,
+    /// Each input's topic (an index into `topics`), partition and offset.
+    coordinates: Vec<(usize, i32, i64)>,
+    topics: Vec<String>,
+}
+
+impl Prepared {
+    /// How many input records the batch has.
+    pub fn inputs(&self) -> usize {
+        self.coordinates.len()
+    }
+
+    /// A failure of input `index`.
+    pub fn failure(
+        &self,
+        index: usize,
+        stage: Stage,
+        class: &'static str,
+        message: String,
+    ) -> Failure {
+        let (topic, partition, offset) = self.coordinates[index];
+        Failure {
+            index,
+            topic: self.topics[topic].clone(),
+            partition,
+            offset,
+            stage,
+            class,
+            message,
+        }
+    }
+
+    /// Input `index`'s partition and offset, with its topic.
+    pub fn position(&self, index: usize) -> (&str, i32, i64) {
+        let (topic, partition, offset) = self.coordinates[index];
+        (&self.topics[topic], partition, offset)
+    }
+}
+
+/// Runs batches through the stages before the sink, for one task.
+pub struct Preparer {
+    chain: Option<sluice_transform::TransformChain>,
+    schema: Option<Arc<RecordSchema>>,
+    mapper: RowMapper,
+    format: Format,
+    max_record_bytes: u64,
+    keep_originals: bool,
+}
+
+impl Preparer {
+    /// A preparer for `connector`, with its transform chain (already instantiated) and
+    /// compiled schema.
+    pub fn new(
+        connector: &ConnectorConfig,
+        chain: Option<sluice_transform::TransformChain>,
+        schema: Option<Arc<RecordSchema>>,
+    ) -> Self {
+        Self {
+            chain,
+            schema,
+            mapper: RowMapper::new(&connector.sink, connector.format),
+            format: connector.format,
+            max_record_bytes: connector.max_record_bytes.0,
+            keep_originals: connector.errors.policy == ErrorPolicy::Dlq,
+        }
+    }
+
+    /// Keeps (or not) the input records for dead letters; `dlq redrive` needs them always.
+    pub fn keep_originals(mut self, keep: bool) -> Self {
+        self.keep_originals = keep;
+        self
+    }
+
+    /// Prepares one batch. `Err` only when the transform chain itself cannot run (a plugin
+    /// that can no longer be instantiated): no record is to blame for that.
+    pub fn prepare(
+        &mut self,
+        incoming: Vec<Incoming>,
+    ) -> Result<Prepared, sluice_transform::TransformError> {
+        let mut prepared = Prepared::default();
+        let mut failed: Vec<Option<Failure>> = Vec::new();
+        failed.resize_with(incoming.len(), || None);
+        prepared.coordinates.reserve(incoming.len());
+        for item in &incoming {
+            let r = &item.record;
+            let topic = match prepared.topics.iter().rposition(|t| *t == r.topic) {
+                Some(t) => t,
+                None => {
+                    prepared.topics.push(r.topic.clone());
+                    prepared.topics.len() - 1
+                }
+            };
+            prepared.coordinates.push((topic, r.partition, r.offset));
+        }
+        if self.keep_originals {
+            prepared.originals = Some(incoming.iter().map(|i| i.record.clone()).collect());
+        }
+
+        // Arrival checks: a failing record goes no further.
+        let mut passing = Vec::with_capacity(incoming.len());
+        let mut passing_index = Vec::with_capacity(incoming.len());
+        for (index, item) in incoming.into_iter().enumerate() {
+            let problem = match item.defect {
+                Some(defect) => Some(("header_not_utf8", defect)),
+                None => validate::check_size(&item.record, self.max_record_bytes)
+                    .err()
+                    .map(|m| ("record_too_large", m)),
+            };
+            match problem {
+                Some((class, message)) => {
+                    failed[index] = Some(prepared.failure(index, Stage::Source, class, message));
+                }
+                None => {
+                    passing.push(item.record);
+                    passing_index.push(index);
+                }
+            }
+        }
+
+        // Transforms: one guest call per plugin, a failing batch split until the records
+        // that make it fail are found.
+        let outputs: Vec<(usize, Record)> = match self.chain.as_mut() {
+            None => passing_index.into_iter().zip(passing).collect(),
+            Some(chain) => {
+                let outcomes = chain.process_isolating(passing, MAX_FAILED_TRANSFORM_CALLS)?;
+                let mut outputs = Vec::with_capacity(outcomes.len());
+                for (outcome, index) in outcomes.into_iter().zip(passing_index) {
+                    match outcome {
+                        sluice_transform::Outcome::Records(records) => {
+                            outputs.extend(records.into_iter().map(|r| (index, r)));
+                        }
+                        sluice_transform::Outcome::Failed { plugin, message } => {
+                            failed[index] = Some(prepared.failure(
+                                index,
+                                Stage::Transform,
+                                "transform",
+                                format!("transform {plugin}: {message}"),
+                            ));
+                        }
+                    }
+                }
+                outputs
+            }
+        };
+
+        // Schema and mapping, output by output.
+        prepared.ops.reserve(outputs.len());
+        prepared.origins.reserve(outputs.len());
+        for (index, record) in &outputs {
+            let index = *index;
+            if failed[index].is_some() {
+                continue;
+            }
+            match self.map_one(record) {
+                Ok(RowOp::Skip(why)) => {
+                    tracing::debug!(record = %crate::record::RecordExt::coordinates(record), why, "record skipped");
+                    prepared.skipped += 1;
+                }
+                Ok(op) => {
+                    prepared.ops.push(op);
+                    prepared.origins.push(index);
+                }
+                Err((stage, class, message)) => {
+                    failed[index] = Some(prepared.failure(index, stage, class, message));
+                }
+            }
+        }
+        prepared.failures = failed.into_iter().flatten().collect();
+        if !prepared.failures.is_empty() {
+            // An input with several outputs fails as a whole.
+            let failed_inputs: std::collections::HashSet<usize> =
+                prepared.failures.iter().map(|f| f.index).collect();
+            let (ops, origins): (Vec<RowOp>, Vec<usize>) = std::mem::take(&mut prepared.ops)
+                .into_iter()
+                .zip(std::mem::take(&mut prepared.origins))
+                .filter(|(_, origin)| !failed_inputs.contains(origin))
+                .unzip();
+            prepared.ops = ops;
+            prepared.origins = origins;
+        }
+        Ok(prepared)
+    }
+
+    fn map_one(&self, record: &Record) -> Result<RowOp, (Stage, &'static str, String)> {
+        let map_failure = |e: MapError| {
+            let class = match e {
+                MapError::Decode(_) => "invalid_json",
+                MapError::NotUtf8 => "not_utf8",
+                MapError::Column { .. } => "column_value",
+            };
+            (Stage::Map, class, e.to_string())
+        };
+        let parsed = match (&self.schema, self.format) {
+            (Some(schema), Format::Json) => match RowMapper::parse(record).map_err(map_failure)? {
+                Some(document) => {
+                    schema
+                        .check(&document)
+                        .map_err(|m| (Stage::Validate, "schema_invalid", m))?;
+                    Some(document)
+                }
+                None => None,
+            },
+            _ => None,
+        };
+        self.mapper.map_parsed(record, parsed).map_err(map_failure)
+    }
+}

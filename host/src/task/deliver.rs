@@ -1,0 +1,490 @@
+//! A batch's way into the database, with the connector's error policy applied to the
+//! records that failed.
+//!
+//! Records that failed before the database (arrival checks, transforms, schema, mapping)
+//! are known when the batch is planned. When the database refuses the batch for a reason
+//! that is not transient, the sink finds the refused rows by splitting the batch under
+//! savepoints ([`Sink::find_refused`]); they join the failures and the batch is planned and
+//! written again. The policy decides what a failure becomes:
+//!
+//! - `fail`: nothing at or after the first failed record of its partition is written; the
+//!   records before it commit, then the task fails with the record's coordinates and cause.
+//! - `skip`: logged with coordinates and counted; its offset commits with the batch.
+//! - `dlq`: a dead letter, in the dead-letter table in the batch's transaction, or produced
+//!   to the dead-letter topic and acknowledged before the transaction begins.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::config::ErrorPolicy;
+use crate::dead_letter::DeadLetter;
+use crate::dead_letter::topic::{DeadLetterError, DeadLetterProducer};
+use crate::failure::{Failure, Stage};
+use crate::map::RowOp;
+use crate::prepare::Prepared;
+use crate::sink::{OffsetAdvance, Sink, SinkError, WriteBatch};
+use crate::source::Partition;
+
+/// Rounds of "write, find the refused rows, plan again" before a batch gives up: each
+/// round removes at least one refused row, and a database that refuses a different row
+/// every time is not one to fight with.
+const MAX_ROUNDS: usize = 8;
+
+/// A connector's error policy, shared by its tasks.
+pub struct Policy {
+    pub policy: ErrorPolicy,
+    /// The dead-letter topic's producer (`errors.dlq.topic`).
+    pub dlq_topic: Option<DeadLetterProducer>,
+}
+
+/// Why a batch could not be delivered.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliverError {
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error(transparent)]
+    DeadLetter(#[from] DeadLetterError),
+}
+
+impl DeliverError {
+    /// Worth waiting for and retrying.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            DeliverError::Sink(e) => e.is_transient(),
+            DeliverError::DeadLetter(e) => e.is_transient(),
+        }
+    }
+}
+
+/// What one batch writes, after the policy: rows, offsets, dead letters.
+pub struct Plan {
+    pub batch: WriteBatch,
+    /// The input record of each of `batch.ops`.
+    origins: Vec<usize>,
+    /// Where each partition goes after the batch (for the at-least-once Kafka commit).
+    pub next_offsets: Vec<(Partition, i64)>,
+    /// `fail` policy: the first failed record; the task fails after the batch commits.
+    pub fatal: Option<Failure>,
+    /// Failures skipped or turned into dead letters.
+    pub handled: Vec<Failure>,
+    /// Dead letters for the topic, not yet acknowledged.
+    to_produce: Vec<DeadLetter>,
+    /// Dead letters this batch stores or produced.
+    pub dead_letters: usize,
+}
+
+impl Plan {
+    /// A plan for a prepared batch: its operations, its offsets, its failures so far.
+    pub fn new(
+        policy: ErrorPolicy,
+        dlq_table: bool,
+        prepared: &mut Prepared,
+        offsets: Vec<OffsetAdvance>,
+        next_offsets: Vec<(Partition, i64)>,
+    ) -> Plan {
+        let mut plan = Plan {
+            batch: WriteBatch {
+                ops: std::mem::take(&mut prepared.ops),
+                offsets,
+                ..WriteBatch::default()
+            },
+            origins: std::mem::take(&mut prepared.origins),
+            next_offsets,
+            fatal: None,
+            handled: Vec::new(),
+            to_produce: Vec::new(),
+            dead_letters: 0,
+        };
+        let failures = std::mem::take(&mut prepared.failures);
+        plan.apply(policy, dlq_table, failures, prepared);
+        plan
+    }
+
+    /// Applies the policy to more failures.
+    fn apply(
+        &mut self,
+        policy: ErrorPolicy,
+        dlq_table: bool,
+        failures: Vec<Failure>,
+        prepared: &Prepared,
+    ) {
+        if failures.is_empty() {
+            return;
+        }
+        let failed: HashSet<usize> = failures.iter().map(|f| f.index).collect();
+        self.retain_ops(|origin| !failed.contains(&origin));
+        if !self.batch.redriven.is_empty() {
+            // A redriven dead letter that fails again stays (with its new cause).
+            let again: HashSet<(&str, i32, i64)> = failures
+                .iter()
+                .map(|f| (f.topic.as_str(), f.partition, f.offset))
+                .collect();
+            self.batch
+                .redriven
+                .retain(|(t, p, o)| !again.contains(&(t.as_str(), *p, *o)));
+        }
+        match policy {
+            ErrorPolicy::Fail => {
+                // Each partition stops at its first failed record.
+                let mut cut: HashMap<(String, i32), i64> = HashMap::new();
+                for f in &failures {
+                    let at = cut
+                        .entry((f.topic.clone(), f.partition))
+                        .or_insert(f.offset);
+                    *at = (*at).min(f.offset);
+                }
+                self.retain_ops(|origin| {
+                    let (topic, partition, offset) = prepared.position(origin);
+                    cut.get(&(topic.to_string(), partition))
+                        .is_none_or(|at| offset < *at)
+                });
+                for advance in &mut self.batch.offsets {
+                    if let Some(at) = cut.get(&(advance.topic.clone(), advance.partition)) {
+                        advance.next = advance.next.min(*at);
+                    }
+                }
+                self.batch.offsets.retain(|a| a.expected != Some(a.next));
+                for (partition, next) in &mut self.next_offsets {
+                    if let Some(at) = cut.get(partition) {
+                        *next = (*next).min(*at);
+                    }
+                }
+                let first = failures.into_iter().min_by_key(|f| f.index);
+                self.fatal = match (self.fatal.take(), first) {
+                    (Some(a), Some(b)) => Some(if a.index <= b.index { a } else { b }),
+                    (a, b) => a.or(b),
+                };
+            }
+            ErrorPolicy::Skip => self.handled.extend(failures),
+            ErrorPolicy::Dlq => {
+                let originals = prepared.originals.as_deref().unwrap_or_default();
+                for failure in &failures {
+                    let record = originals.get(failure.index).cloned().unwrap_or_else(|| {
+                        // Without the original (not kept), the dead letter still names it.
+                        let (topic, partition, offset) = prepared.position(failure.index);
+                        crate::record::Record {
+                            topic: topic.to_string(),
+                            partition,
+                            offset,
+                            ..Default::default()
+                        }
+                    });
+                    let letter = DeadLetter::new(record, failure);
+                    if dlq_table {
+                        self.batch.dead_letters.push(letter);
+                    } else {
+                        self.to_produce.push(letter);
+                    }
+                    self.dead_letters += 1;
+                }
+                self.handled.extend(failures);
+            }
+        }
+    }
+
+    fn retain_ops(&mut self, keep: impl Fn(usize) -> bool) {
+        if self.origins.iter().all(|&o| keep(o)) {
+            return;
+        }
+        let (ops, origins): (Vec<RowOp>, Vec<usize>) = std::mem::take(&mut self.batch.ops)
+            .into_iter()
+            .zip(std::mem::take(&mut self.origins))
+            .filter(|(_, origin)| keep(*origin))
+            .unzip();
+        self.batch.ops = ops;
+        self.origins = origins;
+    }
+}
+
+/// A batch being delivered: its plan, and what retries and probes need.
+pub struct Job {
+    pub plan: tokio::sync::Mutex<Plan>,
+    /// The prepared batch without its operations: coordinates and originals.
+    pub prepared: Prepared,
+    /// The partitions the batch covers.
+    pub partitions: Vec<Partition>,
+}
+
+/// What a delivered batch did.
+#[derive(Debug, Default)]
+pub struct Delivered {
+    /// The offsets the transaction advanced (after a `fail` cut).
+    pub offsets: Vec<OffsetAdvance>,
+    pub next_offsets: Vec<(Partition, i64)>,
+    pub fatal: Option<Failure>,
+    pub handled: Vec<Failure>,
+    pub dead_letters: usize,
+}
+
+/// Delivers a batch: dead letters to their topic, then one transaction; refused rows are
+/// found, planned again under the policy, and the batch written again. Safe to call again
+/// after a transient error: what was acknowledged is not produced twice.
+pub async fn deliver(
+    sink: Arc<Sink>,
+    policy: Arc<Policy>,
+    dlq_table: bool,
+    job: Arc<Job>,
+) -> Result<Delivered, DeliverError> {
+    let mut plan = job.plan.lock().await;
+    for _ in 0..MAX_ROUNDS {
+        if !plan.to_produce.is_empty() {
+            if let Some(producer) = &policy.dlq_topic {
+                producer.send_all(&plan.to_produce).await?;
+            }
+            plan.to_produce.clear();
+        }
+        let error = match sink.write(&plan.batch).await {
+            Ok(()) => {
+                return Ok(Delivered {
+                    offsets: plan.batch.offsets.clone(),
+                    next_offsets: plan.next_offsets.clone(),
+                    fatal: plan.fatal.clone(),
+                    handled: plan.handled.clone(),
+                    dead_letters: plan.dead_letters,
+                });
+            }
+            Err(e) if e.is_transient() || matches!(e, SinkError::OffsetConflict { .. }) => {
+                return Err(e.into());
+            }
+            Err(e) => e,
+        };
+        let refused = sink.find_refused(&plan.batch.ops).await?;
+        if refused.is_empty() {
+            // Not a row's fault (the offsets, the dead letters, the commit).
+            return Err(error.into());
+        }
+        let failures = refused
+            .into_iter()
+            .map(|(op, message)| {
+                job.prepared
+                    .failure(plan.origins[op], Stage::Sink, "database_refused", message)
+            })
+            .collect();
+        plan.apply(policy.policy, dlq_table, failures, &job.prepared);
+    }
+    Err(SinkError::Invalid(format!(
+        "the database kept refusing rows of a batch after {MAX_ROUNDS} rounds of isolating them"
+    ))
+    .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, ConnectorConfig};
+    use crate::map::SqlValue;
+    use crate::prepare::{Incoming, Preparer};
+    use crate::record::Record;
+
+    fn connector(policy: &str) -> ConnectorConfig {
+        let text = format!(
+            r#"
+kafka: {{ brokers: localhost:9092 }}
+connectors:
+  - name: c
+    topics: [t]
+    max_record_bytes: 100
+    sink:
+      url: sqlite://x.db
+      table: words
+      columns:
+        uid: {{ from: /uid, type: bigint }}
+    errors: {policy}
+"#
+        );
+        let config: Config = crate::config::load_str(&text, &|_| None).expect("valid");
+        config.connectors.into_iter().next().expect("one connector")
+    }
+
+    /// Partition 0 offsets 10..14 and partition 1 offsets 20..22; offsets 11 and 21 are
+    /// not JSON, 13 is too large.
+    fn prepared(connector: &ConnectorConfig) -> Prepared {
+        let mut records = Vec::new();
+        for offset in 10..15 {
+            let value = match offset {
+                11 => "not json".to_string(),
+                13 => format!("{{\"uid\": {offset}, \"pad\": \"{}\"}}", "x".repeat(200)),
+                _ => format!("{{\"uid\": {offset}}}"),
+            };
+            records.push(Incoming::from(Record::from_value("t", 0, offset, value)));
+        }
+        for offset in 20..23 {
+            let value = if offset == 21 {
+                "{".to_string()
+            } else {
+                format!("{{\"uid\": {offset}}}")
+            };
+            records.push(Incoming::from(Record::from_value("t", 1, offset, value)));
+        }
+        Preparer::new(connector, None, None)
+            .prepare(records)
+            .expect("no transforms to fail")
+    }
+
+    fn offsets() -> (Vec<OffsetAdvance>, Vec<(Partition, i64)>) {
+        let advance = |partition, expected, next| OffsetAdvance {
+            topic: "t".into(),
+            partition,
+            expected,
+            next,
+        };
+        (
+            vec![advance(0, Some(10), 15), advance(1, None, 23)],
+            vec![(("t".into(), 0), 15), (("t".into(), 1), 23)],
+        )
+    }
+
+    fn uids(plan: &Plan) -> Vec<i64> {
+        plan.batch
+            .ops
+            .iter()
+            .map(|op| match op {
+                RowOp::Write(row) => match row[0] {
+                    SqlValue::Int(uid) => uid,
+                    ref other => panic!("uid {other:?}"),
+                },
+                other => panic!("op {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn failures_are_found_per_record() {
+        let prepared = prepared(&connector("{ policy: skip }"));
+        let found: Vec<(i64, &str, Stage)> = prepared
+            .failures
+            .iter()
+            .map(|f| (f.offset, f.class, f.stage))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                (11, "invalid_json", Stage::Map),
+                (13, "record_too_large", Stage::Source),
+                (21, "invalid_json", Stage::Map)
+            ]
+        );
+        assert_eq!(prepared.ops.len(), 5);
+    }
+
+    #[test]
+    fn fail_commits_what_comes_before_the_first_failure_of_each_partition() {
+        let connector = connector("{ policy: fail }");
+        let mut prepared = prepared(&connector);
+        let (offsets, next) = offsets();
+        let plan = Plan::new(ErrorPolicy::Fail, false, &mut prepared, offsets, next);
+        assert_eq!(uids(&plan), vec![10, 20]);
+        let fatal = plan.fatal.as_ref().expect("a fatal failure");
+        assert_eq!((fatal.partition, fatal.offset), (0, 11));
+        let advanced: Vec<(i32, i64)> = plan
+            .batch
+            .offsets
+            .iter()
+            .map(|a| (a.partition, a.next))
+            .collect();
+        assert_eq!(advanced, vec![(0, 11), (1, 21)]);
+        assert_eq!(plan.next_offsets[0].1, 11);
+        assert!(plan.handled.is_empty());
+    }
+
+    #[test]
+    fn fail_on_a_partitions_first_record_leaves_its_offset_alone() {
+        let mut plan = Plan {
+            batch: WriteBatch {
+                ops: vec![RowOp::Write(vec![SqlValue::Int(1)])],
+                offsets: vec![OffsetAdvance {
+                    topic: "t".into(),
+                    partition: 0,
+                    expected: Some(5),
+                    next: 6,
+                }],
+                ..WriteBatch::default()
+            },
+            origins: vec![0],
+            next_offsets: vec![(("t".into(), 0), 6)],
+            fatal: None,
+            handled: Vec::new(),
+            to_produce: Vec::new(),
+            dead_letters: 0,
+        };
+        let connector = connector("{ policy: fail }");
+        let prepared = Preparer::new(&connector, None, None)
+            .prepare(vec![Record::from_value("t", 0, 5, "{\"uid\": 1}").into()])
+            .expect("prepared");
+        let failure = prepared.failure(0, Stage::Sink, "database_refused", "no".into());
+        plan.apply(ErrorPolicy::Fail, false, vec![failure], &prepared);
+        assert!(plan.batch.ops.is_empty());
+        // Nothing moves: a compare-and-set from 5 to 5 is no advance at all.
+        assert!(plan.batch.offsets.is_empty());
+        assert!(plan.fatal.is_some());
+    }
+
+    #[test]
+    fn skip_and_dead_letters_keep_the_offsets_whole() {
+        for (policy, table) in [
+            ("{ policy: skip }", false),
+            ("{ policy: dlq, dlq: { table: dead } }", true),
+            ("{ policy: dlq, dlq: { topic: dead } }", false),
+        ] {
+            let connector = connector(policy);
+            let mut prepared = prepared(&connector);
+            let (offsets, next) = offsets();
+            let plan = Plan::new(
+                connector.errors.policy,
+                table,
+                &mut prepared,
+                offsets.clone(),
+                next,
+            );
+            assert_eq!(uids(&plan), vec![10, 12, 14, 20, 22], "{policy}");
+            assert_eq!(plan.batch.offsets, offsets, "{policy}");
+            assert_eq!(plan.handled.len(), 3, "{policy}");
+            assert!(plan.fatal.is_none());
+            match connector.errors.policy {
+                ErrorPolicy::Skip => {
+                    assert_eq!(plan.dead_letters, 0);
+                    assert!(plan.batch.dead_letters.is_empty() && plan.to_produce.is_empty());
+                }
+                _ => {
+                    assert_eq!(plan.dead_letters, 3);
+                    let letters = if table {
+                        &plan.batch.dead_letters
+                    } else {
+                        &plan.to_produce
+                    };
+                    assert_eq!(letters.len(), 3, "{policy}");
+                    // The original record, as it arrived.
+                    assert_eq!(letters[0].record.value.as_deref(), Some(&b"not json"[..]));
+                    assert_eq!(letters[1].class, "record_too_large");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn refused_rows_leave_the_batch_and_a_redrive_keeps_their_dead_letters() {
+        let connector = connector("{ policy: dlq, dlq: { table: dead } }");
+        let mut prepared = prepared(&connector);
+        let mut plan = Plan::new(
+            ErrorPolicy::Dlq,
+            true,
+            &mut prepared,
+            Vec::new(),
+            Vec::new(),
+        );
+        plan.batch.redriven = vec![("t".into(), 0, 10), ("t".into(), 0, 12)];
+        // The database refuses the row of offset 12 (ops: 10, 12, 14, 20, 22).
+        let refused = prepared.failure(
+            plan.origins[1],
+            Stage::Sink,
+            "database_refused",
+            "too long".into(),
+        );
+        assert_eq!(refused.offset, 12);
+        plan.apply(ErrorPolicy::Dlq, true, vec![refused], &prepared);
+        assert_eq!(uids(&plan), vec![10, 14, 20, 22]);
+        assert_eq!(plan.batch.redriven, vec![("t".to_string(), 0, 10)]);
+        assert_eq!(plan.batch.dead_letters.len(), 4);
+        assert_eq!(plan.batch.dead_letters[3].stage, Stage::Sink);
+    }
+}
