@@ -433,3 +433,72 @@ async fn dead_letter_topic_gets_each_poisoned_record_with_context() {
         ]
     );
 }
+
+/// Headers whose name is the bytes `name`, which need not be UTF-8 (rdkafka's safe API
+/// takes `&str`; a producer in another language can send any bytes).
+fn raw_headers(name: &[u8], value: &[u8]) -> rdkafka::message::OwnedHeaders {
+    use rdkafka::bindings as rd;
+    // SAFETY: a fresh header list; the name and value are copied by librdkafka.
+    unsafe {
+        let list = rd::rd_kafka_headers_new(1);
+        let error = rd::rd_kafka_header_add(
+            list,
+            name.as_ptr().cast(),
+            name.len() as isize,
+            value.as_ptr().cast(),
+            value.len() as isize,
+        );
+        assert_eq!(
+            error,
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR
+        );
+        // `OwnedHeaders` is a non-null pointer to librdkafka's list and owns it: it frees
+        // the list when dropped (or hands it to the produced message).
+        std::mem::transmute::<*mut rd::rd_kafka_headers_t, rdkafka::message::OwnedHeaders>(list)
+    }
+}
+
+/// A header name that is not UTF-8 fails its record alone (rdkafka's own header accessor
+/// panics on one: the consumer thread used to die on such a record).
+async fn header_name_not_utf8_fails_alone(db: Backend) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let run = PoisonRun::new(db, 1).await;
+    let dlq = unique("dead");
+    let config = run.config(
+        &unique("conn"),
+        &format!("{{ policy: dlq, dlq: {{ table: {dlq} }} }}"),
+        false,
+        "",
+    );
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &run.broker.bootstrap)
+        .set("batch.num.messages", "1")
+        .create()
+        .expect("producer");
+    for uid in 0..5u64 {
+        let key = uid.to_string();
+        let value = format!("{{\"uid\":{uid},\"word\":\"w\"}}");
+        let mut record = FutureRecord::to(&run.topic).key(&key).payload(&value);
+        if uid == 2 {
+            record = record.headers(raw_headers(b"bad\xff\xfename", b"v"));
+        }
+        producer
+            .send(record, Duration::from_secs(30))
+            .await
+            .expect("delivered");
+    }
+    let sluice = harness::SluiceProcess::start(&config);
+    let (stats, dead) = run.wait_for(&config, 4, 1, 60).await;
+    assert!(sluice.terminate().success());
+    assert_eq!((stats.rows, dead), (4, 1), "{stats:?}");
+    let sink = run.sink(&config).await;
+    let letters = sink.read_dead_letters(None, 10).await.expect("read");
+    sink.close().await;
+    assert_eq!(letters[0].offset, 2);
+    assert!(
+        letters[0].headers.contains("bad\u{fffd}\u{fffd}name"),
+        "{:?}",
+        letters[0]
+    );
+}
+for_each_database!(header_name_not_utf8_fails_alone);
