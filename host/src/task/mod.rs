@@ -585,6 +585,8 @@ impl Actor {
         self.transition(TaskEvent::Subscribed)?;
         let batch = self.spec.connector.batch.clone();
         let max_bytes = usize::try_from(batch.max_bytes.0).unwrap_or(usize::MAX);
+        // Since when the consumer reports errors without records in between.
+        let mut broker_trouble: Option<Instant> = None;
         loop {
             match control.try_recv() {
                 Ok(Control::Stop) | Err(mpsc::TryRecvError::Disconnected) => break,
@@ -619,11 +621,23 @@ impl Actor {
             }) {
                 match message {
                     Ok(message) => {
+                        if let Some(since) = broker_trouble.take() {
+                            tracing::info!(connector = %self.spec.connector.name, task = self.spec.task,
+                                after = ?since.elapsed(), "records flow again");
+                        }
                         let incoming = source::to_record(&message);
                         self.accept(incoming);
                     }
                     Err(error) => {
-                        tracing::warn!(connector = %self.spec.connector.name, task = self.spec.task, %error, "consumer error");
+                        // librdkafka reconnects by itself and reports every failed attempt:
+                        // one warning when the trouble starts, the rest at debug level.
+                        if broker_trouble.is_none() {
+                            tracing::warn!(connector = %self.spec.connector.name, task = self.spec.task, %error,
+                                "consumer error; librdkafka keeps reconnecting (further errors at debug level until records flow again)");
+                            broker_trouble = Some(Instant::now());
+                        } else {
+                            tracing::debug!(connector = %self.spec.connector.name, task = self.spec.task, %error, "consumer error");
+                        }
                         break;
                     }
                 }
