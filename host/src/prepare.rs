@@ -126,8 +126,9 @@ impl Preparer {
         incoming: Vec<Incoming>,
     ) -> Result<Prepared, sluice_transform::TransformError> {
         let mut prepared = Prepared::default();
-        let mut failed: Vec<Option<Failure>> = Vec::new();
-        failed.resize_with(incoming.len(), || None);
+        // Which inputs failed; their failures, in the order found.
+        let mut failed = vec![false; incoming.len()];
+        let mut failures: Vec<Failure> = Vec::new();
         prepared.coordinates.reserve(incoming.len());
         for item in &incoming {
             let r = &item.record;
@@ -156,7 +157,8 @@ impl Preparer {
             };
             match problem {
                 Some((class, message)) => {
-                    failed[index] = Some(prepared.failure(index, Stage::Source, class, message));
+                    failed[index] = true;
+                    failures.push(prepared.failure(index, Stage::Source, class, message));
                 }
                 None => {
                     passing.push(item.record);
@@ -178,7 +180,8 @@ impl Preparer {
                             outputs.extend(records.into_iter().map(|r| (index, r)));
                         }
                         sluice_transform::Outcome::Failed { plugin, message } => {
-                            failed[index] = Some(prepared.failure(
+                            failed[index] = true;
+                            failures.push(prepared.failure(
                                 index,
                                 Stage::Transform,
                                 "transform",
@@ -196,7 +199,7 @@ impl Preparer {
         prepared.origins.reserve(outputs.len());
         for (index, record) in &outputs {
             let index = *index;
-            if failed[index].is_some() {
+            if failed[index] {
                 continue;
             }
             match self.map_one(record) {
@@ -209,19 +212,19 @@ impl Preparer {
                     prepared.origins.push(index);
                 }
                 Err((stage, class, message)) => {
-                    failed[index] = Some(prepared.failure(index, stage, class, message));
+                    failed[index] = true;
+                    failures.push(prepared.failure(index, stage, class, message));
                 }
             }
         }
-        prepared.failures = failed.into_iter().flatten().collect();
+        failures.sort_by_key(|f| f.index);
+        prepared.failures = failures;
         if !prepared.failures.is_empty() {
             // An input with several outputs fails as a whole.
-            let failed_inputs: std::collections::HashSet<usize> =
-                prepared.failures.iter().map(|f| f.index).collect();
             let (ops, origins): (Vec<RowOp>, Vec<usize>) = std::mem::take(&mut prepared.ops)
                 .into_iter()
                 .zip(std::mem::take(&mut prepared.origins))
-                .filter(|(_, origin)| !failed_inputs.contains(origin))
+                .filter(|(_, origin)| !failed[*origin])
                 .unzip();
             prepared.ops = ops;
             prepared.origins = origins;
