@@ -413,9 +413,28 @@ fn drop_buffered(inner: &mut Inner, partitions: &[Partition]) {
 impl RebalanceListener for Shared {
     fn on_revoke(&self, partitions: &[Partition]) {
         let mut inner = self.lock();
-        // The in-flight batch either commits (we still own its partitions until this
-        // returns) or is rolled back by the compare-and-set if someone took them already.
-        self.settle_in_flight(&mut inner, true);
+        let retrying = inner.in_flight.as_ref().is_some_and(|f| f.attempts > 0);
+        if retrying {
+            // Waiting out an outage here would stop polling for up to max_elapsed and get
+            // the consumer thrown out of its group. The batch is given up instead: nothing
+            // of it committed, so whoever owns its partitions next (this task included)
+            // reads it again from the stored offsets.
+            if let Some(flight) = inner.in_flight.take() {
+                flight.handle.abort();
+                tracing::warn!(connector = %self.connector, task = self.task, records = flight.records,
+                    "partitions revoked while a transient failure was being retried; the batch is given up and will be read again");
+                let touched = flight.job.partitions.clone();
+                drop_buffered(&mut inner, &touched);
+                inner
+                    .reassign
+                    .extend(touched.into_iter().filter(|p| !partitions.contains(p)));
+            }
+        } else {
+            // The in-flight batch either commits (we still own its partitions until this
+            // returns) or is rolled back by the compare-and-set if someone took them
+            // already.
+            self.settle_in_flight(&mut inner, true);
+        }
         drop_buffered(&mut inner, partitions);
         for partition in partitions {
             inner.partitions.remove(partition);
