@@ -502,3 +502,82 @@ async fn header_name_not_utf8_fails_alone(db: Backend) {
     );
 }
 for_each_database!(header_name_not_utf8_fails_alone);
+
+/// A transform that makes two rows of every record: when the database refuses a record's
+/// rows, the record is one dead letter, not two (two dead letters with one key would make
+/// PostgreSQL refuse the whole batch).
+async fn refused_record_with_two_rows_is_one_dead_letter(db: Backend) {
+    const N: u64 = 300;
+    let run = PoisonRun::new(db, 2).await;
+    let dlq = unique("dead");
+    let config = run.config(
+        &unique("conn"),
+        &format!("{{ policy: dlq, dlq: {{ table: {dlq} }} }}"),
+        false,
+        "",
+    );
+    let twice = format!(
+        "    transforms:\n      - name: twice\n        plugin: {}\n        config: {{ mode: flood, count: \"2\" }}\n",
+        sluice_transform::example_plugin_path("hostile").display()
+    );
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        text.replace("    sink:\n", &format!("{twice}    sink:\n")),
+    )
+    .expect("config");
+    // Only the database refuses anything here: 30-character words.
+    let refused = (0..N).filter(|u| u % 100 == 47).count() as i64;
+    run.broker
+        .produce_with(&run.topic, 0..N, |uid| {
+            if uid % 100 == 47 {
+                value(uid)
+            } else {
+                format!("{{\"uid\":{uid},\"word\":\"w\"}}")
+            }
+        })
+        .await;
+    let sluice = harness::SluiceProcess::start(&config);
+    let (stats, dead) = run.wait_for(&config, N as i64 - refused, refused, 90).await;
+    assert!(sluice.terminate().success());
+    assert_eq!(
+        (stats.rows, dead),
+        (N as i64 - refused, refused),
+        "{stats:?}"
+    );
+    assert_eq!(stats.duplicates(), 0);
+}
+for_each_database!(refused_record_with_two_rows_is_one_dead_letter);
+
+/// A plugin that fails on every record cannot be isolated record by record: the task fails
+/// instead of skipping good records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_failing_everything_fails_the_task_even_under_skip() {
+    let run = PoisonRun::new(Backend::Sqlite, 1).await;
+    let config = run.config(&unique("conn"), "{ policy: skip }", false, "");
+    let broken = format!(
+        "    transforms:\n      - name: broken\n        plugin: {}\n        config: {{ mode: panic }}\n",
+        sluice_transform::example_plugin_path("hostile").display()
+    );
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        text.replace("    sink:\n", &format!("{broken}    sink:\n")),
+    )
+    .expect("config");
+    run.broker
+        .produce_with(&run.topic, 0..2000, |uid| {
+            format!("{{\"uid\":{uid},\"word\":\"w\"}}")
+        })
+        .await;
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run sluice");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("could not be told apart"), "{stderr}");
+    let (stats, _) = run.stats(&config).await;
+    assert_eq!(stats.rows, 0, "{stats:?}");
+}

@@ -47,9 +47,9 @@ pub struct Failure {
     pub partition: i32,
     pub offset: i64,
     pub stage: Stage,
-    /// A short machine-readable class: `record_too_large`, `header_not_utf8`,
-    /// `transform_rejected`, `transform_failed`, `schema_invalid`, `invalid_json`,
-    /// `not_utf8`, `column_value`, `database_refused`.
+    /// A short machine-readable class: `record_too_large`, `header_not_utf8`, `transform`
+    /// (rejected, or trapped on), `schema_invalid`, `invalid_json`, `not_utf8`,
+    /// `column_value`, `database_refused`.
     pub class: &'static str,
     /// What went wrong, for a person.
     pub message: String,

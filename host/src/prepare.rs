@@ -13,9 +13,30 @@ use crate::map::{MapError, RowMapper, RowOp};
 use crate::record::Record;
 use crate::validate::{self, RecordSchema};
 
-/// A failing plugin costs a call per split when its failures are isolated; after this many
-/// failed calls in one batch, the records not yet isolated fail together.
-const MAX_FAILED_TRANSFORM_CALLS: usize = 256;
+/// A failing plugin costs a call per split when its failures are isolated: at least this
+/// many failed calls are allowed in one batch, or a quarter of its records if that is
+/// more (1 % of records that trap needs about `n / 100 × log2(100)` calls). A batch that
+/// runs out is a plugin failing everything: the task fails rather than pass good records
+/// to the error policy.
+const MIN_FAILED_TRANSFORM_CALLS: usize = 256;
+
+/// The prefix `process_isolating` gives records it ran out of budget for.
+const NOT_ISOLATED: &str = "not isolated: ";
+
+/// Why a batch could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error(transparent)]
+    Transform(#[from] sluice_transform::TransformError),
+    #[error(
+        "transform {plugin} failed on so many records of a batch that they could not be told apart ({failed_calls} failed calls): {message}"
+    )]
+    NotIsolated {
+        plugin: String,
+        failed_calls: usize,
+        message: String,
+    },
+}
 
 /// A record as the source hands it over.
 #[derive(Debug, Clone)]
@@ -121,10 +142,7 @@ impl Preparer {
 
     /// Prepares one batch. `Err` only when the transform chain itself cannot run (a plugin
     /// that can no longer be instantiated): no record is to blame for that.
-    pub fn prepare(
-        &mut self,
-        incoming: Vec<Incoming>,
-    ) -> Result<Prepared, sluice_transform::TransformError> {
+    pub fn prepare(&mut self, incoming: Vec<Incoming>) -> Result<Prepared, PrepareError> {
         let mut prepared = Prepared::default();
         // Which inputs failed; their failures, in the order found.
         let mut failed = vec![false; incoming.len()];
@@ -172,12 +190,22 @@ impl Preparer {
         let outputs: Vec<(usize, Record)> = match self.chain.as_mut() {
             None => passing_index.into_iter().zip(passing).collect(),
             Some(chain) => {
-                let outcomes = chain.process_isolating(passing, MAX_FAILED_TRANSFORM_CALLS)?;
+                let budget = MIN_FAILED_TRANSFORM_CALLS.max(passing.len() / 4);
+                let outcomes = chain.process_isolating(passing, budget)?;
                 let mut outputs = Vec::with_capacity(outcomes.len());
                 for (outcome, index) in outcomes.into_iter().zip(passing_index) {
                     match outcome {
                         sluice_transform::Outcome::Records(records) => {
                             outputs.extend(records.into_iter().map(|r| (index, r)));
+                        }
+                        sluice_transform::Outcome::Failed { plugin, message }
+                            if message.starts_with(NOT_ISOLATED) =>
+                        {
+                            return Err(PrepareError::NotIsolated {
+                                plugin,
+                                failed_calls: budget,
+                                message: message[NOT_ISOLATED.len()..].to_string(),
+                            });
                         }
                         sluice_transform::Outcome::Failed { plugin, message } => {
                             failed[index] = true;

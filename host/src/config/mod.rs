@@ -47,8 +47,9 @@ pub mod defaults {
     pub const MAX_RECORD_BYTES: u64 = 8 * 1024 * 1024;
     /// First wait before a transient failure is retried.
     pub const RETRY_INITIAL: Duration = Duration::from_millis(200);
-    /// Longest wait between two attempts.
-    pub const RETRY_MAX: Duration = Duration::from_secs(30);
+    /// Longest wait between two attempts: a pipeline resumes within about this long of
+    /// its database coming back.
+    pub const RETRY_MAX: Duration = Duration::from_secs(5);
     /// How long transient failures are retried before the task fails.
     pub const RETRY_MAX_ELAPSED: Duration = Duration::from_secs(300);
     /// Group name: `sluice-<connector name>`.

@@ -33,7 +33,8 @@ pub struct DeadLetter {
 impl DeadLetter {
     /// The dead letter of `failure`, whose original input is `record`.
     pub fn new(record: Record, failure: &Failure) -> Self {
-        let mut message = failure.message.clone();
+        // A NUL is refused in PostgreSQL text; messages can quote anything (a plugin's).
+        let mut message = failure.message.replace('\0', "\\0");
         if message.chars().count() > MAX_MESSAGE_CHARS {
             message = message.chars().take(MAX_MESSAGE_CHARS).collect::<String>() + "…";
         }

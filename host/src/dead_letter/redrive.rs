@@ -100,6 +100,8 @@ pub enum RedriveError {
     #[error("transform: {0}")]
     Transform(#[from] sluice_transform::TransformError),
     #[error("{0}")]
+    Prepare(#[from] crate::prepare::PrepareError),
+    #[error("{0}")]
     Schema(#[from] crate::validate::SchemaError),
 }
 

@@ -4,8 +4,11 @@
 //! `sluice.source.topic`, `sluice.source.partition`, `sluice.source.offset`,
 //! `sluice.connector`, `sluice.stage`, `sluice.error.class`, `sluice.error.message`. The
 //! task waits for the broker's acknowledgement of every dead letter of a batch before that
-//! batch's offsets commit, so a crash cannot lose one (it can repeat one: a batch retried
-//! after its dead letters were acknowledged but before its commit produces them again).
+//! batch's offsets commit, so a crash cannot lose one (it can repeat one: a batch whose
+//! transaction is lost to a crash or an offset conflict after its dead letters were
+//! acknowledged produces them again). A value too large for a Kafka message (over about
+//! 900 kB with its key and headers) is left out, and header `sluice.value.omitted` gives
+//! its size: the dead letter keeps the record's coordinates for a look at the source.
 
 use std::time::Duration;
 
@@ -30,17 +33,23 @@ pub struct DeadLetterError {
 }
 
 impl DeadLetterError {
-    /// A broker that is down or slow passes; a record too large for the topic, or a topic
-    /// this client may not write, does not.
+    /// A broker that is down or slow passes; a message the topic refuses, a topic that
+    /// does not exist or that this client may not write, does not.
     pub fn is_transient(&self) -> bool {
         !matches!(
             self.source.rdkafka_error_code(),
             Some(
                 RDKafkaErrorCode::MessageSizeTooLarge
                     | RDKafkaErrorCode::InvalidMessageSize
+                    | RDKafkaErrorCode::MessageBatchTooLarge
+                    | RDKafkaErrorCode::PolicyViolation
                     | RDKafkaErrorCode::TopicAuthorizationFailed
+                    | RDKafkaErrorCode::ClusterAuthorizationFailed
                     | RDKafkaErrorCode::InvalidTopic
                     | RDKafkaErrorCode::InvalidRecord
+                    | RDKafkaErrorCode::UnknownTopic
+                    | RDKafkaErrorCode::UnknownTopicOrPartition
+                    | RDKafkaErrorCode::Fatal
             )
         )
     }
@@ -94,49 +103,80 @@ impl DeadLetterProducer {
         &self.topic
     }
 
-    /// Produces every dead letter and waits until the broker acknowledged all of them.
-    pub async fn send_all(&self, letters: &[DeadLetter]) -> Result<(), DeadLetterError> {
+    /// Produces the dead letters and waits for the broker's acknowledgements. Those
+    /// acknowledged leave `letters`; on `Err`, what remains is what to send again.
+    pub async fn send_all(&self, letters: &mut Vec<DeadLetter>) -> Result<(), DeadLetterError> {
         let error = |source| DeadLetterError {
             topic: self.topic.clone(),
             source,
         };
         let mut pending = Vec::with_capacity(letters.len());
-        for letter in letters {
+        let mut first_error = None;
+        for (index, letter) in letters.iter().enumerate() {
             let headers = self.headers(letter);
             let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
             if let Some(key) = letter.record.key.as_deref() {
                 record = record.key(key);
             }
-            if let Some(value) = letter.record.value.as_deref() {
+            // A value too large for a Kafka message stays out; the headers say so.
+            if let Some(value) = letter.record.value.as_deref()
+                && fits(letter)
+            {
                 record = record.payload(value);
             }
             loop {
                 match self.producer.send_result(record) {
                     Ok(delivery) => {
-                        pending.push(delivery);
+                        pending.push((index, delivery));
                         break;
                     }
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                         record = back;
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
-                    Err((source, _)) => return Err(error(source)),
+                    Err((source, _)) => {
+                        first_error.get_or_insert(source);
+                        break;
+                    }
+                }
+            }
+            if first_error.is_some() {
+                break;
+            }
+        }
+        let mut acknowledged = vec![false; letters.len()];
+        for (index, delivery) in pending {
+            match delivery.await {
+                Ok(Ok(_)) => acknowledged[index] = true,
+                Ok(Err((source, _))) => {
+                    first_error.get_or_insert(source);
+                }
+                Err(_canceled) => {
+                    first_error.get_or_insert(KafkaError::Canceled);
                 }
             }
         }
-        for delivery in pending {
-            match delivery.await {
-                Ok(Ok(_)) => {}
-                Ok(Err((source, _))) => return Err(error(source)),
-                Err(_canceled) => return Err(error(KafkaError::Canceled)),
-            }
+        let mut index = 0;
+        letters.retain(|_| {
+            index += 1;
+            !acknowledged[index - 1]
+        });
+        match first_error {
+            Some(source) => Err(error(source)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn headers(&self, letter: &DeadLetter) -> OwnedHeaders {
         let record = &letter.record;
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 7);
+        if !fits(letter) {
+            let size = letter.record.value.as_ref().map_or(0, Vec::len);
+            headers = headers.insert(Header {
+                key: "sluice.value.omitted",
+                value: Some(size.to_string().as_bytes()),
+            });
+        }
         for (name, value) in &record.headers {
             headers = headers.insert(Header {
                 key: name.as_str(),
@@ -161,6 +201,17 @@ impl DeadLetterProducer {
         headers
     }
 }
+
+/// Whether a dead letter's value fits in a Kafka message. librdkafka refuses a message over
+/// its `message.max.bytes` (1,000,000 by default) before sending it, and brokers default
+/// to about the same; the key, headers and context need room too.
+fn fits(letter: &DeadLetter) -> bool {
+    crate::validate::record_bytes(&letter.record) + letter.message.len() as u64
+        <= MAX_DEAD_LETTER_BYTES
+}
+
+/// The largest dead letter produced with its value.
+const MAX_DEAD_LETTER_BYTES: u64 = 900_000;
 
 fn is_consumer_only(key: &str) -> bool {
     key.starts_with("session.")

@@ -132,6 +132,33 @@ impl SinkError {
     }
 }
 
+/// Whether the database refused the rows themselves: a constraint (unique, foreign key,
+/// check, not null) or a value it cannot store (too long, out of range, bad encoding).
+fn is_refusal(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        // null, duplicate, out of range, incorrect value, incorrect string, data too long,
+        // truncated, foreign keys, CHECK (MySQL 3819, MariaDB 4025)
+        return matches!(
+            mysql.number(),
+            1048 | 1062 | 1264 | 1265 | 1292 | 1366 | 1406 | 1451 | 1452 | 1690 | 3819 | 4025
+        );
+    }
+    let code = db.code().unwrap_or_default();
+    if db
+        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .is_some()
+    {
+        // Class 22: data exception; class 23: integrity constraint violation.
+        return code.starts_with("22") || code.starts_with("23");
+    }
+    // SQLite: TOOBIG, CONSTRAINT (and its extended codes), MISMATCH.
+    code.parse::<i64>()
+        .is_ok_and(|c| matches!(c & 0xff, 18..=20))
+}
+
 /// A refused row's message: the database's own words.
 fn refused_message(error: &sqlx::Error) -> String {
     match error {
@@ -154,17 +181,19 @@ fn is_transient(error: &sqlx::Error) -> bool {
             // MySQL's own error numbers say more than the SQLSTATEs it shares with others.
             if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
                 // deadlock, lock wait timeout, server gone, lost connection, too many
-                // connections, shutdown in progress, read-only during failover
+                // connections, shutdown in progress, read-only during failover, statement
+                // time limits (MariaDB, MySQL)
                 return matches!(
                     mysql.number(),
-                    1213 | 1205 | 2006 | 2013 | 1040 | 1053 | 1290 | 1927
+                    1213 | 1205 | 2006 | 2013 | 1040 | 1053 | 1290 | 1927 | 1969 | 3024
                 );
             }
             let code = db.code().unwrap_or_default();
             matches!(
                 code.as_ref(),
-                // PostgreSQL: serialization failure, deadlock, shutdown, connection exceptions
-                "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300" | "08000" | "08003" | "08006" | "08001" | "08004"
+                // PostgreSQL: serialization failure, deadlock, lock timeout, statement
+                // timeout, shutdown, too many connections, connection exceptions
+                "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "53300" | "08000" | "08003" | "08006" | "08001" | "08004"
                 // SQLite: busy, locked
                 | "5" | "6" | "261" | "517"
             )
@@ -500,6 +529,13 @@ impl Sink {
                     .begin_with(self.dialect.begin())
                     .await
                     .map_err(self.db_error("begin"))?;
+                if self.dialect == Dialect::Postgres {
+                    // Deferred constraints would only fail at a COMMIT the probe never runs.
+                    sqlx::query::<DB>("SET CONSTRAINTS ALL IMMEDIATE")
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(self.db_error("find refused rows"))?;
+                }
                 // Dropping the transaction rolls it back.
                 self.refused_in::<DB>(&mut tx, ops).await
             })
@@ -545,7 +581,9 @@ impl Sink {
             match backend::write_runs::<DB>(conn, self.dialect, &self.table, self.mode, &runs).await
             {
                 Ok(()) => {}
-                Err(error) if is_transient(&error) => return Err(db_error(error)),
+                // Only a refusal of the rows themselves is put on them; a lock or
+                // statement timeout, a full disk, a lost connection is the batch's.
+                Err(error) if !is_refusal(&error) => return Err(db_error(error)),
                 Err(error) => {
                     sqlx::query::<DB>(savepoint("ROLLBACK TO SAVEPOINT"))
                         .execute(&mut *conn)

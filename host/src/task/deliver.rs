@@ -228,10 +228,11 @@ pub async fn deliver(
     let mut plan = job.plan.lock().await;
     for _ in 0..MAX_ROUNDS {
         if !plan.to_produce.is_empty() {
-            if let Some(producer) = &policy.dlq_topic {
-                producer.send_all(&plan.to_produce).await?;
+            match &policy.dlq_topic {
+                // What the broker acknowledged leaves the list: a retry sends the rest.
+                Some(producer) => producer.send_all(&mut plan.to_produce).await?,
+                None => plan.to_produce.clear(),
             }
-            plan.to_produce.clear();
         }
         let error = match sink.write(&plan.batch).await {
             Ok(()) => {
@@ -253,8 +254,11 @@ pub async fn deliver(
             // Not a row's fault (the offsets, the dead letters, the commit).
             return Err(error.into());
         }
+        // One failure per input record, however many of its rows were refused.
+        let mut inputs = HashSet::new();
         let failures = refused
             .into_iter()
+            .filter(|(op, _)| inputs.insert(plan.origins[*op]))
             .map(|(op, message)| {
                 job.prepared
                     .failure(plan.origins[op], Stage::Sink, "database_refused", message)

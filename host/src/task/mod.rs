@@ -46,6 +46,8 @@ pub enum TaskError {
     Record(Failure),
     #[error("transform: {0}")]
     Transform(#[from] sluice_transform::TransformError),
+    #[error("{0}")]
+    Prepare(#[from] crate::prepare::PrepareError),
     #[error("reading stored offsets for {topic}: {source}")]
     Offsets { topic: String, source: SinkError },
     #[error("still failing after {elapsed:?} of retries (errors.retry.max_elapsed): {source}")]
@@ -672,12 +674,24 @@ impl Actor {
         {
             let shared = self.shared.clone();
             let mut inner = shared.lock();
-            self.shared.settle_in_flight(&mut inner, true);
-            while inner.fatal.is_none() && !inner.buffer.is_empty() {
-                self.submit(&mut inner, batch.max_records, max_bytes)?;
+            if inner.in_flight.as_ref().is_some_and(|f| f.attempts > 0) {
+                // Stopping during an outage: no waiting it out. Nothing of the batch
+                // committed; the next start reads it again from the stored offsets.
+                if let Some(flight) = inner.in_flight.take() {
+                    flight.handle.abort();
+                    tracing::warn!(connector = %self.spec.connector.name, task = self.spec.task, records = flight.records,
+                        "stopping while a transient failure is retried: the batch is left for the next start");
+                }
+            } else {
                 self.shared.settle_in_flight(&mut inner, true);
+                while inner.fatal.is_none() && !inner.buffer.is_empty() {
+                    self.submit(&mut inner, batch.max_records, max_bytes)?;
+                    self.shared.settle_in_flight(&mut inner, true);
+                }
             }
             if let Some(error) = inner.fatal.take() {
+                drop(inner);
+                self.commit_to_kafka(&consumer);
                 return Err(error);
             }
         }
@@ -700,6 +714,9 @@ impl Actor {
         let mut inner = shared.lock();
         self.shared.settle_in_flight(&mut inner, false);
         if let Some(error) = inner.fatal.take() {
+            // At-least-once: what committed before the failure is not read again.
+            drop(inner);
+            self.commit_to_kafka(consumer);
             return Err(error);
         }
         if !inner.reassign.is_empty() {
