@@ -5,17 +5,9 @@ mod harness;
 
 use std::time::Duration;
 
-use harness::{Backend, Pipeline, Scenario};
+use harness::{Backend, Pipeline, Scenario, assert_exactly};
 
 const PARTITIONS: i32 = 4;
-
-fn assert_exactly(stats: sluice::sink::SequenceStats, n: i64) {
-    assert_eq!(stats.rows, n, "rows: {stats:?}");
-    assert_eq!(stats.duplicates(), 0, "duplicates: {stats:?}");
-    assert_eq!(stats.gaps(), 0, "gaps: {stats:?}");
-    assert_eq!(stats.min, Some(0), "{stats:?}");
-    assert_eq!(stats.max, Some(n - 1), "{stats:?}");
-}
 
 fn with_word_parse(mut scenario: Scenario, config: &str) -> Scenario {
     scenario.transforms = format!(

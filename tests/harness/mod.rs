@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -61,7 +63,7 @@ pub fn log_dir() -> PathBuf {
     dir
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -80,8 +82,15 @@ impl Broker {
             };
         }
         let port = free_port();
+        Broker::start_on(port, &format!("127.0.0.1:{port}"))
+    }
+
+    /// Starts Tansu listening on `port` and telling clients (in metadata) to connect to
+    /// `advertised` (`host:port`), which is also the bootstrap address the tests use: a
+    /// proxy there sees all of the clients' traffic.
+    pub fn start_on(port: u16, advertised: &str) -> Broker {
         let mut broker = Broker {
-            bootstrap: format!("127.0.0.1:{port}"),
+            bootstrap: advertised.to_string(),
             child: None,
             port,
             log: log_dir().join(format!("tansu-{port}.log")),
@@ -92,9 +101,10 @@ impl Broker {
 
     fn spawn(&mut self) {
         let url = format!("tcp://127.0.0.1:{}", self.port);
+        let advertised = format!("tcp://{}", self.bootstrap);
         let log = std::fs::File::create(&self.log).expect("broker log file");
         let child = Command::new(tansu_binary())
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "memory://tansu/"])
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &advertised, "--storage-engine", "memory://tansu/"])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log)
@@ -133,14 +143,7 @@ impl Broker {
     /// Produces word events `uid` in `range` as JSON, keyed by uid, spread over the
     /// partitions by key.
     pub async fn produce(&self, topic: &str, range: std::ops::Range<u64>) {
-        self.produce_with(topic, range, |uid| {
-            format!(
-                "{{\"uid\":{uid},\"word\":\"w{}\",\"produced_at\":{}}}",
-                uid % 97,
-                1_700_000_000_000u64 + uid
-            )
-        })
-        .await
+        self.produce_with(topic, range, word_event).await
     }
 
     /// Produces word events as the field writes them: `#<uid>*<word>@<timestamp>`.
@@ -158,37 +161,67 @@ impl Broker {
         range: std::ops::Range<u64>,
         value: impl Fn(u64) -> String,
     ) {
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            // One record per batch. Tansu 0.6.0's memory storage answers a fetch that starts
-            // inside a stored batch with the *next* batch, skipping the rest of the one that
-            // holds the offset (a real Kafka returns the holding batch and the client skips
-            // ahead within it). Every resume from a stored offset would lose records on it;
-            // single-record batches keep every offset at a batch start.
-            .set("batch.num.messages", "1")
-            .set("linger.ms", "0")
-            .set("message.timeout.ms", "30000")
-            .create()
-            .expect("producer");
-        let mut pending = Vec::new();
-        for uid in range {
-            let key = uid.to_string();
-            let value = value(uid);
-            let future = producer
-                .send_result(FutureRecord::to(topic).key(&key).payload(&value))
-                .expect("enqueue");
-            pending.push(future);
-            if pending.len() >= 5000 {
-                for f in pending.drain(..) {
-                    f.await.expect("delivery").expect("delivered");
-                }
+        produce_values(&self.bootstrap, topic, range, value, None).await
+    }
+}
+
+/// The JSON word event for `uid`: what `Scenario`'s columns map.
+pub fn word_event(uid: u64) -> String {
+    format!(
+        "{{\"uid\":{uid},\"word\":\"w{}\",\"produced_at\":{}}}",
+        uid % 97,
+        1_700_000_000_000u64 + uid
+    )
+}
+
+/// Produces `value(uid)` for each uid in `range`, keyed by uid, to `topic` at `bootstrap`;
+/// with `per_second`, at about that pace (records flow while a test injects faults).
+pub async fn produce_values(
+    bootstrap: &str,
+    topic: &str,
+    range: std::ops::Range<u64>,
+    value: impl Fn(u64) -> String,
+    per_second: Option<u64>,
+) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        // One record per batch. Tansu 0.6.0's memory storage answers a fetch that starts
+        // inside a stored batch with the *next* batch, skipping the rest of the one that
+        // holds the offset (a real Kafka returns the holding batch and the client skips
+        // ahead within it). Every resume from a stored offset would lose records on it;
+        // single-record batches keep every offset at a batch start.
+        .set("batch.num.messages", "1")
+        .set("linger.ms", "0")
+        // Long enough to outlast a broker outage that a test injects.
+        .set("message.timeout.ms", "120000")
+        .create()
+        .expect("producer");
+    // Paced runs wait for deliveries in small steps so that the pace holds.
+    let step = if per_second.is_some() { 100 } else { 5000 };
+    let started = Instant::now();
+    let first = range.start;
+    let mut pending = Vec::new();
+    for uid in range {
+        let key = uid.to_string();
+        let value = value(uid);
+        let future = producer
+            .send_result(FutureRecord::to(topic).key(&key).payload(&value))
+            .expect("enqueue");
+        pending.push(future);
+        if pending.len() >= step {
+            for f in pending.drain(..) {
+                f.await.expect("delivery").expect("delivered");
+            }
+            if let Some(rate) = per_second {
+                let due = started + Duration::from_secs_f64((uid + 1 - first) as f64 / rate as f64);
+                tokio::time::sleep_until(due.into()).await;
             }
         }
-        for f in pending {
-            f.await.expect("delivery").expect("delivered");
-        }
-        producer.flush(Duration::from_secs(30)).expect("flush");
     }
+    for f in pending {
+        f.await.expect("delivery").expect("delivered");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
 }
 
 impl Drop for Broker {
@@ -243,6 +276,36 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// The same database reached through `proxy` (PostgreSQL and MariaDB only: SQLite has
+    /// no network).
+    pub fn through(&self, proxy: &proxy::Proxy) -> TestDb {
+        assert!(
+            self.kind != Backend::Sqlite,
+            "SQLite cannot sit behind a proxy"
+        );
+        TestDb {
+            kind: self.kind,
+            url: proxy::url_through(&self.url, &proxy.addr()),
+            _dir: None,
+        }
+    }
+
+    /// `host:port` of the database server.
+    pub fn server(&self) -> String {
+        proxy::url_authority(&self.url)
+    }
+
+    /// The name summaries use.
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            Backend::Postgres => "postgres",
+            Backend::MariaDb => "mariadb",
+            Backend::Sqlite => "sqlite",
+        }
+    }
+}
+
 /// A connectors.yaml for one word-event connector.
 pub struct Scenario {
     pub connector: String,
@@ -256,6 +319,12 @@ pub struct Scenario {
     pub transforms: String,
     /// `exactly_once` or `at_least_once`.
     pub guarantee: &'static str,
+    /// More connector keys (an `errors:` block, say), indented 4 spaces, or empty.
+    pub extra_connector: String,
+    /// The sink's `mode` and `key`: `upsert` on `[uid]`, or `insert` on `[]` (no primary
+    /// key: a record written twice is two rows, so duplicates show in the counts).
+    pub mode: &'static str,
+    pub key: &'static str,
 }
 
 impl Scenario {
@@ -270,6 +339,9 @@ impl Scenario {
             extra_kafka: String::new(),
             transforms: String::new(),
             guarantee: "exactly_once",
+            extra_connector: String::new(),
+            mode: "upsert",
+            key: "[uid]",
         }
     }
 
@@ -290,11 +362,12 @@ connectors:
     batch: {{ max_records: {max_records}, linger: 20ms }}
 {transforms}
     delivery: {{ guarantee: {guarantee} }}
+{extra_connector}
     sink:
       url: "{url}"
       table: {table}
-      mode: upsert
-      key: [uid]
+      mode: {mode}
+      key: {key}
       columns:
         uid: {{ from: /uid, type: bigint }}
         word: {{ from: /word, type: text }}
@@ -306,6 +379,9 @@ connectors:
             extra = self.extra_kafka,
             transforms = self.transforms,
             guarantee = self.guarantee,
+            extra_connector = self.extra_connector,
+            mode = self.mode,
+            key = self.key,
             connector = self.connector,
             topic = self.topic,
             group = self.group,
@@ -389,6 +465,15 @@ connectors:
     }
 }
 
+/// Exactly the ids `0..n`, each once.
+pub fn assert_exactly(stats: SequenceStats, n: i64) {
+    assert_eq!(stats.rows, n, "rows: {stats:?}");
+    assert_eq!(stats.duplicates(), 0, "duplicates: {stats:?}");
+    assert_eq!(stats.gaps(), 0, "gaps: {stats:?}");
+    assert_eq!(stats.min, Some(0), "{stats:?}");
+    assert_eq!(stats.max, Some(n - 1), "{stats:?}");
+}
+
 /// A running `sluice run` process.
 pub struct SluiceProcess {
     child: Child,
@@ -454,24 +539,22 @@ impl Drop for SluiceProcess {
     }
 }
 
-/// Writes one test body once and runs it against PostgreSQL, MariaDB and SQLite.
+/// Writes one test body once and runs it against PostgreSQL, MariaDB and SQLite, or
+/// against the databases listed: `for_each_database!(body: postgres = Postgres)`.
 #[macro_export]
 macro_rules! for_each_database {
     ($body:ident) => {
+        $crate::for_each_database!($body: postgres = Postgres, mariadb = MariaDb, sqlite = Sqlite);
+    };
+    ($body:ident: $($test:ident = $kind:ident),+) => {
         mod $body {
             use super::*;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                $body(Backend::Postgres).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mariadb() {
-                $body(Backend::MariaDb).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                $body(Backend::Sqlite).await
-            }
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    $body(Backend::$kind).await
+                }
+            )+
         }
     };
 }
@@ -489,11 +572,28 @@ pub struct Pipeline {
 impl Pipeline {
     /// Starts a broker, creates the scenario's topic with `partitions`, writes its config.
     pub async fn new(kind: Backend, scenario: Scenario, partitions: i32) -> Pipeline {
-        let broker = Broker::start();
-        let db = TestDb::new(kind);
+        Pipeline::assemble(
+            Broker::start(),
+            TestDb::new(kind),
+            None,
+            scenario,
+            partitions,
+        )
+        .await
+    }
+
+    /// A run on a broker and database of the test's making; sluice writes through `sink`
+    /// (the database behind a proxy, say) when given, the test reads `db` directly.
+    pub async fn assemble(
+        broker: Broker,
+        db: TestDb,
+        sink: Option<&TestDb>,
+        scenario: Scenario,
+        partitions: i32,
+    ) -> Pipeline {
         broker.create_topic(&scenario.topic, partitions).await;
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = scenario.write(dir.path(), &broker.bootstrap, &db);
+        let config = scenario.write(dir.path(), &broker.bootstrap, sink.unwrap_or(&db));
         Pipeline {
             broker,
             db,
