@@ -36,8 +36,10 @@ const EVICTION_WAIT: Duration = Duration::from_secs(8);
 #[derive(Clone, Copy)]
 struct Workload {
     records: u64,
-    /// The record value for a uid.
+    /// The record value for the `i`th record.
     value: fn(u64) -> String,
+    /// Records that are poisoned (and end in the dead-letter table).
+    poisoned: u64,
 }
 
 impl Workload {
@@ -45,12 +47,23 @@ impl Workload {
         Workload {
             records,
             value: word_event,
+            poisoned: 0,
+        }
+    }
+
+    /// `good` word events with ids `0..good`, and after every 100 of them one poisoned
+    /// record (1 %): not JSON, or a uid that is not a number, in turn.
+    fn words_with_poison(good: u64) -> Workload {
+        Workload {
+            records: good + good / 100,
+            value: poisoned_word_event,
+            poisoned: good / 100,
         }
     }
 
     /// Rows the sink table ends with: ids `0..n`, each once.
     fn expected_rows(&self) -> i64 {
-        self.records as i64
+        (self.records - self.poisoned) as i64
     }
 
     /// Produces `range` in the background, at about `per_second` records a second, or as
@@ -69,6 +82,16 @@ impl Workload {
             produce_values(&bootstrap, &topic, range, value, per_second).await;
             started.elapsed()
         })
+    }
+}
+
+/// Record `i` of [`Workload::words_with_poison`]: each 101st is poisoned, the others are
+/// word events numbered without gaps.
+fn poisoned_word_event(i: u64) -> String {
+    match (i % 101, (i / 101) % 2) {
+        (100, 0) => format!("{{\"uid\": {i}, not json"),
+        (100, _) => format!("{{\"uid\": \"poison-{i}\", \"word\": \"w\"}}"),
+        _ => word_event(i - i / 101),
     }
 }
 
@@ -99,8 +122,7 @@ struct Summary {
     scenario: &'static str,
     db: &'static str,
     produced: u64,
-    /// Rows in the dead-letter table: none while no scenario poisons records (no
-    /// `errors.dlq.table` is configured).
+    /// Rows in the dead-letter table (the SIGKILL scenario poisons 1 % of its records).
     dead_letters: i64,
     /// From the end of the fault until rows moved again (the slowest, where there were
     /// several).
@@ -120,6 +142,13 @@ impl Summary {
             recovery: None,
             figures: Vec::new(),
             started,
+        }
+    }
+
+    fn dead_letters(self, dead_letters: i64) -> Summary {
+        Summary {
+            dead_letters,
+            ..self
         }
     }
 
@@ -215,8 +244,16 @@ async fn sigkill(db: Backend) {
     // About one kill cycle's worth of records a second: records keep coming through all
     // the kills (each cycle is the eviction wait plus 1-4 s of running).
     const PACE: u64 = 900;
-    let work = Workload::words(100_000);
-    let (run, started, producer) = flowing(db, 2, &work, PACE).await;
+    // 100,000 good records and 1,000 poisoned ones among them, kept in a dead-letter table.
+    let work = Workload::words_with_poison(100_000);
+    let mut scenario = append_only(2);
+    scenario.extra_connector = format!(
+        "    errors: {{ policy: dlq, dlq: {{ table: {} }} }}",
+        harness::unique("dead")
+    );
+    let run = Pipeline::new(db, scenario, PARTITIONS).await;
+    let producer = work.spawn(&run, 0..work.records, Some(PACE));
+    let started = Instant::now();
     let mut slowest_resume = Duration::ZERO;
     for kill in 1..=KILLS {
         let before = run.stats().await;
@@ -241,8 +278,11 @@ async fn sigkill(db: Backend) {
     let last = run.start();
     let produced_in = producer.await.expect("producer");
     let stats = run.wait_for_rows(work.expected_rows(), 240).await;
+    let dead_letters = run.wait_for_dead_letters(work.poisoned as i64, 30).await;
     let status = last.terminate();
+    assert_eq!(dead_letters, work.poisoned as i64, "dead letters");
     Summary::new("sigkill", &run, &work, started)
+        .dead_letters(dead_letters)
         .recovery(slowest_resume)
         .figure("kills", KILLS)
         .produced_in(produced_in)

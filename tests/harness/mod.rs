@@ -618,6 +618,22 @@ impl Pipeline {
         self.scenario.stats(&self.broker.bootstrap, &self.db).await
     }
 
+    /// Waits for `count` dead letters in the connector's dead-letter table (at most
+    /// `seconds`), returning the last count seen.
+    pub async fn wait_for_dead_letters(&self, count: i64, seconds: u64) -> i64 {
+        let config = self.scenario.config(&self.broker.bootstrap, &self.db);
+        let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        loop {
+            let seen = sink.count_dead_letters().await.expect("count dead letters");
+            if seen >= count || Instant::now() > deadline {
+                sink.close().await;
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Waits for `rows` rows (at most `seconds`), returning the last statistics seen.
     pub async fn wait_for_rows(&self, rows: i64, seconds: u64) -> SequenceStats {
         self.scenario
