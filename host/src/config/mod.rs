@@ -34,6 +34,9 @@ pub mod defaults {
     pub const AUTO_OFFSET_RESET: &str = "earliest";
     /// librdkafka's prefetch queue: its default (100k) halves the source's pace.
     pub const QUEUED_MIN_MESSAGES: &str = "200000";
+    /// librdkafka's longest wait between reconnects to a broker (its default, 10 s, is
+    /// most of the time a pipeline takes to resume after a broker comes back).
+    pub const RECONNECT_BACKOFF_MAX_MS: &str = "1000";
     /// A plugin's memory cap.
     pub const PLUGIN_MEMORY: u64 = sluice_transform::Limits::DEFAULT_MEMORY_BYTES;
     /// A plugin's CPU deadline per batch.

@@ -83,6 +83,10 @@ impl DeadLetterProducer {
             .set("client.id", format!("sluice-{connector}-dlq"))
             .set("acks", "all")
             .set(
+                "reconnect.backoff.max.ms",
+                crate::config::defaults::RECONNECT_BACKOFF_MAX_MS,
+            )
+            .set(
                 "message.timeout.ms",
                 DELIVERY_TIMEOUT.as_millis().to_string(),
             )

@@ -8,7 +8,9 @@
 
 pub mod embedded;
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
@@ -54,6 +56,33 @@ pub struct SourceContext {
     pub connector: String,
     pub task: usize,
     listener: Arc<dyn RebalanceListener>,
+    quiet: Quiet,
+}
+
+/// How often a repeated client error is logged at its own level.
+const QUIET_PERIOD: Duration = Duration::from_secs(30);
+
+/// librdkafka reports a broker that is down on every reconnect attempt, from several
+/// threads: errors and warnings are logged at their level once per [`QUIET_PERIOD`], at
+/// debug level in between, so an outage is a few lines rather than hundreds.
+#[derive(Default)]
+struct Quiet {
+    last: Mutex<Option<Instant>>,
+    suppressed: AtomicU64,
+}
+
+impl Quiet {
+    /// `Some(n)` when this one is to be logged at its level (`n` were held back since the
+    /// last one), `None` when it goes to debug.
+    fn loud(&self) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|t| t.elapsed() < QUIET_PERIOD) {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        *last = Some(Instant::now());
+        Some(self.suppressed.swap(0, Ordering::Relaxed))
+    }
 }
 
 impl ClientContext for SourceContext {
@@ -63,12 +92,28 @@ impl ClientContext for SourceContext {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
             | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(connector, task, facility = fac, "librdkafka: {message}")
-            }
-            RDKafkaLogLevel::Warning => {
-                tracing::warn!(connector, task, facility = fac, "librdkafka: {message}")
-            }
+            | RDKafkaLogLevel::Error
+            | RDKafkaLogLevel::Warning => match self.quiet.loud() {
+                Some(held_back) if matches!(level, RDKafkaLogLevel::Warning) => {
+                    tracing::warn!(
+                        connector,
+                        task,
+                        facility = fac,
+                        held_back,
+                        "librdkafka: {message}"
+                    )
+                }
+                Some(held_back) => {
+                    tracing::error!(
+                        connector,
+                        task,
+                        facility = fac,
+                        held_back,
+                        "librdkafka: {message}"
+                    )
+                }
+                None => tracing::debug!(connector, task, facility = fac, "librdkafka: {message}"),
+            },
             RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
                 tracing::info!(connector, task, facility = fac, "librdkafka: {message}")
             }
@@ -79,7 +124,15 @@ impl ClientContext for SourceContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(connector = %self.connector, task = self.task, %error, "kafka client error: {reason}");
+        match self.quiet.loud() {
+            Some(held_back) => {
+                tracing::warn!(connector = %self.connector, task = self.task, %error, held_back,
+                "kafka client error: {reason} (repeats are logged at debug level for {QUIET_PERIOD:?})")
+            }
+            None => {
+                tracing::debug!(connector = %self.connector, task = self.task, %error, "kafka client error: {reason}")
+            }
+        }
     }
 }
 
@@ -188,6 +241,10 @@ pub fn consumer_config(
         .set("client.id", format!("sluice-{}-{task}", connector.name))
         .set("auto.offset.reset", defaults::AUTO_OFFSET_RESET)
         .set("queued.min.messages", defaults::QUEUED_MIN_MESSAGES)
+        .set(
+            "reconnect.backoff.max.ms",
+            defaults::RECONNECT_BACKOFF_MAX_MS,
+        )
         .set("enable.partition.eof", "false");
     for (key, value) in &kafka.properties {
         config.set(key, value);
@@ -211,6 +268,7 @@ pub fn subscribe(
         connector: connector.name.clone(),
         task,
         listener,
+        quiet: Quiet::default(),
     };
     let consumer: SourceConsumer =
         consumer_config(kafka, brokers, connector, task).create_with_context(context)?;
