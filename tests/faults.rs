@@ -10,7 +10,6 @@
 
 mod harness;
 
-use std::io::Write;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -195,16 +194,7 @@ impl Summary {
     /// Prints and records the figures with the table's final `stats`, then checks them:
     /// exactly the expected rows, ids `0..n` each once.
     fn check(self, work: &Workload, stats: SequenceStats) {
-        let line = self.line(&stats);
-        println!("{line}");
-        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fault-summary.txt");
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .expect("open fault-summary.txt");
-        file.write_all(format!("{line}\n").as_bytes())
-            .expect("append to fault-summary.txt");
+        harness::record_summary(&self.line(&stats));
         harness::assert_exactly(stats, work.expected_rows());
     }
 }
@@ -240,22 +230,30 @@ fn random_millis(range: Range<u64>) -> Duration {
 /// SIGKILL at random moments, at least ten times in a run of 100,000 records, a restart
 /// after each: exactly 100,000 rows, each id once.
 async fn sigkill(db: Backend) {
-    const KILLS: u32 = 10;
-    // About one kill cycle's worth of records a second: records keep coming through all
-    // the kills (each cycle is the eviction wait plus 1-4 s of running).
-    const PACE: u64 = 900;
-    // 100,000 good records and 1,000 poisoned ones among them, kept in a dead-letter table.
-    let work = Workload::words_with_poison(100_000);
+    // A soak sets more: SLUICE_FAULT_RECORDS=1000000 SLUICE_FAULT_KILLS=60 (README).
+    let setting = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let good = setting("SLUICE_FAULT_RECORDS", 100_000);
+    let kills = setting("SLUICE_FAULT_KILLS", 10) as u32;
+    // Records keep coming through all the kills: each cycle is the eviction wait plus
+    // 1-4 s of running, about 11 s (900 a second for 100,000 records and 10 kills).
+    let pace = (good / (u64::from(kills) * 11)).max(900);
+    // Good records and 1 % poisoned ones among them, kept in a dead-letter table.
+    let work = Workload::words_with_poison(good);
     let mut scenario = append_only(2);
     scenario.extra_connector = format!(
         "    errors: {{ policy: dlq, dlq: {{ table: {} }} }}",
         harness::unique("dead")
     );
     let run = Pipeline::new(db, scenario, PARTITIONS).await;
-    let producer = work.spawn(&run, 0..work.records, Some(PACE));
+    let producer = work.spawn(&run, 0..work.records, Some(pace));
     let started = Instant::now();
     let mut slowest_resume = Duration::ZERO;
-    for kill in 1..=KILLS {
+    for kill in 1..=kills {
         let before = run.stats().await;
         assert_eq!(before.duplicates(), 0, "before restart {kill}: {before:?}");
         let sluice = run.start();
@@ -284,7 +282,7 @@ async fn sigkill(db: Backend) {
     Summary::new("sigkill", &run, &work, started)
         .dead_letters(dead_letters)
         .recovery(slowest_resume)
-        .figure("kills", KILLS)
+        .figure("kills", kills)
         .produced_in(produced_in)
         .check(&work, stats);
     assert!(status.success(), "last sluice exited with {status}");

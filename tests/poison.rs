@@ -210,6 +210,25 @@ connectors:
     }
 }
 
+/// A `FAULT-SUMMARY` line for a poisoned run: ids are not dense here (the poisoned uids
+/// are missing by design), so `gaps` counts those.
+fn summary(
+    scenario: &str,
+    run: &PoisonRun,
+    produced: u64,
+    stats: &SequenceStats,
+    dead: i64,
+) -> String {
+    format!(
+        "FAULT-SUMMARY scenario={scenario} db={} produced={produced} poisoned={} rows={} duplicates={} gaps={} dead_letters={dead}",
+        run.db.name(),
+        poison_count(produced),
+        stats.rows,
+        stats.duplicates(),
+        stats.gaps(),
+    )
+}
+
 fn poison_count(n: u64) -> i64 {
     (0..n).filter(|&u| is_poison(u)).count() as i64
 }
@@ -232,6 +251,7 @@ async fn dead_letter_table_holds_exactly_the_poisoned(db: Backend) {
         .await;
     let status = sluice.terminate();
     assert!(status.success(), "sluice exited with {status}");
+    harness::record_summary(&summary("poison_dlq_table", &run, N, &stats, dead));
     assert_eq!(stats.rows, N as i64 - poisoned, "{stats:?}");
     assert_eq!(stats.duplicates(), 0, "{stats:?}");
     assert_eq!(dead, poisoned, "dead letters");
@@ -315,6 +335,7 @@ async fn skip_passes_over_the_poisoned(db: Backend) {
     let status = sluice.terminate();
     assert!(status.success(), "sluice exited with {status}");
     let (after, _) = run.stats(&config).await;
+    harness::record_summary(&summary("poison_skip", &run, N, &after, 0));
     assert_eq!(stats.rows, N as i64 - poisoned, "{stats:?}");
     assert_eq!(after.rows, stats.rows);
     assert_eq!(after.duplicates(), 0);
@@ -340,6 +361,11 @@ async fn fail_stops_at_the_first_poisoned_record(db: Backend) {
             "attempt {attempt}: {stderr}"
         );
         let (stats, _) = run.stats(&config).await;
+        harness::record_summary(&format!(
+            "{} exit={:?} attempt={attempt}",
+            summary("poison_fail", &run, 300, &stats, 0),
+            output.status.code()
+        ));
         assert_eq!(stats.rows, 7, "attempt {attempt}: {stats:?}");
         assert_eq!((stats.min, stats.max), (Some(0), Some(6)));
     }
@@ -412,6 +438,13 @@ async fn dead_letter_topic_gets_each_poisoned_record_with_context() {
         seen.insert(uid, headers["sluice.stage"].clone());
     }
     let expected: Vec<u64> = (0..N).filter(|&u| is_poison(u)).collect();
+    harness::record_summary(&summary(
+        "poison_dlq_topic",
+        &run,
+        N,
+        &stats,
+        seen.len() as i64,
+    ));
     assert_eq!(seen.keys().copied().collect::<Vec<_>>(), expected);
     let stage = |kind: u64| seen[&kind].as_str();
     assert_eq!(

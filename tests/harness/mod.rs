@@ -22,6 +22,21 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use sluice::config::{self, Config};
 use sluice::sink::{SequenceStats, Sink};
 
+/// Prints a scenario's `FAULT-SUMMARY` line and appends it to
+/// `target/tmp/fault-summary.txt`, where the figures of every run can be quoted from.
+pub fn record_summary(line: &str) {
+    use std::io::Write;
+    println!("{line}");
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fault-summary.txt");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .expect("open fault-summary.txt");
+    file.write_all(format!("{line}\n").as_bytes())
+        .expect("append to fault-summary.txt");
+}
+
 /// A name no other test uses: topics, groups, tables and connectors never collide.
 pub fn unique(prefix: &str) -> String {
     format!(
