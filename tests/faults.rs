@@ -299,11 +299,15 @@ async fn database_outage(db: Backend) {
     let direct = TestDb::new(db);
     let proxy = Proxy::start(&direct.server());
     let through = direct.through(&proxy);
+    let mut scenario = append_only(2);
+    // A member that stops polling for this long is put out of the group: sluice must
+    // keep polling through the outage, and through the rebalance in its middle too.
+    scenario.extra_kafka = "    max.poll.interval.ms: 10000".into();
     let run = Pipeline::assemble(
         Broker::start(),
         direct,
         Some(&through),
-        append_only(2),
+        scenario,
         PARTITIONS,
     )
     .await;
@@ -311,6 +315,7 @@ async fn database_outage(db: Backend) {
     // 40 s of records: before, during and after the outage.
     let producer = work.spawn(&run, 0..work.records, Some(1000));
     let sluice = run.start();
+    let leaving = run.start();
     if rows_move(&run, 5000, Duration::from_secs(60))
         .await
         .is_none()
@@ -321,7 +326,19 @@ async fn database_outage(db: Backend) {
     // A commit already on its way may land just after the cut; after that nothing can.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let during = run.stats().await.rows;
-    tokio::time::sleep(OUTAGE - Duration::from_secs(1)).await;
+    // Mid-outage, one process stops (its batch cannot commit: it must still exit
+    // promptly) and the group rebalances while no stored offset can be read; then a
+    // third process starts, and waits for the database before it joins.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stop_started = Instant::now();
+    let left = leaving.terminate();
+    let stop_took = stop_started.elapsed();
+    assert!(
+        left.success(),
+        "the process stopped mid-outage exited with {left}"
+    );
+    let second = run.start();
+    tokio::time::sleep(OUTAGE.saturating_sub(Duration::from_secs(3) + stop_took)).await;
     let at_up = run.stats().await.rows;
     assert_eq!(
         at_up, during,
@@ -337,14 +354,29 @@ async fn database_outage(db: Backend) {
     };
     let produced_in = producer.await.expect("producer");
     let stats = run.wait_for_rows(work.expected_rows(), 180).await;
-    let status = sluice.terminate();
+    let logs = [sluice.log.clone(), second.log.clone()];
+    let statuses = [sluice.terminate(), second.terminate()];
     Summary::new("database_outage", &run, &work, started)
         .recovery(recovery)
         .figure("outage_s", OUTAGE.as_secs())
         .figure("rows_at_outage", at_up)
+        .figure("processes", 3)
+        .figure("stop_during_outage_ms", stop_took.as_millis())
         .produced_in(produced_in)
         .check(&work, stats);
-    assert!(status.success(), "sluice exited with {status}");
+    for (log, status) in logs.iter().zip(statuses) {
+        assert!(
+            status.success(),
+            "sluice exited with {status}: {}",
+            log.display()
+        );
+        let text = std::fs::read_to_string(log).expect("sluice log");
+        assert!(
+            !text.to_lowercase().contains("poll interval"),
+            "a task stopped polling long enough to leave its group: {}",
+            log.display()
+        );
+    }
 }
 for_each_database!(database_outage: postgres = Postgres, mariadb = MariaDb);
 

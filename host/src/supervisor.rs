@@ -52,6 +52,43 @@ pub struct Supervisor {
     pub connectors: Vec<RunningConnector>,
 }
 
+/// Connects a connector's sink and prepares its tables. A database that is down (or
+/// refusing connections) is waited for with the connector's `errors.retry` backoff, so a
+/// process started during an outage begins when the database is back; anything else, or
+/// an outage beyond `max_elapsed`, is the error.
+async fn connect_sink(connector: &ConnectorConfig) -> Result<Sink, SinkError> {
+    let retry = &connector.errors.retry;
+    let started = std::time::Instant::now();
+    let mut attempt = 0;
+    loop {
+        let result = match Sink::connect(connector).await {
+            Ok(sink) => match sink.prepare().await {
+                Ok(()) => Ok(sink),
+                Err(e) => {
+                    sink.close().await;
+                    Err(e)
+                }
+            },
+            Err(e) => Err(e),
+        };
+        match result {
+            Err(e) if e.is_transient() && started.elapsed() < retry.max_elapsed.0 => {
+                if attempt == 0 {
+                    tracing::warn!(connector = %connector.name, error = %e,
+                        "database unavailable at start; waiting for it (errors.retry)");
+                }
+                tokio::time::sleep(retry.backoff(attempt)).await;
+                attempt += 1;
+            }
+            Ok(sink) if attempt > 0 => {
+                tracing::info!(connector = %connector.name, after = ?started.elapsed(), "database available");
+                return Ok(sink);
+            }
+            other => return other,
+        }
+    }
+}
+
 impl Supervisor {
     /// Connects every sink, creates what is missing, and starts every task. `brokers` is the
     /// resolved bootstrap list (the embedded cluster's when the file says `embedded`).
@@ -62,8 +99,7 @@ impl Supervisor {
                 connector: connector.name.clone(),
                 source,
             };
-            let sink = Arc::new(Sink::connect(connector).await.map_err(sink_error)?);
-            sink.prepare().await.map_err(sink_error)?;
+            let sink = Arc::new(connect_sink(connector).await.map_err(sink_error)?);
             connectors.push((Arc::new(connector.clone()), sink));
         }
         // One engine for the process: compiled plugins are shared, and cached on disk.

@@ -492,6 +492,8 @@ pub fn assert_exactly(stats: SequenceStats, n: i64) {
 /// A running `sluice run` process.
 pub struct SluiceProcess {
     child: Child,
+    /// Its log (stderr), kept after the test.
+    pub log: PathBuf,
 }
 
 impl SluiceProcess {
@@ -515,7 +517,7 @@ impl SluiceProcess {
             .stderr(log)
             .spawn()
             .expect("start sluice");
-        SluiceProcess { child }
+        SluiceProcess { child, log: path }
     }
 
     pub fn pid(&self) -> u32 {

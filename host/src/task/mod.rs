@@ -171,10 +171,23 @@ pub fn spawn(
     })
 }
 
+/// Longest wait for one attempt at reading stored offsets where polling waits for it (an
+/// assignment callback, the loop); past it the partitions wait and the loop tries again
+/// later, polling meanwhile.
+const OFFSETS_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest single poll: the loop checks control messages and writes this often.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How many batches may wait behind the one being written before the partitions pause.
 const BACKPRESSURE_BATCHES: usize = 4;
+
+/// How [`Shared::settle_in_flight`] treats the batch being written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    /// Apply a finished result, retry what is due, never wait.
+    Poll,
+    /// Wait for the result; give the batch up on a transient failure.
+    Finish,
+}
 
 /// What a partition looks like to the task.
 #[derive(Debug, Clone, Copy, Default)]
@@ -183,6 +196,9 @@ struct PartitionState {
     committed: Option<i64>,
     /// The offset after the last record buffered, to drop records seen twice.
     position: Option<i64>,
+    /// Its start is being (re-)read from the stored offsets: records that arrive meanwhile
+    /// are dropped, the consumer is moved to the start once it is known.
+    pending: bool,
 }
 
 /// A batch being written.
@@ -207,8 +223,14 @@ struct Inner {
     in_flight: Option<InFlight>,
     /// An error the callback met; the loop fails the task with it.
     fatal: Option<TaskError>,
-    /// Partitions to move back to their stored offsets after a conflict.
+    /// Partitions to move to their stored offsets: after a conflict, or assigned while the
+    /// stored offsets could not be read.
     reassign: Vec<Partition>,
+    /// When the stored offsets are read again after a transient failure.
+    reassign_at: Option<Instant>,
+    /// Failed attempts at reading them, and since when.
+    reassign_attempts: u32,
+    reassign_since: Option<Instant>,
     /// At-least-once: offsets to commit to Kafka after their rows committed.
     kafka_commits: Vec<(Partition, i64)>,
 }
@@ -242,27 +264,35 @@ impl Shared {
 
     /// Waits for the in-flight write, then applies its result. Transient failures are
     /// retried here too, so a revocation never leaves a batch behind half-decided.
-    fn settle_in_flight(&self, inner: &mut Inner, wait: bool) {
+    ///
+    /// `Settle::Poll` applies a finished result and retries what is due; `Settle::Finish`
+    /// waits for the result, and gives the batch up on a transient failure instead of
+    /// waiting the outage out (a revocation or a stop must not hold the poll loop): nothing
+    /// of it committed, and whoever owns its partitions next reads it again. Returns true
+    /// when the batch was given up.
+    fn settle_in_flight(&self, inner: &mut Inner, mode: Settle) -> bool {
+        let wait = mode == Settle::Finish;
         loop {
             let Some(flight) = inner.in_flight.as_mut() else {
-                return;
+                return false;
             };
+            if wait && flight.attempts > 0 {
+                // Already waiting out an outage: no point in waiting here.
+                self.give_up(inner, "waiting out a transient failure");
+                return true;
+            }
             if let Some(at) = flight.retry_at {
-                let now = Instant::now();
-                if at > now {
-                    if !wait {
-                        return;
-                    }
-                    std::thread::sleep(at - now);
+                if at > Instant::now() {
+                    return false;
                 }
                 flight.retry_at = None;
                 flight.handle = self.spawn_delivery(flight.job.clone());
             }
             if !wait && !flight.handle.is_finished() {
-                return;
+                return false;
             }
             let Some(mut flight) = inner.in_flight.take() else {
-                return;
+                return false;
             };
             let result = match self.runtime.block_on(&mut flight.handle) {
                 Ok(result) => result,
@@ -273,7 +303,7 @@ impl Shared {
             match result {
                 Ok(delivered) => {
                     self.committed(inner, &flight, delivered);
-                    return;
+                    return false;
                 }
                 Err(DeliverError::Sink(SinkError::OffsetConflict {
                     topic,
@@ -287,8 +317,13 @@ impl Shared {
                     // stored offsets.
                     let touched = flight.job.partitions.clone();
                     drop_buffered(inner, &touched);
-                    inner.reassign.extend(touched);
-                    return;
+                    queue_reassign(inner, touched);
+                    return false;
+                }
+                Err(error) if error.is_transient() && wait => {
+                    inner.in_flight = Some(flight);
+                    self.give_up(inner, &error.to_string());
+                    return true;
                 }
                 Err(error) if error.is_transient() => {
                     let first = *flight.first_failure.get_or_insert_with(Instant::now);
@@ -297,7 +332,7 @@ impl Shared {
                             elapsed: first.elapsed(),
                             source: error,
                         });
-                        return;
+                        return false;
                     }
                     if flight.attempts == 0 {
                         tracing::warn!(connector = %self.connector, task = self.task, %error,
@@ -310,10 +345,39 @@ impl Shared {
                 }
                 Err(error) => {
                     inner.fatal = Some(TaskError::Deliver(error));
-                    return;
+                    return false;
                 }
             }
         }
+    }
+
+    /// Gives the in-flight batch up: nothing of it committed, so its partitions are read
+    /// again from the stored offsets (here, or by their next owner).
+    fn give_up(&self, inner: &mut Inner, why: &str) {
+        let Some(flight) = inner.in_flight.take() else {
+            return;
+        };
+        flight.handle.abort();
+        tracing::warn!(connector = %self.connector, task = self.task, records = flight.records, why,
+            "partitions revoked or task stopping during a transient failure: the batch is given up and will be read again");
+        let touched = flight.job.partitions.clone();
+        drop_buffered(inner, &touched);
+        queue_reassign(inner, touched);
+    }
+
+    /// One attempt at reading a topic's stored offsets, within [`OFFSETS_READ_TIMEOUT`]:
+    /// called where polling waits for it (an assignment, the loop), so it must not wait
+    /// out an outage.
+    fn read_offsets_once(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
+        self.runtime.block_on(async {
+            tokio::time::timeout(OFFSETS_READ_TIMEOUT, self.sink.read_offsets(topic))
+                .await
+                .unwrap_or(Err(SinkError::Timeout {
+                    action: "read offsets",
+                    table: "sluice_offsets".into(),
+                    after: OFFSETS_READ_TIMEOUT,
+                }))
+        })
     }
 
     fn spawn_delivery(
@@ -369,20 +433,16 @@ impl Shared {
         self.metrics.batches.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(connector = %self.connector, task = self.task, records = flight.records, "batch committed");
     }
+}
 
-    fn read_offsets(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
-        let started = Instant::now();
-        let mut attempt = 0;
-        loop {
-            match self.runtime.block_on(self.sink.read_offsets(topic)) {
-                Err(e) if e.is_transient() && started.elapsed() < self.retry.max_elapsed.0 => {
-                    if attempt == 0 {
-                        tracing::warn!(connector = %self.connector, task = self.task, topic, error = %e, "cannot read stored offsets yet; retrying");
-                    }
-                    std::thread::sleep(self.retry.backoff(attempt));
-                    attempt += 1;
-                }
-                other => return other,
+/// Moves `partitions` to their stored offsets at the loop's next turn; until then their
+/// records are dropped.
+fn queue_reassign(inner: &mut Inner, partitions: Vec<Partition>) {
+    for partition in partitions {
+        if let Some(state) = inner.partitions.get_mut(&partition) {
+            state.pending = true;
+            if !inner.reassign.contains(&partition) {
+                inner.reassign.push(partition);
             }
         }
     }
@@ -415,28 +475,10 @@ fn drop_buffered(inner: &mut Inner, partitions: &[Partition]) {
 impl RebalanceListener for Shared {
     fn on_revoke(&self, partitions: &[Partition]) {
         let mut inner = self.lock();
-        let retrying = inner.in_flight.as_ref().is_some_and(|f| f.attempts > 0);
-        if retrying {
-            // Waiting out an outage here would stop polling for up to max_elapsed and get
-            // the consumer thrown out of its group. The batch is given up instead: nothing
-            // of it committed, so whoever owns its partitions next (this task included)
-            // reads it again from the stored offsets.
-            if let Some(flight) = inner.in_flight.take() {
-                flight.handle.abort();
-                tracing::warn!(connector = %self.connector, task = self.task, records = flight.records,
-                    "partitions revoked while a transient failure was being retried; the batch is given up and will be read again");
-                let touched = flight.job.partitions.clone();
-                drop_buffered(&mut inner, &touched);
-                inner
-                    .reassign
-                    .extend(touched.into_iter().filter(|p| !partitions.contains(p)));
-            }
-        } else {
-            // The in-flight batch either commits (we still own its partitions until this
-            // returns) or is rolled back by the compare-and-set if someone took them
-            // already.
-            self.settle_in_flight(&mut inner, true);
-        }
+        // The in-flight batch either commits (we still own its partitions until this
+        // returns, and a compare-and-set fences it if someone took them already) or, when
+        // the database is away, is given up.
+        self.settle_in_flight(&mut inner, Settle::Finish);
         drop_buffered(&mut inner, partitions);
         for partition in partitions {
             inner.partitions.remove(partition);
@@ -446,15 +488,25 @@ impl RebalanceListener for Shared {
 
     fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Option<i64>)> {
         let mut stored: HashMap<String, HashMap<i32, i64>> = HashMap::new();
-        let exactly_once = self.guarantee == Guarantee::ExactlyOnce;
-        if exactly_once {
+        // Topics whose stored offsets could not be read now (the database is away): their
+        // partitions are read again from the loop, not here: a callback that waits out an
+        // outage stops polling and gets the consumer thrown out of its group.
+        let mut unknown: Vec<String> = Vec::new();
+        if self.guarantee == Guarantee::ExactlyOnce {
             for (topic, _) in partitions {
-                if stored.contains_key(topic) {
+                if stored.contains_key(topic) || unknown.contains(topic) {
                     continue;
                 }
-                match self.read_offsets(topic) {
+                // One short attempt: a database that does not answer at once is retried
+                // from the loop.
+                match self.read_offsets_once(topic) {
                     Ok(offsets) => {
                         stored.insert(topic.clone(), offsets);
+                    }
+                    Err(e) if e.is_transient() => {
+                        tracing::warn!(connector = %self.connector, task = self.task, topic, error = %e,
+                            "cannot read stored offsets at assignment; its partitions wait, and polling goes on");
+                        unknown.push(topic.clone());
                     }
                     Err(source) => {
                         self.lock().fatal = Some(TaskError::Offsets {
@@ -467,16 +519,23 @@ impl RebalanceListener for Shared {
             }
         }
         let mut inner = self.lock();
-        partitions
+        let mut waiting = Vec::new();
+        let starts = partitions
             .iter()
             .map(|partition| {
                 let start = stored.get(&partition.0).and_then(|o| o.get(&partition.1)).copied();
-                inner.partitions.insert(partition.clone(), PartitionState { committed: start, position: start });
-                tracing::info!(connector = %self.connector, task = self.task, topic = %partition.0, partition = partition.1,
-                    start = ?start, "resuming from stored offset");
+                inner.partitions.insert(partition.clone(), PartitionState { committed: start, position: start, pending: false });
+                if unknown.contains(&partition.0) {
+                    waiting.push(partition.clone());
+                } else {
+                    tracing::info!(connector = %self.connector, task = self.task, topic = %partition.0, partition = partition.1,
+                        start = ?start, "resuming from stored offset");
+                }
                 (partition.clone(), start)
             })
-            .collect()
+            .collect();
+        queue_reassign(&mut inner, waiting);
+        starts
     }
 
     fn take_kafka_commits(&self) -> Vec<(Partition, i64)> {
@@ -519,6 +578,9 @@ impl Actor {
                 in_flight: None,
                 fatal: None,
                 reassign: Vec::new(),
+                reassign_at: None,
+                reassign_attempts: 0,
+                reassign_since: None,
                 kafka_commits: Vec::new(),
             }),
             sink,
@@ -674,20 +736,12 @@ impl Actor {
         {
             let shared = self.shared.clone();
             let mut inner = shared.lock();
-            if inner.in_flight.as_ref().is_some_and(|f| f.attempts > 0) {
-                // Stopping during an outage: no waiting it out. Nothing of the batch
-                // committed; the next start reads it again from the stored offsets.
-                if let Some(flight) = inner.in_flight.take() {
-                    flight.handle.abort();
-                    tracing::warn!(connector = %self.spec.connector.name, task = self.spec.task, records = flight.records,
-                        "stopping while a transient failure is retried: the batch is left for the next start");
-                }
-            } else {
-                self.shared.settle_in_flight(&mut inner, true);
-                while inner.fatal.is_none() && !inner.buffer.is_empty() {
-                    self.submit(&mut inner, batch.max_records, max_bytes)?;
-                    self.shared.settle_in_flight(&mut inner, true);
-                }
+            // During an outage the batches are given up, not waited for: the next start
+            // reads them again from the stored offsets.
+            let mut gave_up = self.shared.settle_in_flight(&mut inner, Settle::Finish);
+            while !gave_up && inner.fatal.is_none() && !inner.buffer.is_empty() {
+                self.submit(&mut inner, batch.max_records, max_bytes)?;
+                gave_up = self.shared.settle_in_flight(&mut inner, Settle::Finish);
             }
             if let Some(error) = inner.fatal.take() {
                 drop(inner);
@@ -712,14 +766,14 @@ impl Actor {
     ) -> Result<(), TaskError> {
         let shared = self.shared.clone();
         let mut inner = shared.lock();
-        self.shared.settle_in_flight(&mut inner, false);
+        self.shared.settle_in_flight(&mut inner, Settle::Poll);
         if let Some(error) = inner.fatal.take() {
             // At-least-once: what committed before the failure is not read again.
             drop(inner);
             self.commit_to_kafka(consumer);
             return Err(error);
         }
-        if !inner.reassign.is_empty() {
+        if !inner.reassign.is_empty() && inner.reassign_at.is_none_or(|at| Instant::now() >= at) {
             let partitions = std::mem::take(&mut inner.reassign);
             drop(inner);
             self.reassign(consumer, &partitions)?;
@@ -759,6 +813,10 @@ impl Actor {
             // Not ours (any more): a record fetched before a revocation.
             return;
         };
+        if state.pending {
+            // Read again from its stored offset once that is known.
+            return;
+        }
         match state.position {
             Some(p) if record.offset < p => return,
             Some(p) if record.offset > p => {
@@ -862,26 +920,58 @@ impl Actor {
         Ok(())
     }
 
-    /// After an offset conflict: read the stored offsets again and move the partitions we
-    /// still own there.
+    /// After an offset conflict, or an assignment while the database was away: read the
+    /// stored offsets and move the partitions we still own there. A transient failure puts
+    /// them back in the queue for a later turn (with backoff); polling goes on meanwhile.
     fn reassign(
         &self,
         consumer: &SourceConsumer,
         partitions: &[Partition],
     ) -> Result<(), TaskError> {
-        let mut starts = Vec::new();
-        for (topic, partition) in partitions {
-            let stored = self
-                .shared
-                .read_offsets(topic)
-                .map_err(|source| TaskError::Offsets {
-                    topic: topic.clone(),
-                    source,
-                })?;
-            starts.push(((topic.clone(), *partition), stored.get(partition).copied()));
+        let mut stored: HashMap<&str, HashMap<i32, i64>> = HashMap::new();
+        for (topic, _) in partitions {
+            if stored.contains_key(topic.as_str()) {
+                continue;
+            }
+            let read = if self.shared.guarantee == Guarantee::ExactlyOnce {
+                self.shared.read_offsets_once(topic)
+            } else {
+                // At-least-once keeps no offsets in the database: the group's apply.
+                Ok(HashMap::new())
+            };
+            match read {
+                Ok(offsets) => {
+                    stored.insert(topic, offsets);
+                }
+                Err(source) if source.is_transient() => {
+                    return self.retry_reassign(partitions, source);
+                }
+                Err(source) => {
+                    return Err(TaskError::Offsets {
+                        topic: topic.clone(),
+                        source,
+                    });
+                }
+            }
         }
+        let mut starts: Vec<(Partition, Option<i64>)> = partitions
+            .iter()
+            .map(|p| {
+                (
+                    p.clone(),
+                    stored.get(p.0.as_str()).and_then(|o| o.get(&p.1)).copied(),
+                )
+            })
+            .collect();
         {
             let mut inner = self.shared.lock();
+            if inner.reassign_attempts > 0 {
+                tracing::info!(connector = %self.spec.connector.name, task = self.spec.task,
+                    attempts = inner.reassign_attempts, "stored offsets readable again");
+            }
+            inner.reassign_attempts = 0;
+            inner.reassign_at = None;
+            inner.reassign_since = None;
             starts.retain(|(p, _)| inner.partitions.contains_key(p));
             for (p, start) in &starts {
                 inner.partitions.insert(
@@ -889,14 +979,35 @@ impl Actor {
                     PartitionState {
                         committed: *start,
                         position: *start,
+                        pending: false,
                     },
                 );
             }
         }
         if !starts.is_empty() {
-            tracing::info!(connector = %self.spec.connector.name, task = self.spec.task, ?starts, "re-assigning from stored offsets");
+            tracing::info!(connector = %self.spec.connector.name, task = self.spec.task, ?starts, "moving partitions to their stored offsets");
             source::reassign(consumer, &starts)?;
         }
+        Ok(())
+    }
+
+    fn retry_reassign(&self, partitions: &[Partition], error: SinkError) -> Result<(), TaskError> {
+        let mut inner = self.shared.lock();
+        let since = *inner.reassign_since.get_or_insert_with(Instant::now);
+        if since.elapsed() > self.shared.retry.max_elapsed.0 {
+            return Err(TaskError::RetriesExhausted {
+                elapsed: since.elapsed(),
+                source: DeliverError::Sink(error),
+            });
+        }
+        if inner.reassign_attempts == 0 {
+            tracing::warn!(connector = %self.spec.connector.name, task = self.spec.task, %error,
+                "cannot read stored offsets yet; those partitions wait, retrying with backoff");
+        }
+        inner.reassign_at =
+            Some(Instant::now() + self.shared.retry.backoff(inner.reassign_attempts));
+        inner.reassign_attempts += 1;
+        queue_reassign(&mut inner, partitions.to_vec());
         Ok(())
     }
 
