@@ -229,6 +229,25 @@ fn summary(
     )
 }
 
+/// Gives the connector of `config` (written by [`PoisonRun::config`] without transforms)
+/// one transform: the `hostile` plugin with `plugin_config`.
+fn with_hostile(config: &Path, name: &str, plugin_config: &str) {
+    let transform = format!(
+        "    transforms:\n      - name: {name}\n        plugin: {}\n        config: {plugin_config}\n",
+        sluice_transform::example_plugin_path("hostile").display()
+    );
+    let text = std::fs::read_to_string(config).expect("config");
+    assert!(
+        !text.contains("transforms:"),
+        "{name}: the config has transforms already"
+    );
+    std::fs::write(
+        config,
+        text.replace("    sink:\n", &format!("{transform}    sink:\n")),
+    )
+    .expect("config");
+}
+
 fn poison_count(n: u64) -> i64 {
     (0..n).filter(|&u| is_poison(u)).count() as i64
 }
@@ -549,16 +568,7 @@ async fn refused_record_with_two_rows_is_one_dead_letter(db: Backend) {
         false,
         "",
     );
-    let twice = format!(
-        "    transforms:\n      - name: twice\n        plugin: {}\n        config: {{ mode: flood, count: \"2\" }}\n",
-        sluice_transform::example_plugin_path("hostile").display()
-    );
-    let text = std::fs::read_to_string(&config).expect("config");
-    std::fs::write(
-        &config,
-        text.replace("    sink:\n", &format!("{twice}    sink:\n")),
-    )
-    .expect("config");
+    with_hostile(&config, "twice", "{ mode: flood, count: \"2\" }");
     // Only the database refuses anything here: 30-character words.
     let refused = (0..N).filter(|u| u % 100 == 47).count() as i64;
     run.broker
@@ -588,16 +598,7 @@ for_each_database!(refused_record_with_two_rows_is_one_dead_letter);
 async fn plugin_failing_everything_fails_the_task_even_under_skip() {
     let run = PoisonRun::new(Backend::Sqlite, 1).await;
     let config = run.config(&unique("conn"), "{ policy: skip }", false, "");
-    let broken = format!(
-        "    transforms:\n      - name: broken\n        plugin: {}\n        config: {{ mode: panic }}\n",
-        sluice_transform::example_plugin_path("hostile").display()
-    );
-    let text = std::fs::read_to_string(&config).expect("config");
-    std::fs::write(
-        &config,
-        text.replace("    sink:\n", &format!("{broken}    sink:\n")),
-    )
-    .expect("config");
+    with_hostile(&config, "broken", "{ mode: panic }");
     run.broker
         .produce_with(&run.topic, 0..2000, |uid| {
             format!("{{\"uid\":{uid},\"word\":\"w\"}}")
