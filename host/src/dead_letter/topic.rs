@@ -229,3 +229,48 @@ fn is_consumer_only(key: &str) -> bool {
         || key.starts_with("queued.")
         || key == "isolation.level"
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::{Failure, Stage};
+    use crate::record::Record;
+
+    fn letter(value_bytes: usize) -> DeadLetter {
+        let failure = Failure {
+            index: 0,
+            topic: "t".into(),
+            partition: 0,
+            offset: 1,
+            stage: Stage::Source,
+            class: "record_too_large",
+            message: "too large".into(),
+        };
+        DeadLetter::new(
+            Record::from_value("t", 0, 1, vec![b'x'; value_bytes]),
+            &failure,
+        )
+    }
+
+    #[test]
+    fn values_too_large_for_a_kafka_message_are_left_out() {
+        assert!(fits(&letter(1000)));
+        assert!(fits(&letter(800_000)));
+        assert!(!fits(&letter(1_000_000)));
+        assert!(!fits(&letter(8 * 1024 * 1024)));
+    }
+
+    #[test]
+    fn broker_refusals_are_permanent_and_outages_transient() {
+        let error = |code| DeadLetterError {
+            topic: "dlq".into(),
+            source: KafkaError::MessageProduction(code),
+        };
+        assert!(!error(RDKafkaErrorCode::MessageSizeTooLarge).is_transient());
+        assert!(!error(RDKafkaErrorCode::TopicAuthorizationFailed).is_transient());
+        assert!(!error(RDKafkaErrorCode::UnknownTopicOrPartition).is_transient());
+        assert!(error(RDKafkaErrorCode::BrokerTransportFailure).is_transient());
+        assert!(error(RDKafkaErrorCode::MessageTimedOut).is_transient());
+        assert!(error(RDKafkaErrorCode::AllBrokersDown).is_transient());
+    }
+}

@@ -416,3 +416,20 @@ fn headers_of(message: &BorrowedMessage<'_>) -> (Headers, Option<String>) {
     }
     (out, defect)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_client_errors_are_logged_once_per_period() {
+        let quiet = Quiet::default();
+        assert_eq!(quiet.loud(), Some(0));
+        assert_eq!(quiet.loud(), None);
+        assert_eq!(quiet.loud(), None);
+        // Once the period has passed, the next one is logged, with the count held back.
+        *quiet.last.lock().unwrap() = Some(Instant::now() - QUIET_PERIOD - Duration::from_secs(1));
+        assert_eq!(quiet.loud(), Some(2));
+        assert_eq!(quiet.loud(), None);
+    }
+}
