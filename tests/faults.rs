@@ -87,11 +87,18 @@ impl Workload {
 /// Record `i` of [`Workload::words_with_poison`]: each 101st is poisoned, the others are
 /// word events numbered without gaps.
 fn poisoned_word_event(i: u64) -> String {
-    match (i % 101, (i / 101) % 2) {
-        (100, 0) => format!("{{\"uid\": {i}, not json"),
-        (100, _) => format!("{{\"uid\": \"poison-{i}\", \"word\": \"w\"}}"),
-        _ => word_event(i - i / 101),
+    if !is_poisoned(i) {
+        return word_event(i - i / 101);
     }
+    match (i / 101) % 2 {
+        0 => format!("{{\"uid\": {i}, not json"),
+        _ => format!("{{\"uid\": \"poison-{i}\", \"word\": \"w\"}}"),
+    }
+}
+
+/// Whether record `i` of [`Workload::words_with_poison`] is poisoned.
+fn is_poisoned(i: u64) -> bool {
+    i % 101 == 100
 }
 
 /// A scenario whose table shows duplicates: no key, plain inserts.
@@ -279,6 +286,19 @@ async fn sigkill(db: Backend) {
     let dead_letters = run.wait_for_dead_letters(work.poisoned as i64, 30).await;
     let status = last.terminate();
     assert_eq!(dead_letters, work.poisoned as i64, "dead letters");
+    // Exactly the poisoned records, each once (records are keyed by their index).
+    let mut keys: Vec<u64> = run
+        .dead_letter_keys()
+        .await
+        .iter()
+        .map(|k| k.parse().expect("a record index"))
+        .collect();
+    keys.sort_unstable();
+    let poisoned: Vec<u64> = (0..work.records).filter(|&i| is_poisoned(i)).collect();
+    assert_eq!(
+        keys, poisoned,
+        "the dead letters are not exactly the poisoned records"
+    );
     Summary::new("sigkill", &run, &work, started)
         .dead_letters(dead_letters)
         .recovery(slowest_resume)

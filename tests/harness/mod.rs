@@ -651,6 +651,27 @@ impl Pipeline {
         }
     }
 
+    /// The record keys of every dead letter in the connector's dead-letter table.
+    pub async fn dead_letter_keys(&self) -> Vec<String> {
+        let config = self.scenario.config(&self.broker.bootstrap, &self.db);
+        let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+        let mut keys = Vec::new();
+        let mut after = None;
+        loop {
+            let letters = sink
+                .read_dead_letters(after.as_ref(), 5000)
+                .await
+                .expect("read dead letters");
+            let Some(last) = letters.last() else { break };
+            after = Some(last.coordinates());
+            keys.extend(letters.iter().map(|l| {
+                String::from_utf8_lossy(l.key.as_deref().unwrap_or_default()).into_owned()
+            }));
+        }
+        sink.close().await;
+        keys
+    }
+
     /// Waits for `rows` rows (at most `seconds`), returning the last statistics seen.
     pub async fn wait_for_rows(&self, rows: i64, seconds: u64) -> SequenceStats {
         self.scenario
