@@ -175,6 +175,9 @@ pub fn spawn(
 /// assignment callback, the loop); past it the partitions wait and the loop tries again
 /// later, polling meanwhile.
 const OFFSETS_READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest wait for the batch being written when a revocation or a stop needs it settled;
+/// past it the batch is given up (and read again).
+const FINISH_WAIT: Duration = Duration::from_secs(5);
 /// Longest single poll: the loop checks control messages and writes this often.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How many batches may wait behind the one being written before the partitions pause.
@@ -294,11 +297,22 @@ impl Shared {
             let Some(mut flight) = inner.in_flight.take() else {
                 return false;
             };
-            let result = match self.runtime.block_on(&mut flight.handle) {
-                Ok(result) => result,
-                Err(join) => Err(DeliverError::Sink(SinkError::Invalid(format!(
+            // Finishing waits a bounded time: a database that does not answer within it is
+            // treated as away (a write that committed meanwhile is fenced for whoever
+            // reads the batch again by the compare-and-set).
+            let waited = self
+                .runtime
+                .block_on(async { tokio::time::timeout(FINISH_WAIT, &mut flight.handle).await });
+            let result = match waited {
+                Ok(Ok(result)) => result,
+                Ok(Err(join)) => Err(DeliverError::Sink(SinkError::Invalid(format!(
                     "write task ended abnormally: {join}"
                 )))),
+                Err(_) => {
+                    inner.in_flight = Some(flight);
+                    self.give_up(inner, "no answer from the database in time");
+                    return true;
+                }
             };
             match result {
                 Ok(delivered) => {
