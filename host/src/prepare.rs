@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+use sluice_transform::NOT_ISOLATED_PREFIX;
+
 use crate::config::{ConnectorConfig, ErrorPolicy, Format};
 use crate::failure::{Failure, Stage};
 use crate::map::{MapError, RowMapper, RowOp};
@@ -19,9 +21,6 @@ use crate::validate::{self, RecordSchema};
 /// runs out is a plugin failing everything: the task fails rather than pass good records
 /// to the error policy.
 const MIN_FAILED_TRANSFORM_CALLS: usize = 256;
-
-/// The prefix `process_isolating` gives records it ran out of budget for.
-const NOT_ISOLATED: &str = "not isolated: ";
 
 /// Why a batch could not be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -199,12 +198,14 @@ impl Preparer {
                             outputs.extend(records.into_iter().map(|r| (index, r)));
                         }
                         sluice_transform::Outcome::Failed { plugin, message }
-                            if message.starts_with(NOT_ISOLATED) =>
+                            if message.starts_with(NOT_ISOLATED_PREFIX) =>
                         {
                             return Err(PrepareError::NotIsolated {
                                 plugin,
                                 failed_calls: budget,
-                                message: message[NOT_ISOLATED.len()..].to_string(),
+                                message: message
+                                    .trim_start_matches(NOT_ISOLATED_PREFIX)
+                                    .to_string(),
                             });
                         }
                         sluice_transform::Outcome::Failed { plugin, message } => {

@@ -197,6 +197,10 @@ impl TransformChain {
     }
 }
 
+/// How [`TransformChain::process_isolating`] starts the message of records it ran out of
+/// failed calls for: they were not found to fail, only not told apart from those that do.
+pub const NOT_ISOLATED_PREFIX: &str = "not isolated: ";
+
 impl TransformChain {
     /// Per-plugin counters, in chain order.
     pub fn stats(&self) -> Vec<PluginStats> {
@@ -211,7 +215,7 @@ impl TransformChain {
     /// A hostile plugin that fails on every record would cost one failed call per
     /// record, each up to its CPU deadline; after `max_failed_calls` failed calls the
     /// records not yet isolated are all reported `Failed` with the last error
-    /// (prefixed `not isolated:`), so the pipeline never stalls for long. The batch is
+    /// (prefixed [`NOT_ISOLATED_PREFIX`]), so the pipeline never stalls for long. The batch is
     /// cloned once up front (to retry halves), a few percent of the call's cost.
     ///
     /// `Err` only for errors that splitting cannot help (a plugin that can no longer be
@@ -245,7 +249,7 @@ impl TransformChain {
         }
         *budget = budget.saturating_sub(1);
         if *budget == 0 {
-            return Ok(failed("not isolated: ", batch.len()));
+            return Ok(failed(NOT_ISOLATED_PREFIX, batch.len()));
         }
         let mut first = batch;
         let second = first.split_off(first.len() / 2);

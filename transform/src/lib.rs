@@ -56,7 +56,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use chain::{PluginStats, TransformChain, check_plugin};
+pub use chain::{NOT_ISOLATED_PREFIX, PluginStats, TransformChain, check_plugin};
 pub use engine::{EngineOptions, TransformEngine, default_cache_dir};
 pub use tools::{PluginTestCase, build_plugin, scaffold_plugin, test_plugin};
 
