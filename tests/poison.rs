@@ -277,17 +277,7 @@ async fn dead_letter_table_holds_exactly_the_poisoned(db: Backend) {
 
     // Each poisoned record once, with the stage it failed at.
     let sink = run.sink(&config).await;
-    let mut letters = Vec::new();
-    let mut after = None;
-    loop {
-        let batch = sink
-            .read_dead_letters(after.as_ref(), 1000)
-            .await
-            .expect("read");
-        let Some(last) = batch.last() else { break };
-        after = Some(last.coordinates());
-        letters.extend(batch);
-    }
+    let letters = harness::all_dead_letters(&sink).await;
     sink.close().await;
     let mut uids: Vec<u64> = letters
         .iter()
@@ -544,7 +534,7 @@ async fn header_name_not_utf8_fails_alone(db: Backend) {
     assert!(sluice.terminate().success());
     assert_eq!((stats.rows, dead), (4, 1), "{stats:?}");
     let sink = run.sink(&config).await;
-    let letters = sink.read_dead_letters(None, 10).await.expect("read");
+    let letters = harness::all_dead_letters(&sink).await;
     sink.close().await;
     assert_eq!(letters[0].offset, 2);
     assert!(
@@ -614,4 +604,67 @@ async fn plugin_failing_everything_fails_the_task_even_under_skip() {
     assert!(stderr.contains("could not be told apart"), "{stderr}");
     let (stats, _) = run.stats(&config).await;
     assert_eq!(stats.rows, 0, "{stats:?}");
+}
+
+fn row(uid: i64, word: &str, secret: &str) -> sluice::map::RowOp {
+    use sluice::map::{RowOp, SqlValue};
+    RowOp::Write(vec![
+        SqlValue::Int(uid),
+        SqlValue::Text(word.to_string()),
+        SqlValue::Text(secret.to_string()),
+    ])
+}
+
+/// The probe finds exactly the rows the database refuses, under savepoints, and keeps
+/// nothing.
+async fn refused_rows_are_found_and_nothing_is_kept(db: Backend) {
+    let run = PoisonRun::new(db, 1).await;
+    let config = run.config(&unique("conn"), "{ policy: skip }", false, "");
+    let sink = run.sink(&config).await;
+    let long = "x".repeat(30);
+    let ops = vec![
+        row(1, "a", "s1"),
+        row(2, &long, "s2"),
+        row(3, "b", "s3"),
+        row(4, &long, "s4"),
+        row(5, "c", "s5"),
+    ];
+    let refused = sink.find_refused(&ops).await.expect("probe");
+    let indices: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
+    assert_eq!(indices, vec![1, 3], "{refused:?}");
+    assert!(refused.iter().all(|(_, message)| !message.is_empty()));
+    assert_eq!(sink.sequence_stats("uid").await.expect("stats").rows, 0);
+    sink.close().await;
+}
+for_each_database!(refused_rows_are_found_and_nothing_is_kept);
+
+/// A deferred constraint fails only at COMMIT, which the probe never runs: it checks
+/// constraints immediately, so the refused row is still found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_constraints_are_checked_by_the_probe() {
+    let run = PoisonRun::new(Backend::Postgres, 1).await;
+    let pool = sqlx::PgPool::connect(&run.db.url).await.expect("connect");
+    let ddl = format!(
+        "ALTER TABLE {} ADD CONSTRAINT {}_secret UNIQUE (secret) DEFERRABLE INITIALLY DEFERRED",
+        run.table, run.table
+    );
+    sqlx::query(sqlx::AssertSqlSafe(ddl))
+        .execute(&pool)
+        .await
+        .expect("alter");
+    pool.close().await;
+    let config = run.config(&unique("conn"), "{ policy: skip }", false, "");
+    let sink = run.sink(&config).await;
+    let ops = vec![
+        row(1, "a", "same"),
+        row(2, "b", "other"),
+        row(3, "c", "same"),
+    ];
+    let refused = sink.find_refused(&ops).await.expect("probe");
+    assert_eq!(
+        refused.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        vec![2],
+        "{refused:?}"
+    );
+    sink.close().await;
 }

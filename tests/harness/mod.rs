@@ -37,6 +37,23 @@ pub fn record_summary(line: &str) {
         .expect("append to fault-summary.txt");
 }
 
+/// Every dead letter of the sink's connector, in (topic, partition, offset) order.
+pub async fn all_dead_letters(sink: &Sink) -> Vec<sluice::dead_letter::redrive::Stored> {
+    let mut letters = Vec::new();
+    let mut after = None;
+    loop {
+        let page = sink
+            .read_dead_letters(after.as_ref(), 5000)
+            .await
+            .expect("read dead letters");
+        let Some(last) = page.last() else {
+            return letters;
+        };
+        after = Some(last.coordinates());
+        letters.extend(page);
+    }
+}
+
 /// A name no other test uses: topics, groups, tables and connectors never collide.
 pub fn unique(prefix: &str) -> String {
     format!(
@@ -655,21 +672,12 @@ impl Pipeline {
     pub async fn dead_letter_keys(&self) -> Vec<String> {
         let config = self.scenario.config(&self.broker.bootstrap, &self.db);
         let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
-        let mut keys = Vec::new();
-        let mut after = None;
-        loop {
-            let letters = sink
-                .read_dead_letters(after.as_ref(), 5000)
-                .await
-                .expect("read dead letters");
-            let Some(last) = letters.last() else { break };
-            after = Some(last.coordinates());
-            keys.extend(letters.iter().map(|l| {
-                String::from_utf8_lossy(l.key.as_deref().unwrap_or_default()).into_owned()
-            }));
-        }
+        let letters = all_dead_letters(&sink).await;
         sink.close().await;
-        keys
+        letters
+            .iter()
+            .map(|l| String::from_utf8_lossy(l.key.as_deref().unwrap_or_default()).into_owned())
+            .collect()
     }
 
     /// Waits for `rows` rows (at most `seconds`), returning the last statistics seen.
