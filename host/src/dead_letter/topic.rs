@@ -261,6 +261,41 @@ mod tests {
     }
 
     #[test]
+    fn an_omitted_value_is_announced_with_its_size() {
+        use rdkafka::message::Headers;
+        let kafka = KafkaConfig {
+            brokers: "127.0.0.1:9".into(),
+            properties: Default::default(),
+        };
+        // Creating a producer does not connect.
+        let producer = DeadLetterProducer::new(&kafka, "127.0.0.1:9", "dlq", "c").unwrap();
+        let named = |letter: &DeadLetter| {
+            let headers = producer.headers(letter);
+            headers
+                .iter()
+                .map(|h| {
+                    let value = String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned();
+                    (h.key.to_string(), value)
+                })
+                .collect::<Vec<_>>()
+        };
+        let big = named(&letter(1_000_000));
+        assert!(
+            big.contains(&("sluice.value.omitted".into(), "1000000".into())),
+            "{big:?}"
+        );
+        assert!(
+            big.contains(&("sluice.source.offset".into(), "1".into())),
+            "{big:?}"
+        );
+        let small = named(&letter(10));
+        assert!(
+            !small.iter().any(|(k, _)| k == "sluice.value.omitted"),
+            "{small:?}"
+        );
+    }
+
+    #[test]
     fn broker_refusals_are_permanent_and_outages_transient() {
         let error = |code| DeadLetterError {
             topic: "dlq".into(),

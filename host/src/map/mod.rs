@@ -407,6 +407,24 @@ mod tests {
     use crate::config::{ColumnConfig, IndexedColumns, WriteMode};
     use serde_json::json;
 
+    #[test]
+    fn values_nested_deeper_than_128_levels_fail_to_decode() {
+        let nested = |depth: usize| {
+            Record::from_value(
+                "t",
+                0,
+                0,
+                format!("{}1{}", "[".repeat(depth), "]".repeat(depth)),
+            )
+        };
+        assert!(RowMapper::parse(&nested(100)).is_ok());
+        let error = RowMapper::parse(&nested(200)).unwrap_err();
+        assert!(
+            matches!(error, MapError::Decode(ref m) if m.contains("recursion limit")),
+            "{error}"
+        );
+    }
+
     fn sink(columns: &[(&str, &str, ColumnType)], key: &[&str]) -> SinkConfig {
         SinkConfig {
             url: "sqlite://x".into(),
