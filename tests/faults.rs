@@ -342,6 +342,15 @@ async fn database_outage(db: Backend) {
     {
         stalled(&run, "no rows before the outage").await;
     }
+    // The stop below must not land mid-rebalance (see `rebalance_storm`).
+    if let Err(held) = wait_until_settled(&[&sluice, &leaving], 2, PARTITIONS, SETTLE_TIMEOUT).await
+    {
+        stalled(
+            &run,
+            &format!("the group did not settle before the outage: {held:?}"),
+        )
+        .await;
+    }
     proxy.down();
     // A commit already on its way may land just after the cut; after that nothing can.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -455,16 +464,23 @@ for_each_database!(broker_outage);
 /// flow, at least one running at the end: exactly the records produced, each once.
 async fn rebalance_storm(db: Backend) {
     const PROCESSES: usize = 3;
-    const PACE: u64 = 1000;
+    // 40 s of records: each change waits about 3 s for the group to settle (Tansu makes
+    // each follower's JoinGroup wait 3 s), so this is about ten changes.
+    const PACE: u64 = 750;
     let work = Workload::words(30_000);
     let (run, started, producer) = flowing(db, 1, &work, PACE).await;
     let mut slots: Vec<Option<SluiceProcess>> = (0..PROCESSES).map(|_| None).collect();
     slots[0] = Some(run.start());
     let (mut starts, mut stops) = (1u32, 0u32);
-    // Storm while the records flow.
+    let mut slowest_settle = Duration::ZERO;
+    // Storm while the records flow. Each change waits for the group to settle first:
+    // Tansu 0.6.0 keeps a leader that leaves mid-rebalance as the group's leader for good
+    // (its Forming-state LeaveGroup does not clear it, and it has no rebalance timeout), so
+    // a stop during a rebalance stalls the whole group; Kafka ends such a rebalance by its
+    // timeout. A stop still lands while batches are being written.
     let storm = Duration::from_secs(work.records / PACE);
     while started.elapsed() < storm {
-        tokio::time::sleep(random_millis(500..2500)).await;
+        tokio::time::sleep(random_millis(300..1500)).await;
         let slot = rand::random_range(0..PROCESSES);
         match slots[slot].take() {
             Some(process) => {
@@ -475,6 +491,17 @@ async fn rebalance_storm(db: Backend) {
             None => {
                 slots[slot] = Some(run.start());
                 starts += 1;
+            }
+        }
+        let running: Vec<&SluiceProcess> = slots.iter().flatten().collect();
+        match wait_until_settled(&running, 1, PARTITIONS, SETTLE_TIMEOUT).await {
+            Ok(took) => slowest_settle = slowest_settle.max(took),
+            Err(held) => {
+                stalled(
+                    &run,
+                    &format!("the group did not settle within {SETTLE_TIMEOUT:?} of a change; the consumers hold {held:?}"),
+                )
+                .await
             }
         }
     }
@@ -495,10 +522,78 @@ async fn rebalance_storm(db: Backend) {
         .figure("starts", starts)
         .figure("stops", stops)
         .figure("running_at_end", running)
+        .figure("slowest_settle_ms", slowest_settle.as_millis())
         .produced_in(produced_in)
         .check(&work, stats);
 }
 for_each_database!(rebalance_storm);
+
+/// Longest wait for a group to settle after one process started or stopped.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Waits until each of the `tasks` consumers of every running process holds an assignment
+/// and together they hold each of `partitions` once (from the `partitions assigned` /
+/// `partitions revoked` lines of their logs; eager rebalancing revokes everything first,
+/// so a consumer's last such line is what it holds). Returns how long that took, or what
+/// each consumer held at the timeout. With nothing running there is nothing to settle.
+async fn wait_until_settled(
+    running: &[&SluiceProcess],
+    tasks: usize,
+    partitions: i32,
+    timeout: Duration,
+) -> Result<Duration, Vec<Vec<i32>>> {
+    let started = Instant::now();
+    if running.is_empty() {
+        return Ok(Duration::ZERO);
+    }
+    loop {
+        let held: Vec<Vec<i32>> = running.iter().flat_map(|p| assignments(&p.log)).collect();
+        let mut all: Vec<i32> = held.iter().flatten().copied().collect();
+        all.sort_unstable();
+        let consumers = held.iter().filter(|h| !h.is_empty()).count();
+        if consumers == running.len() * tasks && all == (0..partitions).collect::<Vec<_>>() {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > timeout {
+            return Err(held);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What each task of a process holds after the last rebalance its log reports.
+fn assignments(log: &std::path::Path) -> Vec<Vec<i32>> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut held: std::collections::BTreeMap<u32, Vec<i32>> = Default::default();
+    for line in text.lines() {
+        let assigned = line.contains("partitions assigned");
+        if !assigned && !line.contains("partitions revoked") {
+            continue;
+        }
+        let Some(task) = field(line, " task=").and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        // `partitions=[("topic", 0), ("topic", 1)]`
+        let partitions = line
+            .split_once("partitions=[")
+            .and_then(|(_, rest)| rest.split_once(']'))
+            .map(|(list, _)| {
+                list.split(')')
+                    .filter_map(|entry| entry.rsplit_once(", ").map(|(_, n)| n.trim()))
+                    .filter_map(|n| n.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        held.insert(task, if assigned { partitions } else { Vec::new() });
+    }
+    held.into_values().collect()
+}
+
+/// The value of `name` (` key=`) in a log line of the text format.
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let (_, rest) = line.split_once(name)?;
+    Some(rest.split_whitespace().next().unwrap_or(""))
+}
 
 /// The proxy itself: it forwards, `down` cuts live connections and refuses new ones, `up`
 /// serves again on the same port.

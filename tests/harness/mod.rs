@@ -88,6 +88,9 @@ fn tansu_binary() -> PathBuf {
     }
 }
 
+/// How much of each process's log a stalled run prints.
+const LOG_TAIL_LINES: usize = 12;
+
 /// Where sluice and broker logs go: kept after the test for a look at failures.
 pub fn log_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-logs");
@@ -465,6 +468,57 @@ connectors:
                     stored.get(&partition)
                 )),
                 Err(_) => break,
+            }
+        }
+        match consumer.fetch_group_list(Some(&self.group), Duration::from_secs(5)) {
+            Ok(list) => {
+                for group in list.groups() {
+                    out.push_str(&format!(
+                        "group {}: state {:?}, protocol {:?}, {} members {:?}\n",
+                        group.name(),
+                        group.state(),
+                        group.protocol(),
+                        group.members().len(),
+                        group
+                            .members()
+                            .iter()
+                            .map(|m| m.client_id())
+                            .collect::<Vec<_>>()
+                    ));
+                }
+            }
+            Err(e) => out.push_str(&format!("group {}: cannot describe: {e}\n", self.group)),
+        }
+        out.push_str(&self.log_tails(LOG_TAIL_LINES));
+        out
+    }
+
+    /// The last `lines` lines of every sluice log of this scenario, oldest process first:
+    /// what a stalled run was doing, in the test's own output.
+    fn log_tails(&self, lines: usize) -> String {
+        let prefix = format!("{}-", self.connector);
+        let mut logs: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(log_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| {
+                let modified = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                (modified, e.path())
+            })
+            .collect();
+        logs.sort();
+        let mut out = String::new();
+        for (_, path) in logs {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("--- last lines of {}\n", path.display()));
+            for line in &all[all.len().saturating_sub(lines)..] {
+                out.push_str(line);
+                out.push('\n');
             }
         }
         out
