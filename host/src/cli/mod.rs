@@ -3,6 +3,7 @@
 
 mod demo;
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -17,6 +18,10 @@ use crate::supervisor::Supervisor;
 pub const EXIT_INVALID: u8 = 2;
 /// Exit code: runtime failure.
 pub const EXIT_FAILURE: u8 = 1;
+
+/// Longest a stop (SIGINT / SIGTERM) may take before `sluice run` exits without the tasks
+/// still closing: under the 30 s a container platform usually grants before SIGKILL.
+const SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(25);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -193,8 +198,10 @@ pub fn main() -> ExitCode {
 fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only on a terminal: a log file or a journal gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -326,7 +333,21 @@ async fn run(path: &Path) -> u8 {
     };
     supervisor.wait(shutdown_signal()).await;
     tracing::info!("stopping: finishing in-flight batches and leaving the group");
-    let failures = supervisor.shutdown().await;
+    // A stop that hangs (a broker or database that never answers a close) must not keep
+    // the process: past the limit, or at a second signal, exit without the rest. Nothing is
+    // lost: with exactly-once the batches not committed are read again from the stored
+    // offsets; with at-least-once they are delivered again.
+    let failures = tokio::select! {
+        failures = supervisor.shutdown() => failures,
+        () = shutdown_signal() => {
+            tracing::error!("second signal: exiting without finishing the stop");
+            return EXIT_FAILURE;
+        }
+        () = tokio::time::sleep(SHUTDOWN_LIMIT) => {
+            tracing::error!(limit = ?SHUTDOWN_LIMIT, "the stop did not finish in time: exiting without the tasks still closing; their uncommitted batches are read again");
+            return EXIT_FAILURE;
+        }
+    };
     for failure in &failures {
         eprintln!("{failure}");
     }
