@@ -20,8 +20,9 @@ pub const EXIT_INVALID: u8 = 2;
 pub const EXIT_FAILURE: u8 = 1;
 
 /// Longest a stop (SIGINT / SIGTERM) may take before `sluice run` exits without the tasks
-/// still closing: under the 30 s a container platform usually grants before SIGKILL.
-const SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(25);
+/// still closing. With the runtime's own 5 s to wind down, the process is gone within
+/// 25 s: under the 30 s a container platform usually grants before SIGKILL.
+const SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 #[derive(Parser, Debug)]
 #[command(
