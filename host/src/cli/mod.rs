@@ -338,13 +338,15 @@ async fn run(path: &Path) -> u8 {
     // the process: past the limit, or at a second signal, exit without the rest. Nothing is
     // lost: with exactly-once the batches not committed are read again from the stored
     // offsets; with at-least-once they are delivered again.
-    let failures = tokio::select! {
-        failures = supervisor.shutdown() => failures,
-        () = shutdown_signal() => {
+    let failures = match bounded_stop(supervisor.shutdown(), shutdown_signal(), SHUTDOWN_LIMIT)
+        .await
+    {
+        Stopped::Finished(failures) => failures,
+        Stopped::SecondSignal => {
             tracing::error!("second signal: exiting without finishing the stop");
             return EXIT_FAILURE;
         }
-        () = tokio::time::sleep(SHUTDOWN_LIMIT) => {
+        Stopped::OutOfTime => {
             tracing::error!(limit = ?SHUTDOWN_LIMIT, "the stop did not finish in time: exiting without the tasks still closing; their uncommitted batches are read again");
             return EXIT_FAILURE;
         }
@@ -353,6 +355,30 @@ async fn run(path: &Path) -> u8 {
         eprintln!("{failure}");
     }
     if failures.is_empty() { 0 } else { EXIT_FAILURE }
+}
+
+/// How a stop ended.
+#[derive(Debug, PartialEq)]
+enum Stopped {
+    /// Every task closed; the failures of those that had failed.
+    Finished(Vec<String>),
+    /// Another SIGINT / SIGTERM came first.
+    SecondSignal,
+    /// The limit passed first.
+    OutOfTime,
+}
+
+/// Runs `stop` until it finishes, `signal` resolves, or `limit` passes.
+async fn bounded_stop(
+    stop: impl std::future::Future<Output = Vec<String>>,
+    signal: impl std::future::Future<Output = ()>,
+    limit: std::time::Duration,
+) -> Stopped {
+    tokio::select! {
+        failures = stop => Stopped::Finished(failures),
+        () = signal => Stopped::SecondSignal,
+        () = tokio::time::sleep(limit) => Stopped::OutOfTime,
+    }
 }
 
 async fn redrive(path: &Path, name: &str) -> u8 {
@@ -558,5 +584,41 @@ fn plugin(action: PluginAction) -> u8 {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::{pending, ready};
+    use std::time::{Duration, Instant};
+
+    use super::{Stopped, bounded_stop};
+
+    #[tokio::test]
+    async fn a_stop_that_finishes_reports_its_failures() {
+        let stopped = bounded_stop(
+            ready(vec!["connector c task 0: boom".to_string()]),
+            pending(),
+            Duration::from_secs(60),
+        )
+        .await;
+        assert_eq!(
+            stopped,
+            Stopped::Finished(vec!["connector c task 0: boom".into()])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stop_that_hangs_ends_at_the_limit() {
+        let started = Instant::now();
+        let stopped = bounded_stop(pending(), pending(), Duration::from_millis(100)).await;
+        assert_eq!(stopped, Stopped::OutOfTime);
+        assert!(started.elapsed() >= Duration::from_millis(100));
+    }
+
+    #[tokio::test]
+    async fn a_second_signal_cuts_a_hanging_stop_short() {
+        let stopped = bounded_stop(pending(), ready(()), Duration::from_secs(60)).await;
+        assert_eq!(stopped, Stopped::SecondSignal);
     }
 }
