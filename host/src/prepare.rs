@@ -197,15 +197,14 @@ impl Preparer {
                         sluice_transform::Outcome::Records(records) => {
                             outputs.extend(records.into_iter().map(|r| (index, r)));
                         }
-                        sluice_transform::Outcome::Failed { plugin, message }
-                            if message.starts_with(NOT_ISOLATED_PREFIX) =>
-                        {
+                        sluice_transform::Outcome::Failed {
+                            ref plugin,
+                            ref message,
+                        } if let Some(cause) = message.strip_prefix(NOT_ISOLATED_PREFIX) => {
                             return Err(PrepareError::NotIsolated {
-                                plugin,
+                                plugin: plugin.clone(),
                                 failed_calls: budget,
-                                message: message
-                                    .trim_start_matches(NOT_ISOLATED_PREFIX)
-                                    .to_string(),
+                                message: cause.to_string(),
                             });
                         }
                         sluice_transform::Outcome::Failed { plugin, message } => {
