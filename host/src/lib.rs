@@ -8,6 +8,7 @@
 //! - [`map`]: a record's value and metadata to column values.
 //! - [`sink`]: one database transaction per batch, rows and offsets together.
 //! - [`failure`], [`dead_letter`]: a failed record, and where the `dlq` policy keeps it.
+//! - [`retry`]: waiting out transient failures (`errors.retry`).
 //! - [`task`]: the actor that drives one consumer through its state machine.
 //! - [`supervisor`]: the connectors and tasks of one process.
 //! - [`cli`]: the `sluice` command line.
@@ -19,6 +20,7 @@ pub mod failure;
 pub mod map;
 pub mod prepare;
 pub mod record;
+pub mod retry;
 pub mod sink;
 pub mod source;
 pub mod supervisor;

@@ -8,6 +8,7 @@ use tokio::runtime::Handle;
 
 use crate::config::{Config, ConnectorConfig};
 use crate::dead_letter::topic::DeadLetterProducer;
+use crate::retry::Retrying;
 use crate::sink::{Sink, SinkError};
 use crate::task::{self, Control, Metrics, Policy, TaskHandle, TaskSpec, TaskState};
 use crate::validate::RecordSchema;
@@ -57,9 +58,8 @@ pub struct Supervisor {
 /// process started during an outage begins when the database is back; anything else, or
 /// an outage beyond `max_elapsed`, is the error.
 async fn connect_sink(connector: &ConnectorConfig) -> Result<Sink, SinkError> {
-    let retry = &connector.errors.retry;
     let started = std::time::Instant::now();
-    let mut attempt = 0;
+    let mut retrying = None;
     loop {
         let result = match Sink::connect(connector).await {
             Ok(sink) => match sink.prepare().await {
@@ -72,15 +72,17 @@ async fn connect_sink(connector: &ConnectorConfig) -> Result<Sink, SinkError> {
             Err(e) => Err(e),
         };
         match result {
-            Err(e) if e.is_transient() && started.elapsed() < retry.max_elapsed.0 => {
-                if attempt == 0 {
+            Err(e) if e.is_transient() => {
+                if retrying.is_none() {
                     tracing::warn!(connector = %connector.name, error = %e,
                         "database unavailable at start; waiting for it (errors.retry)");
                 }
-                tokio::time::sleep(retry.backoff(attempt)).await;
-                attempt += 1;
+                match Retrying::failed(&mut retrying, &connector.errors.retry) {
+                    Ok(wait) => tokio::time::sleep(wait).await,
+                    Err(_) => return Err(e),
+                }
             }
-            Ok(sink) if attempt > 0 => {
+            Ok(sink) if retrying.is_some() => {
                 tracing::info!(connector = %connector.name, after = ?started.elapsed(), "database available");
                 return Ok(sink);
             }

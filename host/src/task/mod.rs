@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use crate::config::{ConnectorConfig, ErrorPolicy, Guarantee, KafkaConfig, RetryConfig};
 use crate::failure::Failure;
 use crate::prepare::{Incoming, Preparer};
+use crate::retry::Retrying;
 use crate::sink::{OffsetAdvance, Sink, SinkError};
 use crate::source::{self, Partition, RebalanceListener, SourceConsumer};
 use crate::validate::RecordSchema;
@@ -211,10 +212,8 @@ struct InFlight {
     /// Records the batch covers (written, deleted or skipped).
     records: u64,
     skipped: u64,
-    /// Retry bookkeeping for transient failures.
-    first_failure: Option<Instant>,
-    attempts: u32,
-    retry_at: Option<Instant>,
+    /// Set while a transient failure is waited out.
+    retrying: Option<Retrying>,
 }
 
 /// What the loop and the rebalance callback share.
@@ -229,11 +228,8 @@ struct Inner {
     /// Partitions to move to their stored offsets: after a conflict, or assigned while the
     /// stored offsets could not be read.
     reassign: Vec<Partition>,
-    /// When the stored offsets are read again after a transient failure.
-    reassign_at: Option<Instant>,
-    /// Failed attempts at reading them, and since when.
-    reassign_attempts: u32,
-    reassign_since: Option<Instant>,
+    /// Set while the stored offsets for `reassign` cannot be read (a transient failure).
+    reassign_retrying: Option<Retrying>,
     /// At-least-once: offsets to commit to Kafka after their rows committed.
     kafka_commits: Vec<(Partition, i64)>,
 }
@@ -279,17 +275,18 @@ impl Shared {
             let Some(flight) = inner.in_flight.as_mut() else {
                 return false;
             };
-            if wait && flight.attempts > 0 {
+            if wait && flight.retrying.is_some() {
                 // Already waiting out an outage: no point in waiting here.
                 self.give_up(inner, "waiting out a transient failure");
                 return true;
             }
-            if let Some(at) = flight.retry_at {
-                if at > Instant::now() {
+            if let Some(retrying) = flight.retrying.as_mut() {
+                if !retrying.is_due() {
                     return false;
                 }
-                flight.retry_at = None;
-                flight.handle = self.spawn_delivery(flight.job.clone());
+                if retrying.start_if_due() {
+                    flight.handle = self.spawn_delivery(flight.job.clone());
+                }
             }
             if !wait && !flight.handle.is_finished() {
                 return false;
@@ -340,21 +337,17 @@ impl Shared {
                     return true;
                 }
                 Err(error) if error.is_transient() => {
-                    let first = *flight.first_failure.get_or_insert_with(Instant::now);
-                    if first.elapsed() > self.retry.max_elapsed.0 {
+                    if flight.retrying.is_none() {
+                        tracing::warn!(connector = %self.connector, task = self.task, %error,
+                            "transient failure; partitions paused, retrying with backoff until errors.retry.max_elapsed");
+                    }
+                    if let Err(elapsed) = Retrying::failed(&mut flight.retrying, &self.retry) {
                         inner.fatal = Some(TaskError::RetriesExhausted {
-                            elapsed: first.elapsed(),
+                            elapsed,
                             source: error,
                         });
                         return false;
                     }
-                    if flight.attempts == 0 {
-                        tracing::warn!(connector = %self.connector, task = self.task, %error,
-                            "transient failure; partitions paused, retrying with backoff until errors.retry.max_elapsed");
-                    }
-                    let backoff = self.retry.backoff(flight.attempts);
-                    flight.attempts += 1;
-                    flight.retry_at = Some(Instant::now() + backoff);
                     inner.in_flight = Some(flight);
                 }
                 Err(error) => {
@@ -406,8 +399,8 @@ impl Shared {
     }
 
     fn committed(&self, inner: &mut Inner, flight: &InFlight, delivered: Delivered) {
-        if flight.attempts > 0 {
-            tracing::info!(connector = %self.connector, task = self.task, attempts = flight.attempts, "recovered; batch committed, partitions resume");
+        if let Some(retrying) = &flight.retrying {
+            tracing::info!(connector = %self.connector, task = self.task, attempts = retrying.attempts(), "recovered; batch committed, partitions resume");
         }
         for failure in &delivered.handled {
             tracing::warn!(connector = %self.connector, task = self.task, topic = %failure.topic, partition = failure.partition,
@@ -592,9 +585,7 @@ impl Actor {
                 in_flight: None,
                 fatal: None,
                 reassign: Vec::new(),
-                reassign_at: None,
-                reassign_attempts: 0,
-                reassign_since: None,
+                reassign_retrying: None,
                 kafka_commits: Vec::new(),
             }),
             sink,
@@ -787,7 +778,7 @@ impl Actor {
             self.commit_to_kafka(consumer);
             return Err(error);
         }
-        if !inner.reassign.is_empty() && inner.reassign_at.is_none_or(|at| Instant::now() >= at) {
+        if !inner.reassign.is_empty() && inner.reassign_retrying.is_none_or(|r| r.is_due()) {
             let partitions = std::mem::take(&mut inner.reassign);
             drop(inner);
             self.reassign(consumer, &partitions)?;
@@ -802,7 +793,10 @@ impl Actor {
         // resume, so the buffer may run BACKPRESSURE_BATCHES batches ahead before it does.
         // While a transient failure is retried, the partitions pause too: polling goes on,
         // so the consumer stays in its group.
-        let retrying = inner.in_flight.as_ref().is_some_and(|f| f.attempts > 0);
+        let retrying = inner
+            .in_flight
+            .as_ref()
+            .is_some_and(|f| f.retrying.is_some());
         let full = retrying
             || inner.buffer.len() >= max_records * BACKPRESSURE_BATCHES
             || inner.buffer_bytes >= max_bytes.saturating_mul(BACKPRESSURE_BATCHES);
@@ -927,9 +921,7 @@ impl Actor {
             job,
             records: consumed,
             skipped,
-            first_failure: None,
-            attempts: 0,
-            retry_at: None,
+            retrying: None,
         });
         Ok(())
     }
@@ -979,13 +971,10 @@ impl Actor {
             .collect();
         {
             let mut inner = self.shared.lock();
-            if inner.reassign_attempts > 0 {
+            if let Some(retrying) = inner.reassign_retrying.take() {
                 tracing::info!(connector = %self.spec.connector.name, task = self.spec.task,
-                    attempts = inner.reassign_attempts, "stored offsets readable again");
+                    attempts = retrying.attempts(), "stored offsets readable again");
             }
-            inner.reassign_attempts = 0;
-            inner.reassign_at = None;
-            inner.reassign_since = None;
             starts.retain(|(p, _)| inner.partitions.contains_key(p));
             for (p, start) in &starts {
                 inner.partitions.insert(
@@ -1007,20 +996,16 @@ impl Actor {
 
     fn retry_reassign(&self, partitions: &[Partition], error: SinkError) -> Result<(), TaskError> {
         let mut inner = self.shared.lock();
-        let since = *inner.reassign_since.get_or_insert_with(Instant::now);
-        if since.elapsed() > self.shared.retry.max_elapsed.0 {
-            return Err(TaskError::RetriesExhausted {
-                elapsed: since.elapsed(),
-                source: DeliverError::Sink(error),
-            });
-        }
-        if inner.reassign_attempts == 0 {
+        if inner.reassign_retrying.is_none() {
             tracing::warn!(connector = %self.spec.connector.name, task = self.spec.task, %error,
                 "cannot read stored offsets yet; those partitions wait, retrying with backoff");
         }
-        inner.reassign_at =
-            Some(Instant::now() + self.shared.retry.backoff(inner.reassign_attempts));
-        inner.reassign_attempts += 1;
+        if let Err(elapsed) = Retrying::failed(&mut inner.reassign_retrying, &self.shared.retry) {
+            return Err(TaskError::RetriesExhausted {
+                elapsed,
+                source: DeliverError::Sink(error),
+            });
+        }
         queue_reassign(&mut inner, partitions.to_vec());
         Ok(())
     }
