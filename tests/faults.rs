@@ -15,17 +15,12 @@ use std::time::{Duration, Instant};
 
 use harness::proxy::Proxy;
 use harness::{
-    Backend, Broker, Pipeline, Scenario, SluiceProcess, TestDb, free_port, produce_values,
-    word_event,
+    Backend, Broker, EVICTION_WAIT, Pipeline, Scenario, SluiceProcess, TestDb, free_port,
+    produce_values, word_event,
 };
 use sluice::sink::SequenceStats;
 
 const PARTITIONS: i32 = 4;
-
-/// Tansu 0.6.0 drops a SIGKILLed group member only at the first join after its session
-/// (6 s) expired; a process restarted sooner shares the group with the dead member, whose
-/// partitions stay orphaned.
-const EVICTION_WAIT: Duration = Duration::from_secs(8);
 
 /// What a scenario produces: how many records, and the value of each.
 ///
@@ -343,8 +338,7 @@ async fn database_outage(db: Backend) {
         stalled(&run, "no rows before the outage").await;
     }
     // The stop below must not land mid-rebalance (see `rebalance_storm`).
-    if let Err(held) = wait_until_settled(&[&sluice, &leaving], 2, PARTITIONS, SETTLE_TIMEOUT).await
-    {
+    if let Err(held) = wait_until_settled(&run, &[&sluice, &leaving]).await {
         stalled(
             &run,
             &format!("the group did not settle before the outage: {held:?}"),
@@ -365,6 +359,11 @@ async fn database_outage(db: Backend) {
     assert!(
         left.success(),
         "the process stopped mid-outage exited with {left}"
+    );
+    // Promptly: the batch being written is waited for at most 5 s, then given up.
+    assert!(
+        stop_took < Duration::from_secs(10),
+        "the stop mid-outage took {stop_took:?}"
     );
     let second = run.start();
     tokio::time::sleep(OUTAGE.saturating_sub(Duration::from_secs(3) + stop_took)).await;
@@ -494,7 +493,7 @@ async fn rebalance_storm(db: Backend) {
             }
         }
         let running: Vec<&SluiceProcess> = slots.iter().flatten().collect();
-        match wait_until_settled(&running, 1, PARTITIONS, SETTLE_TIMEOUT).await {
+        match wait_until_settled(&run, &running).await {
             Ok(took) => slowest_settle = slowest_settle.max(took),
             Err(held) => {
                 stalled(
@@ -510,6 +509,10 @@ async fn rebalance_storm(db: Backend) {
         starts += 1;
     }
     let running = slots.iter().filter(|s| s.is_some()).count();
+    assert!(
+        starts >= 2 && stops >= 1,
+        "no storm: {starts} starts, {stops} stops"
+    );
     let produced_in = producer.await.expect("producer");
     let stats = run.wait_for_rows(work.expected_rows(), 180).await;
     for (slot, process) in slots.into_iter().enumerate() {
@@ -531,17 +534,16 @@ for_each_database!(rebalance_storm);
 /// Longest wait for a group to settle after one process started or stopped.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Waits until each of the `tasks` consumers of every running process holds an assignment
-/// and together they hold each of `partitions` once (from the `partitions assigned` /
+/// Waits until each of the `run.scenario.tasks` consumers of every running process holds
+/// an assignment and together they hold each of the [`PARTITIONS`] once (from the `partitions assigned` /
 /// `partitions revoked` lines of their logs; eager rebalancing revokes everything first,
 /// so a consumer's last such line is what it holds). Returns how long that took, or what
 /// each consumer held at the timeout. With nothing running there is nothing to settle.
 async fn wait_until_settled(
+    run: &Pipeline,
     running: &[&SluiceProcess],
-    tasks: usize,
-    partitions: i32,
-    timeout: Duration,
 ) -> Result<Duration, Vec<Vec<i32>>> {
+    let (tasks, timeout) = (run.scenario.tasks as usize, SETTLE_TIMEOUT);
     let started = Instant::now();
     if running.is_empty() {
         return Ok(Duration::ZERO);
@@ -551,7 +553,7 @@ async fn wait_until_settled(
         let mut all: Vec<i32> = held.iter().flatten().copied().collect();
         all.sort_unstable();
         let consumers = held.iter().filter(|h| !h.is_empty()).count();
-        if consumers == running.len() * tasks && all == (0..partitions).collect::<Vec<_>>() {
+        if consumers == running.len() * tasks && all == (0..PARTITIONS).collect::<Vec<_>>() {
             return Ok(started.elapsed());
         }
         if started.elapsed() > timeout {

@@ -45,9 +45,7 @@ async fn resumes_after_sigterm_and_sigkill(db: Backend) {
     let seen = run.wait_for_rows(1, 60).await;
     assert!(seen.rows > 0, "no rows after 60 s");
     first.kill();
-    // Tansu 0.6.0 drops a dead member only at the next join after its session expired (a
-    // real Kafka evicts it by itself): let the 6 s session run out before rejoining.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    tokio::time::sleep(harness::EVICTION_WAIT).await;
     let after_kill = run.stats().await;
     assert_eq!(after_kill.duplicates(), 0);
 
