@@ -383,8 +383,12 @@ for_each_database!(fail_stops_at_the_first_poisoned_record);
 
 /// `dlq` with a topic: the dead letters are on the topic, with the original value and the
 /// context headers, before the offsets commit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dead_letter_topic_gets_each_poisoned_record_with_context() {
+#[test]
+fn dead_letter_topic_gets_each_poisoned_record_with_context() {
+    harness::run_test(dead_letter_topic_gets_each_poisoned_record_with_context_body())
+}
+
+async fn dead_letter_topic_gets_each_poisoned_record_with_context_body() {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::{Headers, Message};
     const N: u64 = 1000;
@@ -584,8 +588,12 @@ for_each_database!(refused_record_with_two_rows_is_one_dead_letter);
 
 /// A plugin that fails on every record cannot be isolated record by record: the task fails
 /// instead of skipping good records.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plugin_failing_everything_fails_the_task_even_under_skip() {
+#[test]
+fn plugin_failing_everything_fails_the_task_even_under_skip() {
+    harness::run_test(plugin_failing_everything_fails_the_task_even_under_skip_body())
+}
+
+async fn plugin_failing_everything_fails_the_task_even_under_skip_body() {
     let run = PoisonRun::new(Backend::Sqlite, 1).await;
     let config = run.config(&unique("conn"), "{ policy: skip }", false, "");
     with_hostile(&config, "broken", "{ mode: panic }");
@@ -640,8 +648,12 @@ for_each_database!(refused_rows_are_found_and_nothing_is_kept);
 
 /// A deferred constraint fails only at COMMIT, which the probe never runs: it checks
 /// constraints immediately, so the refused row is still found.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deferred_constraints_are_checked_by_the_probe() {
+#[test]
+fn deferred_constraints_are_checked_by_the_probe() {
+    harness::run_test(deferred_constraints_are_checked_by_the_probe_body())
+}
+
+async fn deferred_constraints_are_checked_by_the_probe_body() {
     let run = PoisonRun::new(Backend::Postgres, 1).await;
     let pool = sqlx::PgPool::connect(&run.db.url).await.expect("connect");
     let ddl = format!(

@@ -633,6 +633,77 @@ impl Drop for SluiceProcess {
     }
 }
 
+/// How long a test may run before the watchdog prints every thread's stack: a little less
+/// than nextest's limit (`.config/nextest.toml`: 5 × 60 s), so that a hung test says where
+/// it hangs before it is killed.
+pub const HANG_DUMP_AFTER: Duration = Duration::from_secs(280);
+
+/// How long the runtime may take to stop once the test body has finished.
+const RUNTIME_STOP_LIMIT: Duration = Duration::from_secs(10);
+
+/// Runs one async test body on a two-worker runtime, as `#[tokio::test]` would, with two
+/// additions for hangs: a watchdog that prints every thread's stack (by `gdb`, when it is
+/// installed) if the test is still running after [`HANG_DUMP_AFTER`], and a bounded stop of
+/// the runtime that fails the test, with the stacks, if a task or blocking call outlives
+/// the body by [`RUNTIME_STOP_LIMIT`].
+pub fn run_test(body: impl std::future::Future<Output = ()>) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("test runtime");
+    let watchdog = Watchdog::arm(HANG_DUMP_AFTER);
+    runtime.block_on(body);
+    let stopping = Instant::now();
+    runtime.shutdown_timeout(RUNTIME_STOP_LIMIT);
+    if stopping.elapsed() >= RUNTIME_STOP_LIMIT {
+        eprintln!("{}", thread_stacks());
+        panic!(
+            "the test body finished but its runtime did not stop within {RUNTIME_STOP_LIMIT:?} \
+             (the stacks above show what is still running)"
+        );
+    }
+    drop(watchdog);
+}
+
+/// Prints every thread's stack once, from its own thread, if it is not dropped in time.
+struct Watchdog {
+    _disarm: std::sync::mpsc::Sender<()>,
+}
+
+impl Watchdog {
+    fn arm(after: Duration) -> Watchdog {
+        let (disarm, disarmed) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            // Dropping the sender (the test ended, or it panicked) disconnects the channel.
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = disarmed.recv_timeout(after) {
+                eprintln!(
+                    "the test is still running after {after:?}; every thread's stack:\n{}",
+                    thread_stacks()
+                );
+            }
+        });
+        Watchdog { _disarm: disarm }
+    }
+}
+
+/// Every thread's stack in this process, by `gdb -batch -p`, or why it cannot be had.
+pub fn thread_stacks() -> String {
+    let output = Command::new("gdb")
+        .args(["-batch", "-nx", "-p", &std::process::id().to_string()])
+        .args(["-ex", "thread apply all bt 40"])
+        .stdin(Stdio::null())
+        .output();
+    match output {
+        Ok(output) => format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+        Err(e) => format!("(no thread stacks: cannot run gdb: {e})"),
+    }
+}
+
 /// Writes one test body once and runs it against PostgreSQL, MariaDB and SQLite, or
 /// against the databases listed: `for_each_database!(body: postgres = Postgres)`.
 #[macro_export]
@@ -644,9 +715,9 @@ macro_rules! for_each_database {
         mod $body {
             use super::*;
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    $body(Backend::$kind).await
+                #[test]
+                fn $test() {
+                    $crate::harness::run_test($body(Backend::$kind))
                 }
             )+
         }
