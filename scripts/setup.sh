@@ -12,10 +12,13 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
 fi
 
 if [ "${1:-}" = "--tests" ]; then
-  # The test broker: Tansu 0.6.0, a Kafka-protocol broker (about 20 minutes to build once).
-  if [ -z "${KAFKA_BROKERS:-}" ] && ! command -v tansu >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/tansu" ]; then
-    log "installing the test broker (tansu 0.6.0); this takes a while the first time"
-    cargo install tansu --version 0.6.0 --features dynostore --locked
+  # The test broker: Tansu 0.6.0, a Kafka-protocol broker (about 20 minutes to build once),
+  # with its SQLite storage engine (libsql) for the test that kills and restarts it. A
+  # Tansu installed without that engine (an older setup) is installed again.
+  crates="${CARGO_HOME:-$HOME/.cargo}/.crates2.json"
+  if [ -z "${KAFKA_BROKERS:-}" ] && ! grep -Eq '"tansu 0\.6\.0 [^"]*":\{[^}]*"features":\[[^]]*"libsql"' "$crates" 2>/dev/null; then
+    log "installing the test broker (tansu 0.6.0 with its sqlite storage); this takes a while the first time"
+    cargo install tansu --version 0.6.0 --features dynostore,libsql --locked
   fi
   if ! command -v cargo-nextest >/dev/null 2>&1; then
     log "installing cargo-nextest"

@@ -1,8 +1,9 @@
 //! What the end-to-end suites share: a real Kafka-protocol broker on a free loopback port,
 //! the three databases, a producer, and `sluice` processes to start, signal and kill.
 //!
-//! The broker is Tansu 0.6.0 (`cargo install tansu --version 0.6.0 --features dynostore
-//! --locked`; `.ci/run` installs it), started per test and killed when the test ends.
+//! The broker is Tansu 0.6.0 (`cargo install tansu --version 0.6.0 --features
+//! dynostore,libsql --locked`; `.ci/run` installs it), started per test and killed when the
+//! test ends; its storage is memory, or a SQLite file for a broker killed and restarted.
 //! `KAFKA_BROKERS` points the suites at another broker instead. Databases:
 //! `SLUICE_TEST_POSTGRES_URL` and `SLUICE_TEST_MYSQL_URL` override the local servers.
 
@@ -69,7 +70,14 @@ pub struct Broker {
     child: Option<Child>,
     port: u16,
     log: PathBuf,
+    /// Tansu's `--storage-engine`: memory, or a SQLite file that outlives the process.
+    storage: String,
+    /// Where Tansu runs: its SQLite storage is a path relative to it.
+    workdir: Option<PathBuf>,
 }
+
+/// Tansu's storage for a broker that lives as long as its process.
+const MEMORY_STORAGE: &str = "memory://tansu/";
 
 fn tansu_binary() -> PathBuf {
     if let Ok(path) = std::env::var("TANSU_BIN") {
@@ -120,6 +128,8 @@ impl Broker {
                 child: None,
                 port: 0,
                 log: PathBuf::new(),
+                storage: String::new(),
+                workdir: None,
             };
         }
         let port = free_port();
@@ -130,27 +140,72 @@ impl Broker {
     /// `advertised` (`host:port`), which is also the bootstrap address the tests use: a
     /// proxy there sees all of the clients' traffic.
     pub fn start_on(port: u16, advertised: &str) -> Broker {
+        Broker::start_with(port, advertised, MEMORY_STORAGE.to_string(), None)
+    }
+
+    /// Starts Tansu on a free port with its log in a SQLite file in `dir` (Tansu's `libsql`
+    /// storage engine), so that a broker killed and started again ([`Broker::kill`],
+    /// [`Broker::restart`]) comes back with every record it acknowledged.
+    pub fn start_persistent(dir: &Path) -> Broker {
+        let port = free_port();
+        // Tansu opens `sqlite://<name>` relative to its working directory.
+        let storage = "sqlite://tansu.db".to_string();
+        let advertised = format!("127.0.0.1:{port}");
+        Broker::start_with(port, &advertised, storage, Some(dir.to_path_buf()))
+    }
+
+    fn start_with(
+        port: u16,
+        advertised: &str,
+        storage: String,
+        workdir: Option<PathBuf>,
+    ) -> Broker {
         let mut broker = Broker {
             bootstrap: advertised.to_string(),
             child: None,
             port,
             log: log_dir().join(format!("tansu-{port}.log")),
+            storage,
+            workdir,
         };
         broker.spawn();
         broker
     }
 
+    /// SIGKILL: the broker is gone at once, its clients' connections reset.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the broker again on its port and storage, after [`Broker::kill`].
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart of a broker that is running");
+        self.spawn();
+    }
+
     fn spawn(&mut self) {
         let url = format!("tcp://127.0.0.1:{}", self.port);
         let advertised = format!("tcp://{}", self.bootstrap);
-        let log = std::fs::File::create(&self.log).expect("broker log file");
-        let child = Command::new(tansu_binary())
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &advertised, "--storage-engine", "memory://tansu/"])
+        // A restarted broker appends to the log of its first life.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("broker log file");
+        let mut command = Command::new(tansu_binary());
+        if let Some(dir) = &self.workdir {
+            command.current_dir(dir);
+        }
+        let child = command
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &advertised, "--storage-engine", &self.storage])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start tansu ({}): {e}; install it with `cargo install tansu --version 0.6.0 --features dynostore --locked` or set KAFKA_BROKERS", tansu_binary().display()));
+            .unwrap_or_else(|e| panic!("cannot start tansu ({}): {e}; install it with `cargo install tansu --version 0.6.0 --features dynostore,libsql --locked` or set KAFKA_BROKERS", tansu_binary().display()));
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
@@ -267,10 +322,7 @@ pub async fn produce_values(
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.kill();
     }
 }
 
