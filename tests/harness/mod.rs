@@ -685,26 +685,27 @@ impl Drop for SluiceProcess {
     }
 }
 
-/// How long a test may run before the watchdog prints every thread's stack: a little less
-/// than nextest's limit (`.config/nextest.toml`: 5 × 60 s), so that a hung test says where
-/// it hangs before it is killed.
+/// How long a test may run under nextest before the watchdog prints every thread's stack: a
+/// little less than nextest's limit (`.config/nextest.toml`: 5 × 60 s), so that a hung test
+/// says where it hangs before it is killed. Under `cargo test` (a soak runs for minutes)
+/// there is no watchdog.
 pub const HANG_DUMP_AFTER: Duration = Duration::from_secs(280);
 
 /// How long the runtime may take to stop once the test body has finished.
 const RUNTIME_STOP_LIMIT: Duration = Duration::from_secs(10);
 
 /// Runs one async test body on a two-worker runtime, as `#[tokio::test]` would, with two
-/// additions for hangs: a watchdog that prints every thread's stack (by `gdb`, when it is
-/// installed) if the test is still running after [`HANG_DUMP_AFTER`], and a bounded stop of
-/// the runtime that fails the test, with the stacks, if a task or blocking call outlives
-/// the body by [`RUNTIME_STOP_LIMIT`].
+/// additions for hangs: under nextest, a watchdog that prints every thread's stack (by
+/// `gdb`, when it is installed) if the test is still running after [`HANG_DUMP_AFTER`]; and
+/// a bounded stop of the runtime that fails the test, with the stacks, if a task or
+/// blocking call outlives the body by [`RUNTIME_STOP_LIMIT`].
 pub fn run_test(body: impl std::future::Future<Output = ()>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("test runtime");
-    let watchdog = Watchdog::arm(HANG_DUMP_AFTER);
+    let watchdog = std::env::var_os("NEXTEST_RUN_ID").map(|_| Watchdog::arm(HANG_DUMP_AFTER));
     runtime.block_on(body);
     let stopping = Instant::now();
     runtime.shutdown_timeout(RUNTIME_STOP_LIMIT);
