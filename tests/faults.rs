@@ -166,6 +166,14 @@ impl Summary {
         self
     }
 
+    /// An outage's measured length and the rows when it began and ended (rows written in
+    /// between came from batches fetched before it).
+    fn outage(self, length: Duration, rows_at_start: i64, rows_at_end: i64) -> Summary {
+        self.figure("outage_s", format!("{:.1}", length.as_secs_f64()))
+            .figure("rows_at_outage", rows_at_start)
+            .figure("rows_written_during_outage", rows_at_end - rows_at_start)
+    }
+
     /// How long producing took.
     fn produced_in(self, took: Duration) -> Summary {
         self.figure("produce_s", format!("{:.1}", took.as_secs_f64()))
@@ -202,16 +210,24 @@ impl Summary {
     }
 }
 
-/// Waits until the table holds more than `rows` rows: how long that took, or `None` after
-/// `timeout`.
-async fn rows_move(run: &Pipeline, rows: i64, timeout: Duration) -> Option<Duration> {
+/// How long a run may go without a new row where one is due before the test stalls.
+const ROWS_DUE_WITHIN: Duration = Duration::from_secs(60);
+
+/// Waits until the table holds more than `rows` rows and says how long that took; after
+/// [`ROWS_DUE_WITHIN`] the test fails as [`stalled`], saying that no row came `since`
+/// (`"the broker's return"`, say).
+async fn rows_move(run: &Pipeline, rows: i64, since: &str) -> Duration {
     let started = Instant::now();
     loop {
         if run.stats().await.rows > rows {
-            return Some(started.elapsed());
+            return started.elapsed();
         }
-        if started.elapsed() > timeout {
-            return None;
+        if started.elapsed() > ROWS_DUE_WITHIN {
+            stalled(
+                run,
+                &format!("no new row within {ROWS_DUE_WITHIN:?} of {since}"),
+            )
+            .await
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -262,10 +278,8 @@ async fn sigkill(db: Backend) {
         let sluice = run.start();
         // Kill it while it consumes: after its first row, if there are rows left to write.
         if before.rows < work.expected_rows() {
-            match rows_move(&run, before.rows, Duration::from_secs(60)).await {
-                Some(resumed) => slowest_resume = slowest_resume.max(resumed),
-                None => stalled(&run, &format!("restart {kill}: no new row within 60 s")).await,
-            }
+            let resumed = rows_move(&run, before.rows, &format!("restart {kill}")).await;
+            slowest_resume = slowest_resume.max(resumed);
         }
         let running = random_millis(500..3000);
         tokio::time::sleep(running).await;
@@ -332,12 +346,7 @@ async fn database_outage(db: Backend) {
     let producer = work.spawn(&run, 0..work.records, Some(1000));
     let sluice = run.start();
     let leaving = run.start();
-    if rows_move(&run, 5000, Duration::from_secs(60))
-        .await
-        .is_none()
-    {
-        stalled(&run, "no rows before the outage").await;
-    }
+    rows_move(&run, 5000, "the start").await;
     // The stop below must not land mid-rebalance (see `rebalance_storm`).
     if let Err(held) = wait_until_settled(&run, &[&sluice, &leaving]).await {
         stalled(
@@ -376,21 +385,14 @@ async fn database_outage(db: Backend) {
     );
     proxy.up();
     let outage = down_at.elapsed();
-    let Some(recovery) = rows_move(&run, at_up, Duration::from_secs(60)).await else {
-        stalled(
-            &run,
-            "rows did not move within 60 s of the database's return",
-        )
-        .await
-    };
+    let recovery = rows_move(&run, at_up, "the database's return").await;
     let produced_in = producer.await.expect("producer");
     let stats = run.wait_for_rows(work.expected_rows(), 180).await;
     let logs = [sluice.log.clone(), second.log.clone()];
     let statuses = [sluice.terminate(), second.terminate()];
     Summary::new("database_outage", &run, &work, started)
         .recovery(recovery)
-        .figure("outage_s", format!("{:.1}", outage.as_secs_f64()))
-        .figure("rows_at_outage", at_up)
+        .outage(outage, during, at_up)
         .figure("processes", 3)
         .figure("stop_during_outage_ms", stop_took.as_millis())
         .produced_in(produced_in)
@@ -444,18 +446,13 @@ async fn broker_outage(db: Backend) {
     proxy.up();
     let outage = down_at.elapsed();
     let second = work.spawn(&run, half..work.records, Some(2000));
-    let Some(recovery) = rows_move(&run, at_up, Duration::from_secs(60)).await else {
-        stalled(&run, "rows did not move within 60 s of the broker's return").await
-    };
+    let recovery = rows_move(&run, at_up, "the broker's return").await;
     produced_in += second.await.expect("producer");
     let stats = run.wait_for_rows(work.expected_rows(), 180).await;
     let status = sluice.terminate();
     Summary::new("broker_outage", &run, &work, started)
         .recovery(recovery)
-        .figure("outage_s", format!("{:.1}", outage.as_secs_f64()))
-        .figure("rows_at_outage", at_down)
-        // Records already fetched are written during the outage: the database is up.
-        .figure("rows_written_during_outage", at_up - at_down)
+        .outage(outage, at_down, at_up)
         .produced_in(produced_in)
         .check(&work, stats);
     assert!(status.success(), "sluice exited with {status}");
@@ -485,12 +482,7 @@ async fn broker_restart(db: Backend) {
     let half = work.records / 2;
     let mut produced_in = work.spawn(&run, 0..half, None).await.expect("producer");
     let sluice = run.start();
-    if rows_move(&run, half as i64 / 4, Duration::from_secs(60))
-        .await
-        .is_none()
-    {
-        stalled(&run, "no rows within 60 s of the start").await
-    }
+    rows_move(&run, half as i64 / 4, "the start").await;
     run.broker.kill();
     let down_at = Instant::now();
     let at_down = run.stats().await.rows;
@@ -499,22 +491,13 @@ async fn broker_restart(db: Backend) {
     run.broker.restart();
     let outage = down_at.elapsed();
     let second = work.spawn(&run, half..work.records, Some(1000));
-    let Some(recovery) = rows_move(&run, at_up, Duration::from_secs(60)).await else {
-        stalled(
-            &run,
-            "rows did not move within 60 s of the broker's restart",
-        )
-        .await
-    };
+    let recovery = rows_move(&run, at_up, "the broker's restart").await;
     produced_in += second.await.expect("producer");
     let stats = run.wait_for_rows(work.expected_rows(), 180).await;
     let status = sluice.terminate();
     Summary::new("broker_restart", &run, &work, started)
         .recovery(recovery)
-        .figure("outage_s", format!("{:.1}", outage.as_secs_f64()))
-        .figure("rows_at_kill", at_down)
-        // Batches fetched before the kill are written while the broker is down.
-        .figure("rows_written_while_down", at_up - at_down)
+        .outage(outage, at_down, at_up)
         .produced_in(produced_in)
         .check(&work, stats);
     assert!(status.success(), "sluice exited with {status}");

@@ -383,17 +383,12 @@ for_each_database!(fail_stops_at_the_first_poisoned_record);
 
 /// `dlq` with a topic: the dead letters are on the topic, with the original value and the
 /// context headers, before the offsets commit.
-#[test]
-fn dead_letter_topic_gets_each_poisoned_record_with_context() {
-    harness::run_test(dead_letter_topic_gets_each_poisoned_record_with_context_body())
-}
-
-async fn dead_letter_topic_gets_each_poisoned_record_with_context_body() {
+async fn dead_letter_topic_gets_each_poisoned_record_with_context(db: Backend) {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::{Headers, Message};
     const N: u64 = 1000;
     let poisoned = poison_count(N);
-    let run = PoisonRun::new(Backend::Postgres, 2).await;
+    let run = PoisonRun::new(db, 2).await;
     let dlq = unique("dead");
     run.broker.create_topic(&dlq, 1).await;
     // One record per produce request: Tansu 0.6.0 skips records inside a fetched batch.
@@ -479,6 +474,7 @@ async fn dead_letter_topic_gets_each_poisoned_record_with_context_body() {
         ]
     );
 }
+for_each_database!(dead_letter_topic_gets_each_poisoned_record_with_context: postgres = Postgres);
 
 /// Headers whose name is the bytes `name`, which need not be UTF-8 (rdkafka's safe API
 /// takes `&str`; a producer in another language can send any bytes).
@@ -588,13 +584,8 @@ for_each_database!(refused_record_with_two_rows_is_one_dead_letter);
 
 /// A plugin that fails on every record cannot be isolated record by record: the task fails
 /// instead of skipping good records.
-#[test]
-fn plugin_failing_everything_fails_the_task_even_under_skip() {
-    harness::run_test(plugin_failing_everything_fails_the_task_even_under_skip_body())
-}
-
-async fn plugin_failing_everything_fails_the_task_even_under_skip_body() {
-    let run = PoisonRun::new(Backend::Sqlite, 1).await;
+async fn plugin_failing_everything_fails_the_task_even_under_skip(db: Backend) {
+    let run = PoisonRun::new(db, 1).await;
     let config = run.config(&unique("conn"), "{ policy: skip }", false, "");
     with_hostile(&config, "broken", "{ mode: panic }");
     run.broker
@@ -613,6 +604,7 @@ async fn plugin_failing_everything_fails_the_task_even_under_skip_body() {
     let (stats, _) = run.stats(&config).await;
     assert_eq!(stats.rows, 0, "{stats:?}");
 }
+for_each_database!(plugin_failing_everything_fails_the_task_even_under_skip: sqlite = Sqlite);
 
 fn row(uid: i64, word: &str, secret: &str) -> sluice::map::RowOp {
     use sluice::map::{RowOp, SqlValue};
@@ -648,13 +640,8 @@ for_each_database!(refused_rows_are_found_and_nothing_is_kept);
 
 /// A deferred constraint fails only at COMMIT, which the probe never runs: it checks
 /// constraints immediately, so the refused row is still found.
-#[test]
-fn deferred_constraints_are_checked_by_the_probe() {
-    harness::run_test(deferred_constraints_are_checked_by_the_probe_body())
-}
-
-async fn deferred_constraints_are_checked_by_the_probe_body() {
-    let run = PoisonRun::new(Backend::Postgres, 1).await;
+async fn deferred_constraints_are_checked_by_the_probe(db: Backend) {
+    let run = PoisonRun::new(db, 1).await;
     let pool = sqlx::PgPool::connect(&run.db.url).await.expect("connect");
     let ddl = format!(
         "ALTER TABLE {} ADD CONSTRAINT {}_secret UNIQUE (secret) DEFERRABLE INITIALLY DEFERRED",
@@ -680,3 +667,4 @@ async fn deferred_constraints_are_checked_by_the_probe_body() {
     );
     sink.close().await;
 }
+for_each_database!(deferred_constraints_are_checked_by_the_probe: postgres = Postgres);

@@ -689,7 +689,7 @@ impl Drop for SluiceProcess {
 /// little less than nextest's limit (`.config/nextest.toml`: 5 × 60 s), so that a hung test
 /// says where it hangs before it is killed. Under `cargo test` (a soak runs for minutes)
 /// there is no watchdog.
-pub const HANG_DUMP_AFTER: Duration = Duration::from_secs(280);
+const HANG_DUMP_AFTER: Duration = Duration::from_secs(280);
 
 /// How long the runtime may take to stop once the test body has finished.
 const RUNTIME_STOP_LIMIT: Duration = Duration::from_secs(10);
@@ -741,7 +741,7 @@ impl Watchdog {
 }
 
 /// Every thread's stack in this process, by `gdb -batch -p`, or why it cannot be had.
-pub fn thread_stacks() -> String {
+fn thread_stacks() -> String {
     let output = Command::new("gdb")
         .args(["-batch", "-nx", "-p", &std::process::id().to_string()])
         .args(["-ex", "thread apply all bt 40"])
