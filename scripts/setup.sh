@@ -12,7 +12,7 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
 fi
 
 if [ "${1:-}" = "--tests" ]; then
-  # The test broker: Tansu 0.6.0, a Kafka-protocol broker (about 20 minutes to build once),
+  # The test broker: Tansu 0.6.0, a Kafka-protocol broker (up to half an hour to build once),
   # with its SQLite storage engine (libsql) for the test that kills and restarts it. A
   # Tansu installed without that engine (an older setup) is installed again.
   crates="${CARGO_HOME:-$HOME/.cargo}/.crates2.json"
