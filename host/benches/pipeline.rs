@@ -5,9 +5,9 @@
 //! - sink ceiling: the same rows written by `Sink::write` in 5,000-row batches, no Kafka.
 //!
 //! Run: `scripts/bench.sh` (or `cargo bench -p sluice --bench pipeline`). Needs the test
-//! broker (see tests/harness) and the local PostgreSQL and MariaDB. `BENCH_RECORDS` sets N.
+//! broker (see tests/e2e/harness) and the local PostgreSQL and MariaDB. `BENCH_RECORDS` sets N.
 
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../tests/e2e/harness/mod.rs"]
 mod harness;
 
 use std::time::{Duration, Instant};

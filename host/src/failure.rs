@@ -1,39 +1,79 @@
 //! A record that failed, where and why: what the error policy (`fail`, `skip`, `dlq`)
-//! acts on, and what a dead letter carries.
+//! acts on, and the dead letter it becomes under `dlq`.
 
 use std::fmt;
 
-/// The stage of the record's path where it failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// On arrival: too large, or a header name that is not UTF-8.
-    Source,
-    /// A transform rejected it, or trapped on it.
-    Transform,
-    /// The connector's JSON Schema refused the transformed value.
-    Validate,
-    /// It does not map to the columns: not JSON, too deep, a value that does not fit.
-    Map,
-    /// The database refused its row: a constraint, a length, a value out of range.
-    Sink,
+use crate::record::Record;
+
+/// Declares a fieldless enum whose variants have stable names (as stored in dead letters
+/// and logged), with `name()` and `Display` giving that name.
+macro_rules! named_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $($(#[$variant_meta:meta])* $variant:ident => $text:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum $name {
+            $($(#[$variant_meta])* $variant,)+
+        }
+
+        impl $name {
+            /// The name as stored and logged.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
 }
 
-impl Stage {
-    /// The name used in logs, dead-letter headers and the dead-letter table.
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Source => "source",
-            Stage::Transform => "transform",
-            Stage::Validate => "validate",
-            Stage::Map => "map",
-            Stage::Sink => "sink",
-        }
+named_enum! {
+    /// The stage of the record's path where it failed.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Stage {
+        /// On arrival: too large, or a header name that is not UTF-8.
+        Source => "source",
+        /// A transform rejected it, or trapped on it.
+        Transform => "transform",
+        /// The connector's JSON Schema refused the transformed value.
+        Validate => "validate",
+        /// It does not map to the columns: not JSON, too deep, a value that does not fit.
+        Map => "map",
+        /// The database refused its row: a constraint, a length, a value out of range.
+        Sink => "sink",
     }
 }
 
-impl fmt::Display for Stage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+named_enum! {
+    /// What kind of failure it was: a short machine-readable class, stored in the
+    /// dead-letter table's `error_class`, the `sluice.error.class` header and every log line.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum FailureClass {
+        /// Larger than the connector's `max_record_bytes`.
+        RecordTooLarge => "record_too_large",
+        /// A header name that is not UTF-8.
+        HeaderNotUtf8 => "header_not_utf8",
+        /// A transform rejected the record, or trapped, timed out or ran out of memory on it.
+        Transform => "transform",
+        /// The connector's JSON Schema refused the transformed value.
+        SchemaInvalid => "schema_invalid",
+        /// The value is not JSON (or is nested too deep) where `format: json` needs it.
+        InvalidJson => "invalid_json",
+        /// The value is not UTF-8 where `format: string` needs it.
+        NotUtf8 => "not_utf8",
+        /// A value or key that does not fit its column.
+        ColumnValue => "column_value",
+        /// The database refused the row: a constraint, a length, a value out of range.
+        DatabaseRefused => "database_refused",
     }
 }
 
@@ -47,10 +87,7 @@ pub struct Failure {
     pub partition: i32,
     pub offset: i64,
     pub stage: Stage,
-    /// A short machine-readable class: `record_too_large`, `header_not_utf8`, `transform`
-    /// (rejected, or trapped on), `schema_invalid`, `invalid_json`, `not_utf8`,
-    /// `column_value`, `database_refused`.
-    pub class: &'static str,
+    pub class: FailureClass,
     /// What went wrong, for a person.
     pub message: String,
 }
@@ -72,5 +109,56 @@ impl fmt::Display for Failure {
             self.class,
             self.message
         )
+    }
+}
+
+/// Longest error message a dead letter keeps (a database's message can quote a whole row).
+const MAX_MESSAGE_CHARS: usize = 4000;
+
+/// A failed record with its cause, ready to store (the sink's dead-letter table) or produce
+/// (the dead-letter topic).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// The record as it arrived from Kafka.
+    pub record: Record,
+    pub stage: Stage,
+    pub class: FailureClass,
+    pub message: String,
+}
+
+impl DeadLetter {
+    /// The dead letter of `failure`, whose original input is `record`.
+    pub fn new(record: Record, failure: &Failure) -> Self {
+        // A NUL is refused in PostgreSQL text; messages can quote anything (a plugin's).
+        let mut message = failure.message.replace('\0', "\\0");
+        if message.chars().count() > MAX_MESSAGE_CHARS {
+            message = message.chars().take(MAX_MESSAGE_CHARS).collect::<String>() + "…";
+        }
+        DeadLetter {
+            record,
+            stage: failure.stage,
+            class: failure.class,
+            message,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut() {
+        let failure = Failure {
+            index: 0,
+            topic: "t".into(),
+            partition: 0,
+            offset: 0,
+            stage: Stage::Sink,
+            class: FailureClass::DatabaseRefused,
+            message: "x".repeat(10_000),
+        };
+        let letter = DeadLetter::new(Record::from_value("t", 0, 0, "v"), &failure);
+        assert_eq!(letter.message.chars().count(), MAX_MESSAGE_CHARS + 1);
     }
 }

@@ -1,28 +1,38 @@
-//! sluice: a Kafka Connect-style sink host. A record's path through this crate, one module
-//! per stage:
+//! sluice: a Kafka Connect-style sink host. The crate's rooms follow a record's path, and
+//! each room imports only the rooms listed before it:
 //!
-//! - [`config`]: `connectors.yaml`, checked.
-//! - [`source`]: the Kafka consumer of a task, and its rebalance handling.
-//! - [`validate`]: arrival checks (size, headers) and the connector's JSON Schema.
-//! - [`prepare`]: a batch through transforms, schema and mapping, failures kept apart.
-//! - [`map`]: a record's value and metadata to column values.
-//! - [`sink`]: one database transaction per batch, rows and offsets together.
-//! - [`failure`], [`dead_letter`]: a failed record, and where the `dlq` policy keeps it.
+//! - [`record`], [`failure`]: the types every stage speaks: a record as it arrives, a
+//!   record that failed and the dead letter it becomes.
+//! - [`config`]: `connectors.yaml`, checked; [`validate`] (arrival checks and the
+//!   connector's JSON Schema) is what the config check compiles and the pipeline applies.
 //! - [`retry`]: waiting out transient failures (`errors.retry`).
+//! - [`map`]: a record's value and metadata to column values.
+//! - [`prepare`]: a batch through arrival checks, transforms, schema and mapping, failures
+//!   kept apart.
+//! - [`sink`]: database I/O: one transaction per batch with rows, offsets (the
+//!   compare-and-set) and the dead-letter table.
+//! - [`kafka`]: the task's consumer and its rebalance callback, the dead-letter producer,
+//!   the embedded cluster.
+//! - [`deliver`]: the error policy applied to a prepared batch and the batch written,
+//!   refused rows isolated; used by the task and by `sluice dlq redrive`.
 //! - [`task`]: the actor that drives one consumer through its state machine.
 //! - [`supervisor`]: the connectors and tasks of one process.
+//! - [`logging`]: the process's log output (text, or JSON with span fields flattened).
 //! - [`cli`]: the `sluice` command line.
+//!
+//! `docs/architecture.md` says who owns which thread and where each guarantee is kept.
 
 pub mod cli;
 pub mod config;
-pub mod dead_letter;
+pub mod deliver;
 pub mod failure;
+pub mod kafka;
+pub mod logging;
 pub mod map;
 pub mod prepare;
 pub mod record;
 pub mod retry;
 pub mod sink;
-pub mod source;
 pub mod supervisor;
 pub mod task;
 pub mod validate;

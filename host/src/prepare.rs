@@ -10,9 +10,9 @@ use std::sync::Arc;
 use sluice_transform::NOT_ISOLATED_PREFIX;
 
 use crate::config::{ConnectorConfig, ErrorPolicy, Format};
-use crate::failure::{Failure, Stage};
+use crate::failure::{Failure, FailureClass, Stage};
 use crate::map::{MapError, RowMapper, RowOp};
-use crate::record::Record;
+use crate::record::{Incoming, Record, RecordExt};
 use crate::validate::{self, RecordSchema};
 
 /// A failing plugin costs a call per split when its failures are isolated: at least this
@@ -35,23 +35,6 @@ pub enum PrepareError {
         failed_calls: usize,
         message: String,
     },
-}
-
-/// A record as the source hands it over.
-#[derive(Debug, Clone)]
-pub struct Incoming {
-    pub record: Record,
-    /// Why the record cannot be taken as it is (a header name that is not UTF-8).
-    pub defect: Option<String>,
-}
-
-impl From<Record> for Incoming {
-    fn from(record: Record) -> Self {
-        Incoming {
-            record,
-            defect: None,
-        }
-    }
 }
 
 /// A prepared batch.
@@ -83,7 +66,7 @@ impl Prepared {
         &self,
         index: usize,
         stage: Stage,
-        class: &'static str,
+        class: FailureClass,
         message: String,
     ) -> Failure {
         let (topic, partition, offset) = self.coordinates[index];
@@ -133,6 +116,27 @@ impl Preparer {
         }
     }
 
+    /// A preparer for `connector` with its transform chain instantiated on `engine` (its
+    /// own stores: one preparer per task, or per redrive).
+    pub fn for_connector(
+        connector: &ConnectorConfig,
+        engine: Option<&sluice_transform::TransformEngine>,
+        schema: Option<Arc<RecordSchema>>,
+    ) -> Result<Self, sluice_transform::TransformError> {
+        let chain = match engine {
+            Some(engine) if !connector.transforms.is_empty() => {
+                let specs: Vec<_> = connector.transforms.iter().map(|t| t.spec()).collect();
+                Some(sluice_transform::TransformChain::new(
+                    engine,
+                    &connector.name,
+                    &specs,
+                )?)
+            }
+            _ => None,
+        };
+        Ok(Self::new(connector, chain, schema))
+    }
+
     /// Keeps (or not) the input records for dead letters; `dlq redrive` needs them always.
     pub fn keep_originals(mut self, keep: bool) -> Self {
         self.keep_originals = keep;
@@ -167,10 +171,10 @@ impl Preparer {
         let mut passing_index = Vec::with_capacity(incoming.len());
         for (index, item) in incoming.into_iter().enumerate() {
             let problem = match item.defect {
-                Some(defect) => Some(("header_not_utf8", defect)),
+                Some(defect) => Some((FailureClass::HeaderNotUtf8, defect)),
                 None => validate::check_size(&item.record, self.max_record_bytes)
                     .err()
-                    .map(|m| ("record_too_large", m)),
+                    .map(|m| (FailureClass::RecordTooLarge, m)),
             };
             match problem {
                 Some((class, message)) => {
@@ -212,7 +216,7 @@ impl Preparer {
                             failures.push(prepared.failure(
                                 index,
                                 Stage::Transform,
-                                "transform",
+                                FailureClass::Transform,
                                 format!("transform {plugin}: {message}"),
                             ));
                         }
@@ -232,7 +236,7 @@ impl Preparer {
             }
             match self.map_one(record) {
                 Ok(RowOp::Skip(why)) => {
-                    tracing::debug!(record = %crate::record::RecordExt::coordinates(record), why, "record skipped");
+                    tracing::debug!(record = %record.coordinates(), why, "record skipped");
                     prepared.skipped += 1;
                 }
                 Ok(op) => {
@@ -260,12 +264,12 @@ impl Preparer {
         Ok(prepared)
     }
 
-    fn map_one(&self, record: &Record) -> Result<RowOp, (Stage, &'static str, String)> {
+    fn map_one(&self, record: &Record) -> Result<RowOp, (Stage, FailureClass, String)> {
         let map_failure = |e: MapError| {
             let class = match e {
-                MapError::Decode(_) => "invalid_json",
-                MapError::NotUtf8 => "not_utf8",
-                MapError::Column { .. } => "column_value",
+                MapError::Decode(_) => FailureClass::InvalidJson,
+                MapError::NotUtf8 => FailureClass::NotUtf8,
+                MapError::Column { .. } => FailureClass::ColumnValue,
             };
             (Stage::Map, class, e.to_string())
         };
@@ -274,7 +278,7 @@ impl Preparer {
                 Some(document) => {
                     schema
                         .check(&document)
-                        .map_err(|m| (Stage::Validate, "schema_invalid", m))?;
+                        .map_err(|m| (Stage::Validate, FailureClass::SchemaInvalid, m))?;
                     Some(document)
                 }
                 None => None,

@@ -2,16 +2,16 @@
 //! starts its tasks, and stops them all on shutdown.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-use crate::config::{Config, ConnectorConfig};
-use crate::dead_letter::topic::DeadLetterProducer;
+use crate::config::{Config, ConnectorConfig, DeadLetterDestination};
+use crate::deliver::Policy;
+use crate::kafka::dead_letter_producer::{DeadLetterError, DeadLetterProducer};
 use crate::retry::Retrying;
 use crate::sink::{Sink, SinkError};
-use crate::task::{self, Control, Metrics, Policy, TaskHandle, TaskSpec, TaskState};
-use crate::validate::RecordSchema;
+use crate::task::{self, Control, Metrics, TaskHandle, TaskSpec, TaskState};
+use crate::validate::{RecordSchema, SchemaError};
 
 /// Why the supervisor could not start.
 #[derive(Debug, thiserror::Error)]
@@ -26,12 +26,12 @@ pub enum SupervisorError {
     #[error("connector {connector}: {source}")]
     Schema {
         connector: String,
-        source: crate::validate::SchemaError,
+        source: SchemaError,
     },
     #[error("connector {connector}: {source}")]
     DeadLetters {
         connector: String,
-        source: crate::dead_letter::topic::DeadLetterError,
+        source: DeadLetterError,
     },
     #[error("connector {connector}: cannot start task thread: {source}")]
     Spawn {
@@ -124,24 +124,20 @@ impl Supervisor {
                 })?)),
                 None => None,
             };
-            let dlq_topic = match connector
-                .errors
-                .dlq
-                .as_ref()
-                .and_then(|d| d.topic.as_deref())
-            {
-                Some(topic) => Some(
+            let dlq_topic = match &connector.errors.dlq {
+                Some(DeadLetterDestination::Topic(topic)) => Some(
                     DeadLetterProducer::new(&config.kafka, brokers, topic, &connector.name)
                         .map_err(|source| SupervisorError::DeadLetters {
                             connector: connector.name.clone(),
                             source,
                         })?,
                 ),
-                None => None,
+                _ => None,
             };
             let policy = Arc::new(Policy {
                 policy: connector.errors.policy,
                 dlq_topic,
+                dlq_table: matches!(connector.errors.dlq, Some(DeadLetterDestination::Table(_))),
             });
             let mut tasks = Vec::new();
             for task in 0..connector.tasks as usize {
@@ -172,14 +168,6 @@ impl Supervisor {
         Ok(Self {
             connectors: running,
         })
-    }
-
-    /// True when every task has ended (closed or failed).
-    pub fn all_finished(&self) -> bool {
-        self.connectors
-            .iter()
-            .flat_map(|c| &c.tasks)
-            .all(TaskHandle::is_finished)
     }
 
     /// Tells every task to stop, waits for them, closes the sinks. Returns the errors of
@@ -215,18 +203,23 @@ impl Supervisor {
         failures
     }
 
+    /// Resolves when every task has ended: each one's status channel closes when its
+    /// thread ends, so this awaits them instead of polling.
+    pub async fn finished(&self) {
+        futures_util::future::join_all(
+            self.connectors
+                .iter()
+                .flat_map(|c| &c.tasks)
+                .map(TaskHandle::finished),
+        )
+        .await;
+    }
+
     /// Waits until every task has ended or `stop` resolves.
     pub async fn wait(&self, stop: impl std::future::Future<Output = ()>) {
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                _ = &mut stop => return,
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                    if self.all_finished() {
-                        return;
-                    }
-                }
-            }
+        tokio::select! {
+            _ = stop => {}
+            _ = self.finished() => {}
         }
     }
 }

@@ -13,8 +13,61 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use super::{EXIT_FAILURE, EXIT_INVALID, load, resolve_brokers, shutdown_signal};
-use crate::sink::Sink;
+use crate::sink::{Dialect, Sink, SinkError};
 use crate::supervisor::Supervisor;
+
+/// What [`sequence_stats`] finds: how the demo (and the end-to-end tests) check a table
+/// against the dense sequence of ids that was produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SequenceStats {
+    pub rows: i64,
+    pub distinct: i64,
+    pub min: Option<i64>,
+    pub max: Option<i64>,
+}
+
+impl SequenceStats {
+    /// Rows beyond one per distinct value.
+    pub fn duplicates(&self) -> i64 {
+        self.rows - self.distinct
+    }
+
+    /// Values missing between min and max (assuming a dense sequence was produced).
+    pub fn gaps(&self) -> i64 {
+        match (self.min, self.max) {
+            (Some(min), Some(max)) => (max - min + 1) - self.distinct,
+            _ => 0,
+        }
+    }
+}
+
+/// Count, distinct count, minimum and maximum of an integer column of the sink's table.
+pub async fn sequence_stats(sink: &Sink, column: &str) -> Result<SequenceStats, SinkError> {
+    let dialect = sink.dialect();
+    let c = dialect.quote(column);
+    let sql = format!(
+        "SELECT CAST(COUNT(*) AS {big}), CAST(COUNT(DISTINCT {c}) AS {big}), CAST(MIN({c}) AS {big}), CAST(MAX({c}) AS {big}) FROM {}",
+        dialect.quote(sink.table_name()),
+        big = if dialect == Dialect::MySql {
+            "SIGNED"
+        } else {
+            "BIGINT"
+        },
+    );
+    let values = sink.query_integers(sql, 4).await?;
+    Ok(SequenceStats {
+        rows: values[0].unwrap_or(0),
+        distinct: values[1].unwrap_or(0),
+        min: values[2],
+        max: values[3],
+    })
+}
+
+/// Deletes every row of the sink table (the demo's fresh start).
+async fn clear_table(sink: &Sink) -> Result<(), SinkError> {
+    let sql = format!("DELETE FROM {}", sink.dialect().quote(sink.table_name()));
+    sink.execute_statement(&sql).await
+}
 
 const WORDS: &[&str] = &[
     "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
@@ -78,7 +131,7 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
         for t in &connector.topics {
             sink.reset_offsets(t).await?;
         }
-        sink.clear_table().await
+        clear_table(&sink).await
     };
     if let Err(e) = fresh.await {
         eprintln!("connector {}: {e}", connector.name);
@@ -127,10 +180,12 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
     let mut last_progress = Instant::now();
     let interrupted = {
         let signal = shutdown_signal();
-        tokio::pin!(signal);
+        let finished = supervisor.finished();
+        tokio::pin!(signal, finished);
         loop {
             tokio::select! {
                 _ = &mut signal => break true,
+                _ = &mut finished => break false,
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
             let committed = metrics.committed.load(Ordering::Relaxed);
@@ -144,7 +199,7 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
                 "demo: produced {made:>8}  committed {committed:>8}  {rate:>9.0} records/s  lag {:>7}",
                 made.saturating_sub(committed)
             );
-            if committed >= records || supervisor.all_finished() {
+            if committed >= records {
                 break false;
             }
             if last_progress.elapsed() > Duration::from_secs(60) {
@@ -162,7 +217,7 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
     let elapsed = started.elapsed();
 
     let made = produced.load(Ordering::Relaxed);
-    let stats = match sink.sequence_stats(&key_column).await {
+    let stats = match sequence_stats(&sink, &key_column).await {
         Ok(stats) => stats,
         Err(e) => {
             eprintln!("demo: cannot check the table: {e}");

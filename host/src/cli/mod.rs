@@ -1,17 +1,16 @@
 //! The `sluice` command line. Exit codes: 0 ok, 1 runtime failure, 2 invalid configuration
 //! or usage. Errors go to stderr, one line per problem.
 
-mod demo;
+pub mod demo;
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Config, ConfigError};
+use crate::kafka::embedded::EmbeddedKafka;
 use crate::sink::Sink;
-use crate::source::embedded::EmbeddedKafka;
 use crate::supervisor::Supervisor;
 
 /// Exit code: invalid configuration or usage.
@@ -165,7 +164,10 @@ pub fn main() -> ExitCode {
             };
         }
     };
-    init_logging(cli.log_format);
+    crate::logging::init(match cli.log_format {
+        LogFormat::Text => crate::logging::LogFormat::Text,
+        LogFormat::Json => crate::logging::LogFormat::Json,
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -194,20 +196,6 @@ pub fn main() -> ExitCode {
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     ExitCode::from(code)
-}
-
-fn init_logging(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Colours only on a terminal: a log file or a journal gets plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }
 
 /// Loads a file, printing its problems one per line on stderr.
@@ -390,13 +378,10 @@ async fn redrive(path: &Path, name: &str) -> u8 {
         eprintln!("{}: no connector named {name}", path.display());
         return EXIT_INVALID;
     };
-    if connector
-        .errors
-        .dlq
-        .as_ref()
-        .and_then(|d| d.table.as_ref())
-        .is_none()
-    {
+    if !matches!(
+        connector.errors.dlq,
+        Some(config::DeadLetterDestination::Table(_))
+    ) {
         eprintln!(
             "connector {name}: redrive reads the dead-letter table, and errors.dlq.table is not set; dead letters in a topic are re-read by a connector whose topics include the dead-letter topic"
         );
@@ -424,8 +409,7 @@ async fn redrive(path: &Path, name: &str) -> u8 {
             }
         }
     };
-    let result =
-        crate::dead_letter::redrive::redrive(connector, sink.clone(), engine.as_ref()).await;
+    let result = crate::deliver::redrive::redrive(connector, sink.clone(), engine.as_ref()).await;
     sink.close().await;
     match result {
         Ok(report) => {

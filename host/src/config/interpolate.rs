@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::load::Problem;
+use super::problem::{Problem, render_path};
 
 /// Replaces every `${…}` in the string values of `value`, in place. `lookup` reads a variable.
 /// A string that is one `${…}` and nothing else is re-read as a YAML scalar, so that
@@ -26,7 +26,7 @@ pub fn interpolate(
                     Value::String(expanded)
                 };
             }
-            Err(message) => problems.push(Problem::new(super::load::render_path(path), message)),
+            Err(message) => problems.push(Problem::new(render_path(path), message)),
         },
         Value::Array(items) => {
             for (index, item) in items.iter_mut().enumerate() {

@@ -3,47 +3,19 @@
 //! is reported, each with the path of the value it is about.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::path::Path;
 use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use super::problem::{Problem, render_path};
 use super::{
-    ColumnConfig, Config, ConnectorConfig, ErrorPolicy, WriteMode, interpolate::interpolate,
-    redact_url,
+    ColumnConfig, Config, ConnectorConfig, DeadLetterDestination, ErrorPolicy, WriteMode,
+    interpolate::interpolate, redact_url,
 };
 
 /// The JSON Schema of `connectors.yaml`, compiled into the binary.
 pub const SCHEMA: &str = include_str!("../../../schemas/connectors.schema.json");
-
-/// One problem in a configuration file: where, and what.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// `connectors[1].sink.key[0]`, or empty for the whole file.
-    pub path: String,
-    /// What is wrong, and where possible how to fix it.
-    pub message: String,
-}
-
-impl Problem {
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "{}", self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
 
 /// A configuration that cannot be used, with every problem found.
 #[derive(Debug, thiserror::Error)]
@@ -283,18 +255,6 @@ pub fn pointer_to_path(pointer: &str) -> String {
     render_path(&segments)
 }
 
-/// `["connectors", "[1]", "sink"]` -> `connectors[1].sink`.
-pub fn render_path(segments: &[String]) -> String {
-    let mut out = String::new();
-    for segment in segments {
-        if !segment.starts_with('[') && !out.is_empty() {
-            out.push('.');
-        }
-        out.push_str(segment);
-    }
-    out
-}
-
 fn render_serde_path(path: &serde_path_to_error::Path) -> String {
     let segments: Vec<String> = path
         .iter()
@@ -466,12 +426,8 @@ fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> 
         _ => {}
     }
     if let Some(dlq) = &errors.dlq {
-        match (&dlq.topic, &dlq.table) {
-            (Some(_), Some(_)) | (None, None) => problems.push(Problem::new(
-                at("errors.dlq"),
-                "set exactly one of topic and table",
-            )),
-            (Some(topic), None) => {
+        match dlq {
+            DeadLetterDestination::Topic(topic) => {
                 if connector.topics.contains(topic) {
                     problems.push(Problem::new(
                         at("errors.dlq.topic"),
@@ -479,7 +435,7 @@ fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> 
                     ));
                 }
             }
-            (None, Some(table)) => {
+            DeadLetterDestination::Table(table) => {
                 if !valid_table_name(table) {
                     problems.push(Problem::new(
                         at("errors.dlq.table"),

@@ -6,6 +6,7 @@
 
 mod interpolate;
 mod load;
+mod problem;
 mod redact;
 pub mod units;
 
@@ -14,7 +15,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer};
 
-pub use load::{ConfigError, Problem, load_file, load_str, plugin_problems};
+pub use load::{ConfigError, load_file, load_str, plugin_problems};
+pub use problem::Problem;
 pub use redact::redact_url;
 use units::{ByteSize, HumanDuration};
 
@@ -142,7 +144,7 @@ pub struct ErrorsConfig {
     pub policy: ErrorPolicy,
     /// Where dead letters go; required by `policy: dlq`.
     #[serde(default)]
-    pub dlq: Option<DlqConfig>,
+    pub dlq: Option<DeadLetterDestination>,
     /// How transient failures (lost connections, deadlocks, broker transport errors) are
     /// retried.
     #[serde(default)]
@@ -174,18 +176,16 @@ impl ErrorPolicy {
     }
 }
 
-/// The dead-letter destination: exactly one of `topic` and `table`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DlqConfig {
+/// The dead-letter destination: `{ topic: NAME }` or `{ table: NAME }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadLetterDestination {
     /// A Kafka topic (on the connector's cluster): the original key, value and headers,
     /// with `sluice.*` context headers; acknowledged before the batch's offsets commit.
-    #[serde(default)]
-    pub topic: Option<String>,
+    Topic(String),
     /// A table in the sink database, written in the batch's transaction (created when
     /// missing).
-    #[serde(default)]
-    pub table: Option<String>,
+    Table(String),
 }
 
 /// Capped exponential backoff with jitter.

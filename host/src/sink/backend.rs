@@ -7,7 +7,7 @@ use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type,
 };
 
-use super::dialect::{Dialect, TableSpec};
+use super::dialect::{Dialect, TableSpec, timestamp_text};
 use super::{OffsetAdvance, Run, SinkError};
 use crate::config::{ColumnType, WriteMode};
 use crate::map::SqlValue;
@@ -23,11 +23,6 @@ pub trait Backend: Database {
 
     /// Rows an `UPDATE` matched.
     fn rows_affected(result: &Self::QueryResult) -> u64;
-}
-
-/// `YYYY-MM-DD HH:MM:SS.ffffff`, the form all three accept for a timestamp.
-pub fn timestamp_text(t: &chrono::NaiveDateTime) -> String {
-    t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
 }
 
 macro_rules! scalar_binds {

@@ -406,6 +406,11 @@ impl Dialect {
     }
 }
 
+/// `YYYY-MM-DD HH:MM:SS.ffffff`, the form all three accept for a timestamp.
+pub fn timestamp_text(t: &chrono::NaiveDateTime) -> String {
+    t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

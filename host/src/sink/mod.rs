@@ -14,10 +14,14 @@
 //! written anything. Dropping the transaction on any error rolls it back.
 
 mod backend;
+pub mod dead_letters;
 pub mod dialect;
+mod error;
 mod postgres;
+mod probe;
+mod runs;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -30,10 +34,13 @@ use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, MySql, Postgres, Sqli
 
 use backend::Backend;
 
-use crate::config::{ConnectorConfig, WriteMode, redact_url};
-use crate::dead_letter::{self, DeadLetter};
+use crate::config::{ConnectorConfig, DeadLetterDestination, WriteMode, redact_url};
+use crate::failure::DeadLetter;
 use crate::map::{RowOp, SqlValue};
 pub use dialect::{Dialect, TableSpec};
+pub use error::SinkError;
+pub use runs::Run;
+use runs::runs;
 
 /// A partition's offset moving forward in a batch's transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,148 +67,6 @@ pub struct WriteBatch {
     pub redriven: Vec<(String, i32, i64)>,
 }
 
-/// What [`Sink::sequence_stats`] finds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SequenceStats {
-    pub rows: i64,
-    pub distinct: i64,
-    pub min: Option<i64>,
-    pub max: Option<i64>,
-}
-
-impl SequenceStats {
-    /// Rows beyond one per distinct value.
-    pub fn duplicates(&self) -> i64 {
-        self.rows - self.distinct
-    }
-
-    /// Values missing between min and max (assuming a dense sequence was produced).
-    pub fn gaps(&self) -> i64 {
-        match (self.min, self.max) {
-            (Some(min), Some(max)) => (max - min + 1) - self.distinct,
-            _ => 0,
-        }
-    }
-}
-
-/// Why a sink operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SinkError {
-    #[error("cannot connect to {url}: {source}")]
-    Connect { url: String, source: sqlx::Error },
-    #[error("{action} on table {table}: {source}")]
-    Database {
-        action: &'static str,
-        table: String,
-        source: sqlx::Error,
-    },
-    /// The stored offset is no longer the one this batch started from: another task owns
-    /// the partition now. The transaction was rolled back.
-    #[error(
-        "offset conflict on {topic}/{partition}: expected stored next_offset {}, another task has moved it; the batch was rolled back",
-        expected.map_or("none".to_string(), |o| o.to_string())
-    )]
-    OffsetConflict {
-        topic: String,
-        partition: i32,
-        expected: Option<i64>,
-    },
-    /// The database did not answer in time; what happened to the statement is unknown
-    /// (a retried batch is fenced by the compare-and-set if it did commit).
-    #[error("{action} on table {table}: no answer from the database within {after:?}")]
-    Timeout {
-        action: &'static str,
-        table: String,
-        after: Duration,
-    },
-    #[error("{0}")]
-    Invalid(String),
-}
-
-impl SinkError {
-    /// Lost connections, pool timeouts, serialization failures, deadlocks and busy
-    /// databases pass; waiting and retrying is the right answer to them.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            SinkError::Connect { source, .. } | SinkError::Database { source, .. } => {
-                is_transient(source)
-            }
-            SinkError::Timeout { .. } => true,
-            SinkError::OffsetConflict { .. } | SinkError::Invalid(_) => false,
-        }
-    }
-}
-
-/// Whether the database refused the rows themselves: a constraint (unique, foreign key,
-/// check, not null) or a value it cannot store (too long, out of range, bad encoding).
-fn is_refusal(error: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = error else {
-        return false;
-    };
-    if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        // null, duplicate, out of range, incorrect value, incorrect string, data too long,
-        // truncated, foreign keys, CHECK (MySQL 3819, MariaDB 4025)
-        return matches!(
-            mysql.number(),
-            1048 | 1062 | 1264 | 1265 | 1292 | 1366 | 1406 | 1451 | 1452 | 1690 | 3819 | 4025
-        );
-    }
-    let code = db.code().unwrap_or_default();
-    if db
-        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-        .is_some()
-    {
-        // Class 22: data exception; class 23: integrity constraint violation.
-        return code.starts_with("22") || code.starts_with("23");
-    }
-    // SQLite: TOOBIG, CONSTRAINT (and its extended codes), MISMATCH.
-    code.parse::<i64>()
-        .is_ok_and(|c| matches!(c & 0xff, 18..=20))
-}
-
-/// A refused row's message: the database's own words.
-fn refused_message(error: &sqlx::Error) -> String {
-    match error {
-        sqlx::Error::Database(db) => match db.code() {
-            Some(code) => format!("{} (code {code})", db.message()),
-            None => db.message().to_string(),
-        },
-        other => other.to_string(),
-    }
-}
-
-fn is_transient(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Tls(_) => true,
-        sqlx::Error::Database(db) => {
-            // MySQL's own error numbers say more than the SQLSTATEs it shares with others.
-            if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-                // deadlock, lock wait timeout, server gone, lost connection, too many
-                // connections, shutdown in progress, read-only during failover, statement
-                // time limits (MariaDB, MySQL)
-                return matches!(
-                    mysql.number(),
-                    1213 | 1205 | 2006 | 2013 | 1040 | 1053 | 1290 | 1927 | 1969 | 3024
-                );
-            }
-            let code = db.code().unwrap_or_default();
-            matches!(
-                code.as_ref(),
-                // PostgreSQL: serialization failure, deadlock, lock timeout, statement
-                // timeout, shutdown, too many connections, connection exceptions
-                "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "53300" | "08000" | "08003" | "08006" | "08001" | "08004"
-                // SQLite: busy, locked
-                | "5" | "6" | "261" | "517"
-            )
-        }
-        _ => false,
-    }
-}
-
 enum Pool {
     Postgres(PgPool),
     MySql(MySqlPool),
@@ -226,31 +91,29 @@ pub struct Sink {
 macro_rules! each_pool {
     ($self:expr, $pool:ident, $db:ident => $body:expr) => {
         match &$self.pool {
-            Pool::Postgres($pool) => {
-                type $db = Postgres;
+            $crate::sink::Pool::Postgres($pool) => {
+                type $db = ::sqlx::Postgres;
                 $body
             }
-            Pool::MySql($pool) => {
-                type $db = MySql;
+            $crate::sink::Pool::MySql($pool) => {
+                type $db = ::sqlx::MySql;
                 $body
             }
-            Pool::Sqlite($pool) => {
-                type $db = Sqlite;
+            $crate::sink::Pool::Sqlite($pool) => {
+                type $db = ::sqlx::Sqlite;
                 $body
             }
         }
     };
 }
-
-/// A savepoint the probe for refused rows rolls back to.
-const PROBE_SAVEPOINT: &str = "sluice_probe";
+pub(crate) use each_pool;
 
 /// How long a connection or a statement waits for the database before the error is
 /// treated as transient.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for one batch's transaction: a database that stops answering (a host
 /// gone, a network split) must not hold a task forever.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest wait for reading stored offsets.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -258,8 +121,8 @@ impl Sink {
     /// Connects to the connector's database. Nothing is created yet: see [`Sink::prepare`].
     pub async fn connect(connector: &ConnectorConfig) -> Result<Self, SinkError> {
         let url = connector.sink.url.as_str();
-        let dialect = Dialect::from_url(url).ok_or_else(|| {
-            SinkError::Invalid(format!("unsupported database URL {}", redact_url(url)))
+        let dialect = Dialect::from_url(url).ok_or_else(|| SinkError::UnsupportedUrl {
+            url: redact_url(url),
         })?;
         let connect_error = |source| SinkError::Connect {
             url: redact_url(url),
@@ -329,12 +192,10 @@ impl Sink {
             mode: connector.sink.mode,
             connector: connector.name.clone(),
             create_table: connector.sink.create_table,
-            dead_letter_table: connector
-                .errors
-                .dlq
-                .as_ref()
-                .and_then(|d| d.table.as_deref())
-                .map(dead_letter::table_spec),
+            dead_letter_table: match &connector.errors.dlq {
+                Some(DeadLetterDestination::Table(name)) => Some(dead_letters::table_spec(name)),
+                _ => None,
+            },
         })
     }
 
@@ -369,13 +230,19 @@ impl Sink {
                 }
             }
         }
-        self.execute(&self.dialect.probe_table(&self.table)).await.map_err(|source| {
-            SinkError::Invalid(format!(
-                "table {} is missing or lacks one of the configured columns ({}): {source}; set create_table: true or create it",
-                self.table.name,
-                self.table.columns.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
-            ))
-        })?;
+        self.execute(&self.dialect.probe_table(&self.table))
+            .await
+            .map_err(|source| SinkError::TableMismatch {
+                table: self.table.name.clone(),
+                columns: self
+                    .table
+                    .columns
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                source,
+            })?;
         Ok(())
     }
 
@@ -482,7 +349,7 @@ impl Sink {
             return Ok(());
         }
         let Some(table) = &self.dead_letter_table else {
-            return Err(SinkError::Invalid(
+            return Err(SinkError::Internal(
                 "dead letters for a connector without errors.dlq.table".into(),
             ));
         };
@@ -496,13 +363,13 @@ impl Sink {
         let rows: Vec<Vec<SqlValue>> = batch
             .dead_letters
             .iter()
-            .map(|letter| dead_letter::row(&self.connector, letter))
+            .map(|letter| dead_letters::row(&self.connector, letter))
             .collect();
         let keys: Vec<Vec<SqlValue>> = batch
             .redriven
             .iter()
             .map(|(topic, partition, offset)| {
-                dead_letter::key(&self.connector, topic, *partition, *offset)
+                dead_letters::key(&self.connector, topic, *partition, *offset)
             })
             .collect();
         let mut runs = Vec::new();
@@ -518,182 +385,31 @@ impl Sink {
             .map_err(dlq_error("write dead letters"))
     }
 
-    /// Finds the operations the database refuses (a constraint, a length, a value out of
-    /// range), with its message for each, by splitting `ops` in halves under savepoints
-    /// until each refusal is one operation. Nothing is kept: the transaction is rolled
-    /// back. `Err` for a transient failure, or when the database cannot be probed.
-    pub async fn find_refused(&self, ops: &[RowOp]) -> Result<Vec<(usize, String)>, SinkError> {
-        let probe = async {
-            each_pool!(self, pool, DB => {
-                let mut tx = pool
-                    .begin_with(self.dialect.begin())
-                    .await
-                    .map_err(self.db_error("begin"))?;
-                if self.dialect == Dialect::Postgres {
-                    // Deferred constraints would only fail at a COMMIT the probe never runs.
-                    sqlx::query::<DB>("SET CONSTRAINTS ALL IMMEDIATE")
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(self.db_error("find refused rows"))?;
-                }
-                // Dropping the transaction rolls it back.
-                self.refused_in::<DB>(&mut tx, ops).await
-            })
-        };
-        tokio::time::timeout(WRITE_TIMEOUT, probe)
-            .await
-            .unwrap_or_else(|_| {
-                Err(SinkError::Timeout {
-                    action: "find refused rows",
-                    table: self.table.name.clone(),
-                    after: WRITE_TIMEOUT,
-                })
-            })
+    /// The database this sink writes to.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
     }
 
-    async fn refused_in<DB>(
+    /// The sink table's name, as configured.
+    pub fn table_name(&self) -> &str {
+        &self.table.name
+    }
+
+    /// Runs a query that returns one row of `columns` integers (NULL as `None`). For checks
+    /// beside the pipeline, such as the demo's verdict; the pipeline never calls it.
+    pub async fn query_integers(
         &self,
-        conn: &mut DB::Connection,
-        ops: &[RowOp],
-    ) -> Result<Vec<(usize, String)>, SinkError>
-    where
-        DB: Backend,
-        DB::Connection: 'static,
-        DB::Arguments: IntoArguments<DB>,
-        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    {
-        let savepoint = |verb: &str| AssertSqlSafe(format!("{verb} {PROBE_SAVEPOINT}"));
-        let db_error = self.db_error("find refused rows");
-        let dedupe = self.mode != WriteMode::Insert;
-        let mut refused = Vec::new();
-        // Ranges still to try, the next one on top: in record order, so that an earlier
-        // row is in place when a later one is tried (a duplicate key refuses the later).
-        let mut stack = vec![(0, ops.len())];
-        while let Some((start, end)) = stack.pop() {
-            if start >= end {
-                continue;
-            }
-            sqlx::query::<DB>(savepoint("SAVEPOINT"))
-                .execute(&mut *conn)
-                .await
-                .map_err(&db_error)?;
-            let runs = runs(&ops[start..end], &self.table.key, dedupe);
-            match backend::write_runs::<DB>(conn, self.dialect, &self.table, self.mode, &runs).await
-            {
-                Ok(()) => {}
-                // Only a refusal of the rows themselves is put on them; a lock or
-                // statement timeout, a full disk, a lost connection is the batch's.
-                Err(error) if !is_refusal(&error) => return Err(db_error(error)),
-                Err(error) => {
-                    sqlx::query::<DB>(savepoint("ROLLBACK TO SAVEPOINT"))
-                        .execute(&mut *conn)
-                        .await
-                        .map_err(&db_error)?;
-                    if end - start == 1 {
-                        refused.push((start, refused_message(&error)));
-                    } else {
-                        let middle = start + (end - start) / 2;
-                        stack.push((middle, end));
-                        stack.push((start, middle));
-                    }
-                }
-            }
-            sqlx::query::<DB>(savepoint("RELEASE SAVEPOINT"))
-                .execute(&mut *conn)
-                .await
-                .map_err(&db_error)?;
-        }
-        Ok(refused)
+        sql: String,
+        columns: usize,
+    ) -> Result<Vec<Option<i64>>, SinkError> {
+        each_pool!(self, pool, DB => backend::fetch_integers::<DB>(pool, sql, columns).await)
+            .map_err(self.db_error("query"))
     }
 
-    /// Reads up to `limit` dead letters of this connector after `after` (topic, partition,
-    /// offset), in that order.
-    pub async fn read_dead_letters(
-        &self,
-        after: Option<&(String, i32, i64)>,
-        limit: usize,
-    ) -> Result<Vec<dead_letter::redrive::Stored>, SinkError> {
-        let Some(table) = &self.dead_letter_table else {
-            return Err(SinkError::Invalid(format!(
-                "connector {} has no dead-letter table (errors.dlq.table)",
-                self.connector
-            )));
-        };
-        let sql = self.dialect.read_dead_letters(&table.name, limit);
-        let start = after
-            .cloned()
-            .unwrap_or_else(|| (String::new(), i32::MIN, i64::MIN));
-        each_pool!(self, pool, DB => {
-            dead_letter::redrive::read::<DB>(pool, sql, &self.connector, &start).await
-        })
-        .map_err(|source| SinkError::Database {
-            action: "read dead letters",
-            table: table.name.clone(),
-            source,
-        })
-    }
-
-    /// How many dead letters this connector has in its table.
-    pub async fn count_dead_letters(&self) -> Result<i64, SinkError> {
-        let Some(table) = &self.dead_letter_table else {
-            return Ok(0);
-        };
-        let sql = format!(
-            "SELECT CAST(COUNT(*) AS {}) FROM {} WHERE connector = {}",
-            if self.dialect == Dialect::MySql {
-                "SIGNED"
-            } else {
-                "BIGINT"
-            },
-            self.dialect.quote(&table.name),
-            self.dialect.param(1)
-        );
-        each_pool!(self, pool, DB => {
-            sqlx::query_scalar::<DB, i64>(AssertSqlSafe(sql))
-                .bind(self.connector.clone())
-                .fetch_one(pool)
-                .await
-        })
-        .map_err(|source| SinkError::Database {
-            action: "count dead letters",
-            table: table.name.clone(),
-            source,
-        })
-    }
-
-    /// Count, distinct count, minimum and maximum of an integer column: how the demo and the
-    /// tests check a table against what was produced.
-    pub async fn sequence_stats(&self, column: &str) -> Result<SequenceStats, SinkError> {
-        let c = self.dialect.quote(column);
-        let sql = format!(
-            "SELECT CAST(COUNT(*) AS {big}), CAST(COUNT(DISTINCT {c}) AS {big}), CAST(MIN({c}) AS {big}), CAST(MAX({c}) AS {big}) FROM {}",
-            self.dialect.quote(&self.table.name),
-            big = if self.dialect == Dialect::MySql {
-                "SIGNED"
-            } else {
-                "BIGINT"
-            },
-        );
-        let values = match &self.pool {
-            Pool::Postgres(p) => backend::fetch_integers::<Postgres>(p, sql, 4).await,
-            Pool::MySql(p) => backend::fetch_integers::<MySql>(p, sql, 4).await,
-            Pool::Sqlite(p) => backend::fetch_integers::<Sqlite>(p, sql, 4).await,
-        }
-        .map_err(self.db_error("count rows"))?;
-        Ok(SequenceStats {
-            rows: values[0].unwrap_or(0),
-            distinct: values[1].unwrap_or(0),
-            min: values[2],
-            max: values[3],
-        })
-    }
-
-    /// Deletes every row of the sink table (the demo's fresh start).
-    pub async fn clear_table(&self) -> Result<(), SinkError> {
-        let sql = format!("DELETE FROM {}", self.dialect.quote(&self.table.name));
-        self.execute(&sql)
-            .await
-            .map_err(self.db_error("clear table"))
+    /// Runs one statement outside any batch (the demo's fresh start). The pipeline never
+    /// calls it.
+    pub async fn execute_statement(&self, sql: &str) -> Result<(), SinkError> {
+        self.execute(sql).await.map_err(self.db_error("execute"))
     }
 
     /// Closes the pool, waiting for connections in use.
@@ -703,100 +419,5 @@ impl Sink {
             Pool::MySql(p) => p.close().await,
             Pool::Sqlite(p) => p.close().await,
         }
-    }
-}
-
-/// A stretch of consecutive operations of one kind, written by one bulk statement (per
-/// chunk).
-#[derive(Debug, PartialEq)]
-pub enum Run<'a> {
-    /// Whole rows to insert, upsert or update.
-    Write(Vec<&'a [SqlValue]>),
-    /// Key values of rows to delete.
-    Delete(Vec<&'a [SqlValue]>),
-}
-
-/// Splits operations into runs, keeping their order across kinds. With `dedupe` (upsert and
-/// update), a run keeps only the last row for each key: one statement cannot touch a row
-/// twice in PostgreSQL, and the last write is what a sequence of upserts leaves anyway.
-fn runs<'a>(ops: &'a [RowOp], key: &[usize], dedupe: bool) -> Vec<Run<'a>> {
-    let mut runs: Vec<Run<'a>> = Vec::new();
-    for op in ops {
-        match (op, runs.last_mut()) {
-            (RowOp::Write(row), Some(Run::Write(rows))) => rows.push(row),
-            (RowOp::Write(row), _) => runs.push(Run::Write(vec![row])),
-            (RowOp::Delete(k), Some(Run::Delete(keys))) => keys.push(k),
-            (RowOp::Delete(k), _) => runs.push(Run::Delete(vec![k])),
-            (RowOp::Skip(_), _) => {}
-        }
-    }
-    if dedupe && !key.is_empty() {
-        for run in &mut runs {
-            match run {
-                Run::Write(rows) => keep_last(rows, |row| key.iter().map(|&i| &row[i]).collect()),
-                Run::Delete(keys) => keep_last(keys, |k| k.iter().collect()),
-            }
-        }
-    }
-    runs
-}
-
-fn keep_last<'a>(
-    rows: &mut Vec<&'a [SqlValue]>,
-    key_of: impl Fn(&'a [SqlValue]) -> Vec<&'a SqlValue>,
-) {
-    let mut seen = HashSet::new();
-    let mut kept: Vec<&'a [SqlValue]> = rows
-        .iter()
-        .rev()
-        .filter(|row| seen.insert(format!("{:?}", key_of(row))))
-        .copied()
-        .collect();
-    kept.reverse();
-    *rows = kept;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn w(k: i64, v: &str) -> RowOp {
-        RowOp::Write(vec![SqlValue::Int(k), SqlValue::Text(v.into())])
-    }
-
-    #[test]
-    fn runs_keep_order_and_last_write_per_key() {
-        let ops = vec![
-            w(1, "a"),
-            w(2, "b"),
-            w(1, "c"),
-            RowOp::Delete(vec![SqlValue::Int(2)]),
-            RowOp::Skip("x"),
-            w(2, "d"),
-        ];
-        let runs = runs(&ops, &[0], true);
-        assert_eq!(runs.len(), 3);
-        let Run::Write(first) = &runs[0] else {
-            panic!()
-        };
-        assert_eq!(first.len(), 2);
-        assert_eq!(first[0][1], SqlValue::Text("b".into()));
-        assert_eq!(first[1][1], SqlValue::Text("c".into()));
-        assert!(matches!(&runs[1], Run::Delete(k) if k.len() == 1));
-    }
-
-    #[test]
-    fn insert_mode_keeps_duplicates() {
-        let ops = vec![w(1, "a"), w(1, "b")];
-        let Run::Write(rows) = &runs(&ops, &[0], false)[0] else {
-            panic!()
-        };
-        assert_eq!(rows.len(), 2);
-    }
-
-    #[test]
-    fn transient_errors() {
-        assert!(is_transient(&sqlx::Error::PoolTimedOut));
-        assert!(!is_transient(&sqlx::Error::RowNotFound));
     }
 }

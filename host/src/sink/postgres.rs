@@ -4,8 +4,7 @@
 use sqlx::{AssertSqlSafe, PgConnection, Postgres};
 
 use super::Run;
-use super::backend::timestamp_text;
-use super::dialect::{Dialect, TableSpec};
+use super::dialect::{Dialect, TableSpec, timestamp_text};
 use crate::config::{ColumnType, WriteMode};
 use crate::map::SqlValue;
 

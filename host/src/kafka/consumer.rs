@@ -6,8 +6,6 @@
 //! stored offsets and assigns *with* them. Nothing seeks inside a callback, and the same
 //! code serves the eager and the cooperative-sticky protocols.
 
-pub mod embedded;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,11 +19,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
 
 use crate::config::{ConnectorConfig, KafkaConfig, defaults};
-use crate::prepare::Incoming;
-use crate::record::{Headers, Record};
-
-/// A topic and partition.
-pub type Partition = (String, i32);
+use crate::record::{Headers, Incoming, Partition, Record};
 
 /// What a task does when its partitions move. Called on the consumer's own thread, from
 /// inside `poll`.
@@ -137,6 +131,7 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
+    // Runs inside `poll`, on the task thread: its log lines are in the task's span.
     fn rebalance(
         &self,
         consumer: &BaseConsumer<Self>,
@@ -152,22 +147,15 @@ impl ConsumerContext for SourceContext {
             .iter()
             .map(|e| (e.topic().to_string(), e.partition()))
             .collect();
-        let (connector, task) = (&self.connector, self.task);
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                tracing::info!(
-                    connector,
-                    task,
-                    ?partitions,
-                    cooperative,
-                    "partitions assigned"
-                );
+                tracing::info!(?partitions, cooperative, "partitions assigned");
                 let starts = self.listener.on_assign(&partitions);
                 let mut assignment = TopicPartitionList::new();
                 for ((topic, partition), start) in &starts {
                     let offset = start.map_or(Offset::Invalid, Offset::Offset);
                     if let Err(e) = assignment.add_partition_offset(topic, *partition, offset) {
-                        tracing::error!(connector, task, topic, partition, error = %e, "cannot build assignment");
+                        tracing::error!(topic, partition, error = %e, "cannot build assignment");
                     }
                 }
                 let result = if cooperative {
@@ -176,7 +164,7 @@ impl ConsumerContext for SourceContext {
                     consumer.assign(&assignment)
                 };
                 if let Err(e) = result {
-                    tracing::error!(connector, task, error = %e, "assign failed");
+                    tracing::error!(error = %e, "assign failed");
                     self.listener.failed(e);
                 }
                 let paused = if self.listener.paused() {
@@ -185,13 +173,11 @@ impl ConsumerContext for SourceContext {
                     consumer.resume(&assignment)
                 };
                 if let Err(e) = paused {
-                    tracing::error!(connector, task, error = %e, "cannot set the pause state of new partitions");
+                    tracing::error!(error = %e, "cannot set the pause state of new partitions");
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 tracing::info!(
-                    connector,
-                    task,
                     ?partitions,
                     cooperative,
                     lost = consumer.assignment_lost(),
@@ -202,7 +188,7 @@ impl ConsumerContext for SourceContext {
                 if !commits.is_empty()
                     && let Err(e) = commit_offsets(consumer, &commits)
                 {
-                    tracing::warn!(connector, task, error = %e, "committing offsets to Kafka before the revocation failed; those records will be delivered again");
+                    tracing::warn!(error = %e, "committing offsets to Kafka before the revocation failed; those records will be delivered again");
                 }
                 let result = if cooperative {
                     consumer.incremental_unassign(tpl)
@@ -210,12 +196,12 @@ impl ConsumerContext for SourceContext {
                     consumer.unassign()
                 };
                 if let Err(e) = result {
-                    tracing::error!(connector, task, error = %e, "unassign failed");
+                    tracing::error!(error = %e, "unassign failed");
                     self.listener.failed(e);
                 }
             }
             other => {
-                tracing::error!(connector, task, error = ?other, "rebalance error; dropping the assignment");
+                tracing::error!(error = ?other, "rebalance error; dropping the assignment");
                 self.listener.on_revoke(&partitions);
                 let _ = consumer.unassign();
             }

@@ -9,7 +9,7 @@
 //! Each scenario prints one `FAULT-SUMMARY` line (run with `--no-capture` to see it) and
 //! appends it to `target/tmp/fault-summary.txt`, so the figures can be quoted.
 
-mod harness;
+use crate::harness;
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use harness::{
     Backend, Broker, EVICTION_WAIT, Pipeline, Scenario, SluiceProcess, TestDb, free_port,
     produce_values, word_event,
 };
-use sluice::sink::SequenceStats;
+use sluice::cli::demo::SequenceStats;
 
 const PARTITIONS: i32 = 4;
 

@@ -1,7 +1,7 @@
 //! End-to-end: a real broker, `sluice run` processes, and each database. Every test body is
 //! written once and run against PostgreSQL, MariaDB and SQLite.
 
-mod harness;
+use crate::harness;
 
 use std::time::Duration;
 

@@ -12,14 +12,15 @@
 //! | 47        | `word` of 30 characters        | sink: the table's CHECK (length ≤ 20)     |
 //! | 57        | a value of 3,000 bytes         | source: over `max_record_bytes` (2KiB)    |
 
-mod harness;
+use crate::harness;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use harness::{Backend, Broker, TestDb, unique};
+use sluice::cli::demo::{SequenceStats, sequence_stats};
 use sluice::config::{self, Config};
-use sluice::sink::{SequenceStats, Sink};
+use sluice::sink::Sink;
 
 const KINDS: [u64; 6] = [7, 17, 27, 37, 47, 57];
 
@@ -185,7 +186,7 @@ connectors:
 
     async fn stats(&self, config: &Path) -> (SequenceStats, i64) {
         let sink = self.sink(config).await;
-        let stats = sink.sequence_stats("uid").await.expect("stats");
+        let stats = sequence_stats(&sink, "uid").await.expect("stats");
         let dead = sink.count_dead_letters().await.expect("count dead letters");
         sink.close().await;
         (stats, dead)
@@ -633,7 +634,7 @@ async fn refused_rows_are_found_and_nothing_is_kept(db: Backend) {
     let indices: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
     assert_eq!(indices, vec![1, 3], "{refused:?}");
     assert!(refused.iter().all(|(_, message)| !message.is_empty()));
-    assert_eq!(sink.sequence_stats("uid").await.expect("stats").rows, 0);
+    assert_eq!(sequence_stats(&sink, "uid").await.expect("stats").rows, 0);
     sink.close().await;
 }
 for_each_database!(refused_rows_are_found_and_nothing_is_kept);

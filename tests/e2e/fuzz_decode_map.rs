@@ -4,15 +4,15 @@
 //! counted skip or one failure with its cause: never lost, never twice.
 //!
 //! `PROPTEST_CASES` sets the cases per property (256 by default); a long run:
-//! `PROPTEST_CASES=100000 cargo test -p sluice --release --test fuzz_decode_map`.
+//! `PROPTEST_CASES=100000 cargo test -p sluice --release --test e2e fuzz_decode_map`.
 
 use proptest::prelude::*;
 use serde_json::Value;
 use sluice::config::{self, Config};
-use sluice::dead_letter::{headers_from_json, headers_to_json};
 use sluice::map::RowOp;
-use sluice::prepare::{Incoming, Preparer};
-use sluice::record::Record;
+use sluice::prepare::Preparer;
+use sluice::record::{Incoming, Record};
+use sluice::sink::dead_letters::{headers_from_json, headers_to_json};
 use sluice::validate::RecordSchema;
 
 const TYPES: [&str; 12] = [

@@ -20,8 +20,9 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use sluice::cli::demo::{SequenceStats, sequence_stats};
 use sluice::config::{self, Config};
-use sluice::sink::{SequenceStats, Sink};
+use sluice::sink::Sink;
 
 /// Prints a scenario's `FAULT-SUMMARY` line and appends it to
 /// `target/tmp/fault-summary.txt`, where the figures of every run can be quoted from.
@@ -39,7 +40,7 @@ pub fn record_summary(line: &str) {
 }
 
 /// Every dead letter of the sink's connector, in (topic, partition, offset) order.
-pub async fn all_dead_letters(sink: &Sink) -> Vec<sluice::dead_letter::redrive::Stored> {
+pub async fn all_dead_letters(sink: &Sink) -> Vec<sluice::sink::dead_letters::Stored> {
     let mut letters = Vec::new();
     let mut after = None;
     loop {
@@ -501,7 +502,7 @@ connectors:
         let config = self.config(brokers, db);
         let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
         sink.prepare().await.expect("prepare");
-        let stats = sink.sequence_stats("uid").await.expect("stats");
+        let stats = sequence_stats(&sink, "uid").await.expect("stats");
         sink.close().await;
         stats
     }

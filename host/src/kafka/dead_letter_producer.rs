@@ -18,8 +18,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use super::DeadLetter;
 use crate::config::KafkaConfig;
+use crate::failure::DeadLetter;
 
 /// How long librdkafka keeps trying to deliver one dead letter.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -233,7 +233,7 @@ fn is_consumer_only(key: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::failure::{Failure, Stage};
+    use crate::failure::{Failure, FailureClass, Stage};
     use crate::record::Record;
 
     fn letter(value_bytes: usize) -> DeadLetter {
@@ -243,7 +243,7 @@ mod tests {
             partition: 0,
             offset: 1,
             stage: Stage::Source,
-            class: "record_too_large",
+            class: FailureClass::RecordTooLarge,
             message: "too large".into(),
         };
         DeadLetter::new(

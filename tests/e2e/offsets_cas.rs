@@ -1,9 +1,10 @@
 //! The compare-and-set on stored offsets: two writers racing for the same partition, and
 //! only one batch wins. Run against each database, no broker needed.
 
-mod harness;
+use crate::harness;
 
 use harness::{Backend, Scenario, TestDb};
+use sluice::cli::demo::sequence_stats;
 use sluice::map::{RowOp, SqlValue};
 use sluice::sink::{OffsetAdvance, Sink, SinkError, WriteBatch};
 
@@ -63,7 +64,7 @@ async fn race(db: Backend) {
         ),
         "{loser:?}"
     );
-    let stats = a.sequence_stats("uid").await.unwrap();
+    let stats = sequence_stats(&a, "uid").await.unwrap();
     assert_eq!(stats.rows, 100, "only the winner's rows: {stats:?}");
 
     // Both now believe the stored offset is 100; again only one advances it.
@@ -77,7 +78,7 @@ async fn race(db: Backend) {
         1,
         "{ra:?} {rb:?}"
     );
-    assert_eq!(a.sequence_stats("uid").await.unwrap().rows, 200);
+    assert_eq!(sequence_stats(&a, "uid").await.unwrap().rows, 200);
     assert_eq!(
         a.read_offsets(&scenario.topic).await.unwrap().get(&0),
         Some(&200)
@@ -91,7 +92,7 @@ async fn race(db: Backend) {
         matches!(zombie, Err(SinkError::OffsetConflict { .. })),
         "{zombie:?}"
     );
-    assert_eq!(a.sequence_stats("uid").await.unwrap().rows, 200);
+    assert_eq!(sequence_stats(&a, "uid").await.unwrap().rows, 200);
 }
 for_each_database!(race);
 
@@ -113,12 +114,12 @@ async fn write_modes(db: Backend) {
     ]));
     first.ops.push(RowOp::Delete(vec![SqlValue::Int(5)]));
     sink.write(&first).await.unwrap();
-    let stats = sink.sequence_stats("uid").await.unwrap();
+    let stats = sequence_stats(&sink, "uid").await.unwrap();
     assert_eq!(stats.rows, 9, "{stats:?}");
     let mut second = batch(&scenario.topic, Some(10), 20, 5..6);
     second.ops.push(RowOp::Delete(vec![SqlValue::Int(0)]));
     sink.write(&second).await.unwrap();
-    let stats = sink.sequence_stats("uid").await.unwrap();
+    let stats = sequence_stats(&sink, "uid").await.unwrap();
     assert_eq!((stats.rows, stats.min), (9, Some(1)), "{stats:?}");
 }
 for_each_database!(write_modes);

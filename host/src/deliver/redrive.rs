@@ -3,80 +3,15 @@
 //! What now succeeds is written to the sink table and removed from the dead-letter table
 //! in one transaction; what still fails stays, with its new cause.
 
-use sqlx::{
-    AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type,
-};
+use std::collections::HashSet;
+use std::sync::Arc;
 
-use crate::record::Record;
-
-/// A dead letter read back from its table.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Stored {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
-    /// The headers column as stored (see [`super::headers_to_json`]).
-    pub headers: String,
-}
-
-impl Stored {
-    /// The record as it first arrived; `Err` when the stored headers are damaged.
-    pub fn record(&self) -> Result<Record, String> {
-        Ok(Record {
-            topic: self.topic.clone(),
-            partition: self.partition,
-            offset: self.offset,
-            timestamp: None,
-            key: self.key.clone(),
-            value: self.value.clone(),
-            headers: super::headers_from_json(&self.headers)?,
-        })
-    }
-
-    /// Where it came from, the dead-letter table's key (with the connector).
-    pub fn coordinates(&self) -> (String, i32, i64) {
-        (self.topic.clone(), self.partition, self.offset)
-    }
-}
-
-/// Runs the dialect's `read_dead_letters` statement.
-pub async fn read<'p, DB>(
-    executor: impl Executor<'p, Database = DB>,
-    sql: String,
-    connector: &str,
-    after: &(String, i32, i64),
-) -> Result<Vec<Stored>, sqlx::Error>
-where
-    DB: Database,
-    DB::Arguments: IntoArguments<DB>,
-    String: for<'q> Encode<'q, DB> + Type<DB> + for<'r> Decode<'r, DB>,
-    i32: for<'q> Encode<'q, DB> + Type<DB> + for<'r> Decode<'r, DB>,
-    i64: for<'q> Encode<'q, DB> + Type<DB> + for<'r> Decode<'r, DB>,
-    Vec<u8>: Type<DB> + for<'r> Decode<'r, DB>,
-    usize: ColumnIndex<DB::Row>,
-{
-    let rows = sqlx::query::<DB>(AssertSqlSafe(sql))
-        .bind(connector.to_string())
-        .bind(after.0.clone())
-        .bind(after.1)
-        .bind(after.2)
-        .fetch_all(executor)
-        .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(Stored {
-                topic: row.try_get(0)?,
-                partition: row.try_get(1)?,
-                offset: row.try_get(2)?,
-                key: row.try_get(3)?,
-                value: row.try_get(4)?,
-                headers: row.try_get(5)?,
-            })
-        })
-        .collect()
-}
+use super::{Job, Plan, Policy, deliver};
+use crate::config::{ConnectorConfig, ErrorPolicy};
+use crate::prepare::Preparer;
+use crate::record::{Incoming, Record};
+use crate::sink::Sink;
+use crate::validate::RecordSchema;
 
 /// What a redrive did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -93,15 +28,15 @@ pub struct RedriveReport {
 /// Why a redrive stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RedriveError {
-    #[error("{0}")]
+    #[error(transparent)]
     Sink(#[from] crate::sink::SinkError),
-    #[error("{0}")]
-    Deliver(#[from] crate::task::DeliverError),
+    #[error(transparent)]
+    Deliver(#[from] super::DeliverError),
     #[error("transform: {0}")]
     Transform(#[from] sluice_transform::TransformError),
-    #[error("{0}")]
+    #[error(transparent)]
     Prepare(#[from] crate::prepare::PrepareError),
-    #[error("{0}")]
+    #[error(transparent)]
     Schema(#[from] crate::validate::SchemaError),
 }
 
@@ -109,35 +44,19 @@ pub enum RedriveError {
 /// schema, mapping and sink, `batch` at a time; each batch is one transaction that writes
 /// the rows and removes their dead letters.
 pub async fn redrive(
-    connector: &crate::config::ConnectorConfig,
-    sink: std::sync::Arc<crate::sink::Sink>,
+    connector: &ConnectorConfig,
+    sink: Arc<Sink>,
     engine: Option<&sluice_transform::TransformEngine>,
 ) -> Result<RedriveReport, RedriveError> {
-    use crate::config::ErrorPolicy;
-    use crate::prepare::{Incoming, Preparer};
-    use crate::task::deliver::{self, Job, Plan, Policy};
-
-    let chain = match engine {
-        Some(engine) if !connector.transforms.is_empty() => {
-            let specs: Vec<_> = connector.transforms.iter().map(|t| t.spec()).collect();
-            Some(sluice_transform::TransformChain::new(
-                engine,
-                &connector.name,
-                &specs,
-            )?)
-        }
-        _ => None,
-    };
     let schema = match &connector.schema {
-        Some(path) => Some(std::sync::Arc::new(crate::validate::RecordSchema::load(
-            path,
-        )?)),
+        Some(path) => Some(Arc::new(RecordSchema::load(path)?)),
         None => None,
     };
-    let mut preparer = Preparer::new(connector, chain, schema).keep_originals(true);
-    let policy = std::sync::Arc::new(Policy {
+    let mut preparer = Preparer::for_connector(connector, engine, schema)?.keep_originals(true);
+    let policy = Arc::new(Policy {
         policy: ErrorPolicy::Dlq,
         dlq_topic: None,
+        dlq_table: true,
     });
     let mut report = RedriveReport::default();
     let mut after = None;
@@ -167,8 +86,7 @@ pub async fn redrive(
             })
             .collect();
         let mut prepared = preparer.prepare(incoming)?;
-        let failed: std::collections::HashSet<usize> =
-            prepared.failures.iter().map(|f| f.index).collect();
+        let failed: HashSet<usize> = prepared.failures.iter().map(|f| f.index).collect();
         let redriven = stored
             .iter()
             .enumerate()
@@ -184,12 +102,12 @@ pub async fn redrive(
         );
         plan.batch.redriven = redriven;
         let partitions = Vec::new();
-        let job = std::sync::Arc::new(Job {
+        let job = Arc::new(Job {
             plan: tokio::sync::Mutex::new(plan),
             prepared,
             partitions,
         });
-        let delivered = deliver::deliver(sink.clone(), policy.clone(), true, job).await?;
+        let delivered = deliver(sink.clone(), policy.clone(), job).await?;
         report.read += stored.len() as u64;
         report.still_failing += delivered.handled.len() as u64;
         report.redriven += (stored.len() - delivered.handled.len()) as u64;

@@ -1,66 +1,20 @@
-//! A batch's way into the database, with the connector's error policy applied to the
-//! records that failed.
-//!
-//! Records that failed before the database (arrival checks, transforms, schema, mapping)
-//! are known when the batch is planned. When the database refuses the batch for a reason
-//! that is not transient, the sink finds the refused rows by splitting the batch under
-//! savepoints ([`Sink::find_refused`]); they join the failures and the batch is planned and
-//! written again. The policy decides what a failure becomes:
-//!
-//! - `fail`: nothing at or after the first failed record of its partition is written; the
-//!   records before it commit, then the task fails with the record's coordinates and cause.
-//! - `skip`: logged with coordinates and counted; its offset commits with the batch.
-//! - `dlq`: a dead letter, in the dead-letter table in the batch's transaction, or produced
-//!   to the dead-letter topic and acknowledged before the transaction begins.
+//! What one batch writes once the connector's error policy has been applied to the records
+//! that failed: rows, offsets, dead letters, and the failure that stops the task.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use crate::config::ErrorPolicy;
-use crate::dead_letter::DeadLetter;
-use crate::dead_letter::topic::{DeadLetterError, DeadLetterProducer};
-use crate::failure::{Failure, Stage};
+use crate::failure::{DeadLetter, Failure};
 use crate::map::RowOp;
 use crate::prepare::Prepared;
-use crate::sink::{OffsetAdvance, Sink, SinkError, WriteBatch};
-use crate::source::Partition;
-
-/// Rounds of "write, find the refused rows, plan again" before a batch gives up: each
-/// round removes at least one refused row, and a database that refuses a different row
-/// every time is not one to fight with.
-const MAX_ROUNDS: usize = 8;
-
-/// A connector's error policy, shared by its tasks.
-pub struct Policy {
-    pub policy: ErrorPolicy,
-    /// The dead-letter topic's producer (`errors.dlq.topic`).
-    pub dlq_topic: Option<DeadLetterProducer>,
-}
-
-/// Why a batch could not be delivered.
-#[derive(Debug, thiserror::Error)]
-pub enum DeliverError {
-    #[error(transparent)]
-    Sink(#[from] SinkError),
-    #[error(transparent)]
-    DeadLetter(#[from] DeadLetterError),
-}
-
-impl DeliverError {
-    /// Worth waiting for and retrying.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            DeliverError::Sink(e) => e.is_transient(),
-            DeliverError::DeadLetter(e) => e.is_transient(),
-        }
-    }
-}
+use crate::record::{Partition, Record};
+use crate::sink::{OffsetAdvance, WriteBatch};
 
 /// What one batch writes, after the policy: rows, offsets, dead letters.
 pub struct Plan {
     pub batch: WriteBatch,
     /// The input record of each of `batch.ops`.
-    origins: Vec<usize>,
+    pub(super) origins: Vec<usize>,
     /// Where each partition goes after the batch (for the at-least-once Kafka commit).
     pub next_offsets: Vec<(Partition, i64)>,
     /// `fail` policy: the first failed record; the task fails after the batch commits.
@@ -68,7 +22,7 @@ pub struct Plan {
     /// Failures skipped or turned into dead letters.
     pub handled: Vec<Failure>,
     /// Dead letters for the topic, not yet acknowledged.
-    to_produce: Vec<DeadLetter>,
+    pub(super) to_produce: Vec<DeadLetter>,
     /// Dead letters this batch stores or produced.
     pub dead_letters: usize,
 }
@@ -101,7 +55,7 @@ impl Plan {
     }
 
     /// Applies the policy to more failures.
-    fn apply(
+    pub(super) fn apply(
         &mut self,
         policy: ErrorPolicy,
         dlq_table: bool,
@@ -162,7 +116,7 @@ impl Plan {
                     let record = originals.get(failure.index).cloned().unwrap_or_else(|| {
                         // Without the original (not kept), the dead letter still names it.
                         let (topic, partition, offset) = prepared.position(failure.index);
-                        crate::record::Record {
+                        Record {
                             topic: topic.to_string(),
                             partition,
                             offset,
@@ -196,89 +150,15 @@ impl Plan {
     }
 }
 
-/// A batch being delivered: its plan, and what retries and probes need.
-pub struct Job {
-    pub plan: tokio::sync::Mutex<Plan>,
-    /// The prepared batch without its operations: coordinates and originals.
-    pub prepared: Prepared,
-    /// The partitions the batch covers.
-    pub partitions: Vec<Partition>,
-}
-
-/// What a delivered batch did.
-#[derive(Debug, Default)]
-pub struct Delivered {
-    /// The offsets the transaction advanced (after a `fail` cut).
-    pub offsets: Vec<OffsetAdvance>,
-    pub next_offsets: Vec<(Partition, i64)>,
-    pub fatal: Option<Failure>,
-    pub handled: Vec<Failure>,
-    pub dead_letters: usize,
-}
-
-/// Delivers a batch: dead letters to their topic, then one transaction; refused rows are
-/// found, planned again under the policy, and the batch written again. Safe to call again
-/// after a transient error: what was acknowledged is not produced twice.
-pub async fn deliver(
-    sink: Arc<Sink>,
-    policy: Arc<Policy>,
-    dlq_table: bool,
-    job: Arc<Job>,
-) -> Result<Delivered, DeliverError> {
-    let mut plan = job.plan.lock().await;
-    for _ in 0..MAX_ROUNDS {
-        if !plan.to_produce.is_empty() {
-            match &policy.dlq_topic {
-                // What the broker acknowledged leaves the list: a retry sends the rest.
-                Some(producer) => producer.send_all(&mut plan.to_produce).await?,
-                None => plan.to_produce.clear(),
-            }
-        }
-        let error = match sink.write(&plan.batch).await {
-            Ok(()) => {
-                return Ok(Delivered {
-                    offsets: plan.batch.offsets.clone(),
-                    next_offsets: plan.next_offsets.clone(),
-                    fatal: plan.fatal.clone(),
-                    handled: plan.handled.clone(),
-                    dead_letters: plan.dead_letters,
-                });
-            }
-            Err(e) if e.is_transient() || matches!(e, SinkError::OffsetConflict { .. }) => {
-                return Err(e.into());
-            }
-            Err(e) => e,
-        };
-        let refused = sink.find_refused(&plan.batch.ops).await?;
-        if refused.is_empty() {
-            // Not a row's fault (the offsets, the dead letters, the commit).
-            return Err(error.into());
-        }
-        // One failure per input record, however many of its rows were refused.
-        let mut inputs = HashSet::new();
-        let failures = refused
-            .into_iter()
-            .filter(|(op, _)| inputs.insert(plan.origins[*op]))
-            .map(|(op, message)| {
-                job.prepared
-                    .failure(plan.origins[op], Stage::Sink, "database_refused", message)
-            })
-            .collect();
-        plan.apply(policy.policy, dlq_table, failures, &job.prepared);
-    }
-    Err(SinkError::Invalid(format!(
-        "the database kept refusing rows of a batch after {MAX_ROUNDS} rounds of isolating them"
-    ))
-    .into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{Config, ConnectorConfig};
+    use crate::failure::{FailureClass, Stage};
     use crate::map::SqlValue;
-    use crate::prepare::{Incoming, Preparer};
-    use crate::record::Record;
+    use crate::prepare::Preparer;
+    use crate::record::{Incoming, Record};
+    use crate::sink::OffsetAdvance;
 
     fn connector(policy: &str) -> ConnectorConfig {
         let text = format!(
@@ -355,7 +235,7 @@ connectors:
     #[test]
     fn failures_are_found_per_record() {
         let prepared = prepared(&connector("{ policy: skip }"));
-        let found: Vec<(i64, &str, Stage)> = prepared
+        let found: Vec<(i64, FailureClass, Stage)> = prepared
             .failures
             .iter()
             .map(|f| (f.offset, f.class, f.stage))
@@ -363,9 +243,9 @@ connectors:
         assert_eq!(
             found,
             vec![
-                (11, "invalid_json", Stage::Map),
-                (13, "record_too_large", Stage::Source),
-                (21, "invalid_json", Stage::Map)
+                (11, FailureClass::InvalidJson, Stage::Map),
+                (13, FailureClass::RecordTooLarge, Stage::Source),
+                (21, FailureClass::InvalidJson, Stage::Map)
             ]
         );
         assert_eq!(prepared.ops.len(), 5);
@@ -415,7 +295,7 @@ connectors:
         let prepared = Preparer::new(&connector, None, None)
             .prepare(vec![Record::from_value("t", 0, 5, "{\"uid\": 1}").into()])
             .expect("prepared");
-        let failure = prepared.failure(0, Stage::Sink, "database_refused", "no".into());
+        let failure = prepared.failure(0, Stage::Sink, FailureClass::DatabaseRefused, "no".into());
         plan.apply(ErrorPolicy::Fail, false, vec![failure], &prepared);
         assert!(plan.batch.ops.is_empty());
         // Nothing moves: a compare-and-set from 5 to 5 is no advance at all.
@@ -459,7 +339,7 @@ connectors:
                     assert_eq!(letters.len(), 3, "{policy}");
                     // The original record, as it arrived.
                     assert_eq!(letters[0].record.value.as_deref(), Some(&b"not json"[..]));
-                    assert_eq!(letters[1].class, "record_too_large");
+                    assert_eq!(letters[1].class, FailureClass::RecordTooLarge);
                 }
             }
         }
@@ -481,7 +361,7 @@ connectors:
         let refused = prepared.failure(
             plan.origins[1],
             Stage::Sink,
-            "database_refused",
+            FailureClass::DatabaseRefused,
             "too long".into(),
         );
         assert_eq!(refused.offset, 12);

@@ -1,0 +1,106 @@
+//! Finding the rows the database refuses: a batch that fails for a reason that is not
+//! transient is split in halves under savepoints, in a transaction that is rolled back,
+//! until each refusal is one operation. The task's delivery then handles those records
+//! under the error policy and writes the rest.
+
+use sqlx::{AssertSqlSafe, Executor, IntoArguments};
+
+use super::backend::{self, Backend};
+use super::error::{is_refusal, refused_message};
+use super::runs::runs;
+use super::{Dialect, Sink, SinkError, WRITE_TIMEOUT, each_pool};
+use crate::config::WriteMode;
+use crate::map::RowOp;
+
+/// A savepoint the probe for refused rows rolls back to.
+const PROBE_SAVEPOINT: &str = "sluice_probe";
+
+impl Sink {
+    /// Finds the operations the database refuses (a constraint, a length, a value out of
+    /// range), with its message for each, by splitting `ops` in halves under savepoints
+    /// until each refusal is one operation. Nothing is kept: the transaction is rolled
+    /// back. `Err` for a transient failure, or when the database cannot be probed.
+    pub async fn find_refused(&self, ops: &[RowOp]) -> Result<Vec<(usize, String)>, SinkError> {
+        let probe = async {
+            each_pool!(self, pool, DB => {
+                let mut tx = pool
+                    .begin_with(self.dialect.begin())
+                    .await
+                    .map_err(self.db_error("begin"))?;
+                if self.dialect == Dialect::Postgres {
+                    // Deferred constraints would only fail at a COMMIT the probe never runs.
+                    sqlx::query::<DB>("SET CONSTRAINTS ALL IMMEDIATE")
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(self.db_error("find refused rows"))?;
+                }
+                // Dropping the transaction rolls it back.
+                self.refused_in::<DB>(&mut tx, ops).await
+            })
+        };
+        tokio::time::timeout(WRITE_TIMEOUT, probe)
+            .await
+            .unwrap_or_else(|_| {
+                Err(SinkError::Timeout {
+                    action: "find refused rows",
+                    table: self.table.name.clone(),
+                    after: WRITE_TIMEOUT,
+                })
+            })
+    }
+
+    async fn refused_in<DB>(
+        &self,
+        conn: &mut DB::Connection,
+        ops: &[RowOp],
+    ) -> Result<Vec<(usize, String)>, SinkError>
+    where
+        DB: Backend,
+        DB::Connection: 'static,
+        DB::Arguments: IntoArguments<DB>,
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    {
+        let savepoint = |verb: &str| AssertSqlSafe(format!("{verb} {PROBE_SAVEPOINT}"));
+        let db_error = self.db_error("find refused rows");
+        let dedupe = self.mode != WriteMode::Insert;
+        let mut refused = Vec::new();
+        // Ranges still to try, the next one on top: in record order, so that an earlier
+        // row is in place when a later one is tried (a duplicate key refuses the later).
+        let mut stack = vec![(0, ops.len())];
+        while let Some((start, end)) = stack.pop() {
+            if start >= end {
+                continue;
+            }
+            sqlx::query::<DB>(savepoint("SAVEPOINT"))
+                .execute(&mut *conn)
+                .await
+                .map_err(&db_error)?;
+            let runs = runs(&ops[start..end], &self.table.key, dedupe);
+            match backend::write_runs::<DB>(conn, self.dialect, &self.table, self.mode, &runs).await
+            {
+                Ok(()) => {}
+                // Only a refusal of the rows themselves is put on them; a lock or
+                // statement timeout, a full disk, a lost connection is the batch's.
+                Err(error) if !is_refusal(&error) => return Err(db_error(error)),
+                Err(error) => {
+                    sqlx::query::<DB>(savepoint("ROLLBACK TO SAVEPOINT"))
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(&db_error)?;
+                    if end - start == 1 {
+                        refused.push((start, refused_message(&error)));
+                    } else {
+                        let middle = start + (end - start) / 2;
+                        stack.push((middle, end));
+                        stack.push((start, middle));
+                    }
+                }
+            }
+            sqlx::query::<DB>(savepoint("RELEASE SAVEPOINT"))
+                .execute(&mut *conn)
+                .await
+                .map_err(&db_error)?;
+        }
+        Ok(refused)
+    }
+}

@@ -1,0 +1,338 @@
+//! The actor loop of a task, on its own thread: take control messages, reap the write in
+//! flight, cut and submit batches, apply backpressure, poll. In rust-arroyo's terms: poll,
+//! submit, join (with a bounded wait on stop), terminate.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::handle::{Control, TaskSpec, TaskStatus};
+use super::in_flight::{InFlight, Settle};
+use super::state::{TaskEvent, TaskState};
+use super::{Inner, Shared, TaskError};
+use crate::config::Guarantee;
+use crate::deliver::{Job, Plan};
+use crate::kafka::consumer::{self, RebalanceListener, SourceConsumer};
+use crate::prepare::Preparer;
+use crate::record::{Incoming, Partition};
+use crate::sink::{OffsetAdvance, SinkError};
+
+/// Longest single poll: the loop checks control messages and writes this often.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How many batches may wait behind the one being written before the partitions pause.
+const BACKPRESSURE_BATCHES: usize = 4;
+
+/// The task's thread-side state.
+pub(super) struct Actor {
+    spec: TaskSpec,
+    shared: Arc<Shared>,
+    /// Transforms (instantiated for this task: its own stores), schema and mapping.
+    preparer: Option<Preparer>,
+    state: TaskState,
+    status: watch::Sender<TaskStatus>,
+}
+
+impl Actor {
+    pub(super) fn new(
+        spec: TaskSpec,
+        shared: Arc<Shared>,
+        status: watch::Sender<TaskStatus>,
+    ) -> Self {
+        Self {
+            spec,
+            shared,
+            preparer: None,
+            state: TaskState::Subscribing,
+            status,
+        }
+    }
+
+    /// Applies a transition and reports it; an invalid one is logged and ignored (the task
+    /// is ending anyway).
+    pub(super) fn report(&mut self, event: TaskEvent, error: Option<String>) {
+        match self.state.next(event) {
+            Ok(next) => self.enter(next, error),
+            Err(invalid) => tracing::error!(%invalid, "ignored"),
+        }
+    }
+
+    fn transition(&mut self, event: TaskEvent) -> Result<(), TaskError> {
+        let next = self.state.next(event)?;
+        self.enter(next, None);
+        Ok(())
+    }
+
+    fn enter(&mut self, next: TaskState, error: Option<String>) {
+        tracing::info!(from = %self.state, to = %next, "task state");
+        self.state = next;
+        self.status.send_replace(TaskStatus { state: next, error });
+    }
+
+    pub(super) fn run(&mut self, control: mpsc::Receiver<Control>) -> Result<(), TaskError> {
+        self.preparer = Some(Preparer::for_connector(
+            &self.spec.connector,
+            self.spec.engine.as_ref(),
+            self.spec.schema.clone(),
+        )?);
+        let listener: Arc<dyn RebalanceListener> = self.shared.clone();
+        let consumer = consumer::subscribe(
+            &self.spec.kafka,
+            &self.spec.brokers,
+            &self.spec.connector,
+            self.spec.task,
+            listener,
+        )?;
+        self.transition(TaskEvent::Subscribed)?;
+        let batch = self.spec.connector.batch.clone();
+        let max_bytes = usize::try_from(batch.max_bytes.0).unwrap_or(usize::MAX);
+        // Since when the consumer reports errors without records in between.
+        let mut broker_trouble: Option<Instant> = None;
+        loop {
+            match control.try_recv() {
+                Ok(Control::Stop) | Err(mpsc::TryRecvError::Disconnected) => break,
+                Ok(Control::Pause) if self.state == TaskState::Consuming => {
+                    self.transition(TaskEvent::Pause)?;
+                    self.shared.paused.store(true, Ordering::Relaxed);
+                    consumer::set_paused(&consumer, true)?;
+                    self.transition(TaskEvent::PauseApplied)?;
+                }
+                Ok(Control::Resume) if self.state == TaskState::Paused => {
+                    self.transition(TaskEvent::Resume)?;
+                    self.shared.paused.store(false, Ordering::Relaxed);
+                    if !self.shared.backpressure.load(Ordering::Relaxed) {
+                        consumer::set_paused(&consumer, false)?;
+                    }
+                    self.transition(TaskEvent::ResumeApplied)?;
+                }
+                Ok(other) => {
+                    tracing::debug!(?other, state = %self.state, "control message has no effect in this state")
+                }
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+
+            self.step(&consumer, batch.max_records, max_bytes, batch.linger.0)?;
+
+            // Poll: drain what is ready without blocking, then wait a little.
+            let mut polled = 0;
+            while let Some(message) = consumer.poll(if polled == 0 {
+                POLL_INTERVAL
+            } else {
+                Duration::ZERO
+            }) {
+                match message {
+                    Ok(message) => {
+                        if let Some(since) = broker_trouble.take() {
+                            tracing::info!(after = ?since.elapsed(), "records flow again");
+                        }
+                        self.accept(consumer::to_record(&message));
+                    }
+                    Err(error) => {
+                        // librdkafka reconnects by itself and reports every failed attempt:
+                        // one warning when the trouble starts, the rest at debug level.
+                        if broker_trouble.is_none() {
+                            tracing::warn!(%error,
+                                "consumer error; librdkafka keeps reconnecting (further errors at debug level until records flow again)");
+                            broker_trouble = Some(Instant::now());
+                        } else {
+                            tracing::debug!(%error, "consumer error");
+                        }
+                        break;
+                    }
+                }
+                polled += 1;
+                if polled >= batch.max_records {
+                    break;
+                }
+            }
+        }
+
+        self.transition(TaskEvent::Stop)?;
+        // Commit what was read, then leave the group.
+        {
+            let shared = self.shared.clone();
+            let mut inner = shared.lock();
+            // During an outage the batches are given up, not waited for: the next start
+            // reads them again from the stored offsets.
+            let mut gave_up = self.shared.settle_in_flight(&mut inner, Settle::Finish);
+            while !gave_up && inner.fatal.is_none() && !inner.buffer.is_empty() {
+                self.submit(&mut inner, batch.max_records, max_bytes)?;
+                gave_up = self.shared.settle_in_flight(&mut inner, Settle::Finish);
+            }
+            if let Some(error) = inner.fatal.take() {
+                drop(inner);
+                self.commit_to_kafka(&consumer);
+                return Err(error);
+            }
+        }
+        self.commit_to_kafka(&consumer);
+        drop(consumer);
+        self.transition(TaskEvent::Closed)?;
+        Ok(())
+    }
+
+    /// One turn of the loop between polls: reap the write, fail on a fatal error, move
+    /// partitions back after a conflict, cut and submit a batch, apply backpressure.
+    fn step(
+        &mut self,
+        consumer: &SourceConsumer,
+        max_records: usize,
+        max_bytes: usize,
+        linger: Duration,
+    ) -> Result<(), TaskError> {
+        let shared = self.shared.clone();
+        let mut inner = shared.lock();
+        self.shared.settle_in_flight(&mut inner, Settle::Poll);
+        if let Some(error) = inner.fatal.take() {
+            // At-least-once: what committed before the failure is not read again.
+            drop(inner);
+            self.commit_to_kafka(consumer);
+            return Err(error);
+        }
+        if !inner.reassign.is_empty() && inner.reassign_retrying.is_none_or(|r| r.is_due()) {
+            let partitions = std::mem::take(&mut inner.reassign);
+            drop(inner);
+            self.shared.reassign(consumer, &partitions)?;
+            inner = shared.lock();
+        }
+        let full = inner.buffer.holds(1, max_records, max_bytes);
+        let due = inner.buffer.lingered(linger);
+        if inner.in_flight.is_none() && !inner.buffer.is_empty() && (full || due) {
+            self.submit(&mut inner, max_records, max_bytes)?;
+        }
+        // Pausing purges librdkafka's prefetched records and costs a fetch round trip on
+        // resume, so the buffer may run BACKPRESSURE_BATCHES batches ahead before it does.
+        // While a transient failure is retried, the partitions pause too: polling goes on,
+        // so the consumer stays in its group.
+        let retrying = inner
+            .in_flight
+            .as_ref()
+            .is_some_and(|f| f.retrying.is_some());
+        let full = retrying
+            || inner
+                .buffer
+                .holds(BACKPRESSURE_BATCHES, max_records, max_bytes);
+        drop(inner);
+        if full != self.shared.backpressure.load(Ordering::Relaxed) {
+            tracing::debug!(paused = full, "backpressure");
+            self.shared.backpressure.store(full, Ordering::Relaxed);
+            if !self.shared.paused.load(Ordering::Relaxed) {
+                consumer::set_paused(consumer, full)?;
+            }
+        }
+        self.commit_to_kafka(consumer);
+        Ok(())
+    }
+
+    /// Takes a polled record into the buffer, unless its partition is no longer ours, is
+    /// waiting for its stored offset, or has seen it already.
+    fn accept(&self, incoming: Incoming) {
+        let record = &incoming.record;
+        self.shared.metrics.consumed.fetch_add(1, Ordering::Relaxed);
+        let mut inner = self.shared.lock();
+        let key = (record.topic.clone(), record.partition);
+        let Some(state) = inner.partitions.get_mut(&key) else {
+            // Not ours (any more): a record fetched before a revocation.
+            return;
+        };
+        if state.pending {
+            // Read again from its stored offset once that is known.
+            return;
+        }
+        match state.position {
+            Some(p) if record.offset < p => return,
+            Some(p) if record.offset > p => {
+                self.shared
+                    .metrics
+                    .offset_gaps
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(topic = %record.topic, partition = record.partition,
+                    expected = p, got = record.offset, "offset gap");
+            }
+            _ => {}
+        }
+        state.position = Some(record.offset + 1);
+        inner.buffer.push(incoming);
+    }
+
+    /// Transforms and maps the buffered records and starts writing them with their
+    /// offsets. Every consumed record advances its partition's offset: it leaves as rows, a
+    /// delete, a transform's decision to drop it, or a counted skip.
+    fn submit(
+        &mut self,
+        inner: &mut Inner,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<(), TaskError> {
+        let records = inner.buffer.take_batch(max_records, max_bytes);
+        let mut last: HashMap<Partition, i64> = HashMap::new();
+        for incoming in &records {
+            let record = &incoming.record;
+            let entry = last
+                .entry((record.topic.clone(), record.partition))
+                .or_insert(record.offset);
+            *entry = (*entry).max(record.offset);
+        }
+        let consumed = records.len() as u64;
+        let Some(preparer) = self.preparer.as_mut() else {
+            return Err(TaskError::Sink(SinkError::Internal(
+                "batch submitted before the task started".into(),
+            )));
+        };
+        let mut prepared = preparer.prepare(records)?;
+        let skipped = prepared.skipped;
+        let next_offsets: Vec<(Partition, i64)> =
+            last.into_iter().map(|(p, o)| (p, o + 1)).collect();
+        let offsets = if self.shared.guarantee == Guarantee::ExactlyOnce {
+            next_offsets
+                .iter()
+                .map(|((topic, partition), next)| OffsetAdvance {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    expected: inner
+                        .partitions
+                        .get(&(topic.clone(), *partition))
+                        .and_then(|s| s.committed),
+                    next: *next,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let partitions = next_offsets.iter().map(|(p, _)| p.clone()).collect();
+        let plan = Plan::new(
+            self.shared.policy.policy,
+            self.shared.policy.dlq_table,
+            &mut prepared,
+            offsets,
+            next_offsets,
+        );
+        let job = Arc::new(Job {
+            plan: tokio::sync::Mutex::new(plan),
+            prepared,
+            partitions,
+        });
+        let handle = self.shared.spawn_delivery(job.clone());
+        inner.in_flight = Some(InFlight {
+            handle,
+            job,
+            records: consumed,
+            skipped,
+            retrying: None,
+        });
+        Ok(())
+    }
+
+    /// At-least-once: offsets go to the Kafka group once their rows are committed.
+    fn commit_to_kafka(&self, consumer: &SourceConsumer) {
+        let commits = self.shared.take_kafka_commits();
+        if commits.is_empty() {
+            return;
+        }
+        if let Err(error) = consumer::commit_offsets(consumer, &commits) {
+            tracing::warn!(%error, "committing offsets to Kafka failed; those records will be delivered again");
+        }
+    }
+}

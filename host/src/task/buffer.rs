@@ -1,0 +1,125 @@
+//! The batch buffer: records polled but not yet handed to the sink, in arrival order. A
+//! batch is cut from its front when it holds `max_records` or `max_bytes`, or `linger`
+//! after its first record arrived.
+
+use std::time::{Duration, Instant};
+
+use crate::record::{Incoming, Partition};
+
+/// Records waiting for their batch.
+#[derive(Debug, Default)]
+pub(super) struct Buffer {
+    records: Vec<Incoming>,
+    /// Payload bytes of `records`.
+    bytes: usize,
+    /// When the oldest record arrived.
+    started: Option<Instant>,
+}
+
+impl Buffer {
+    pub(super) fn push(&mut self, incoming: Incoming) {
+        self.bytes += incoming.record.payload_bytes() as usize;
+        self.started.get_or_insert_with(Instant::now);
+        self.records.push(incoming);
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Holds a batch's worth: `max_records` records or `max_bytes` bytes, times `batches`.
+    pub(super) fn holds(&self, batches: usize, max_records: usize, max_bytes: usize) -> bool {
+        self.records.len() >= max_records.saturating_mul(batches)
+            || self.bytes >= max_bytes.saturating_mul(batches)
+    }
+
+    /// The oldest record has waited `linger`.
+    pub(super) fn lingered(&self, linger: Duration) -> bool {
+        self.started.is_some_and(|t| t.elapsed() >= linger)
+    }
+
+    /// The oldest records, up to `max_records` and `max_bytes` (at least one record).
+    pub(super) fn take_batch(&mut self, max_records: usize, max_bytes: usize) -> Vec<Incoming> {
+        let mut take = 0;
+        let mut bytes = 0;
+        for incoming in &self.records {
+            let size = incoming.record.payload_bytes() as usize;
+            if take > 0 && (take >= max_records || bytes + size > max_bytes) {
+                break;
+            }
+            take += 1;
+            bytes += size;
+        }
+        let batch = self.records.drain(..take).collect();
+        self.bytes = self.bytes.saturating_sub(bytes);
+        if self.records.is_empty() {
+            self.started = None;
+        }
+        batch
+    }
+
+    /// Drops every record of `partitions` (they are read again from the stored offsets).
+    pub(super) fn drop_partitions(&mut self, partitions: &[Partition]) {
+        let before = self.records.len();
+        self.records.retain(|i| {
+            !partitions
+                .iter()
+                .any(|(t, p)| *t == i.record.topic && *p == i.record.partition)
+        });
+        if self.records.len() != before {
+            self.bytes = self
+                .records
+                .iter()
+                .map(|i| i.record.payload_bytes() as usize)
+                .sum();
+            if self.records.is_empty() {
+                self.started = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+
+    fn incoming(partition: i32, offset: i64, value: &str) -> Incoming {
+        Record::from_value("t", partition, offset, value).into()
+    }
+
+    #[test]
+    fn batches_are_cut_by_count_and_bytes_from_the_front() {
+        let mut buffer = Buffer::default();
+        for offset in 0..5 {
+            buffer.push(incoming(0, offset, "0123456789"));
+        }
+        assert!(buffer.holds(1, 5, usize::MAX));
+        assert!(!buffer.holds(2, 5, usize::MAX));
+        let first = buffer.take_batch(2, usize::MAX);
+        assert_eq!(
+            first.iter().map(|i| i.record.offset).collect::<Vec<_>>(),
+            [0, 1]
+        );
+        // 25 bytes take two records of 10; a record larger than max_bytes still goes alone.
+        assert_eq!(buffer.take_batch(100, 25).len(), 2);
+        assert_eq!(buffer.take_batch(100, 1).len(), 1);
+        assert!(buffer.is_empty());
+        assert!(!buffer.lingered(Duration::ZERO));
+    }
+
+    #[test]
+    fn dropping_a_partition_keeps_the_others_and_their_bytes() {
+        let mut buffer = Buffer::default();
+        buffer.push(incoming(0, 0, "aaaa"));
+        buffer.push(incoming(1, 0, "bb"));
+        buffer.push(incoming(0, 1, "cccc"));
+        buffer.drop_partitions(&[("t".into(), 0)]);
+        assert!(buffer.holds(1, 1, usize::MAX));
+        assert!(!buffer.holds(1, 2, 3));
+        assert!(buffer.lingered(Duration::ZERO));
+        buffer.drop_partitions(&[("t".into(), 1)]);
+        assert!(buffer.is_empty());
+        assert!(!buffer.lingered(Duration::ZERO));
+    }
+}

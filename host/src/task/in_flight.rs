@@ -1,0 +1,222 @@
+//! The batch being written: started on the tokio runtime while the task thread goes on
+//! polling, then reaped (settled) on the task thread: committed, rolled back on an offset
+//! conflict, retried with backoff on a transient failure, or given up when a revocation or
+//! a stop cannot wait for an outage to end.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use super::partitions::queue_reassign;
+use super::{Inner, Shared, TaskError};
+use crate::config::{ErrorPolicy, Guarantee};
+use crate::deliver::{self, DeliverError, Delivered, Job};
+use crate::retry::Retrying;
+use crate::sink::SinkError;
+
+/// Longest wait for the batch being written when a revocation or a stop needs it settled;
+/// past it the batch is given up (and read again).
+const FINISH_WAIT: Duration = Duration::from_secs(5);
+
+/// A batch being written.
+pub(super) struct InFlight {
+    pub(super) handle: tokio::task::JoinHandle<Result<Delivered, DeliverError>>,
+    pub(super) job: Arc<Job>,
+    /// Records the batch covers (written, deleted or skipped).
+    pub(super) records: u64,
+    pub(super) skipped: u64,
+    /// Set while a transient failure is waited out.
+    pub(super) retrying: Option<Retrying>,
+}
+
+/// How [`Shared::settle_in_flight`] treats the batch being written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Settle {
+    /// Apply a finished result, retry what is due, never wait.
+    Poll,
+    /// Wait for the result; give the batch up on a transient failure.
+    Finish,
+}
+
+impl Shared {
+    /// Starts writing `job` on the runtime, in the task's span.
+    pub(super) fn spawn_delivery(
+        &self,
+        job: Arc<Job>,
+    ) -> tokio::task::JoinHandle<Result<Delivered, DeliverError>> {
+        let sink = self.sink.clone();
+        let policy = self.policy.clone();
+        self.runtime.spawn(
+            async move { deliver::deliver(sink, policy, job).await }
+                .instrument(tracing::Span::current()),
+        )
+    }
+
+    /// Waits for the in-flight write, then applies its result. Transient failures are
+    /// retried here too, so a revocation never leaves a batch behind half-decided.
+    ///
+    /// `Settle::Poll` applies a finished result and retries what is due; `Settle::Finish`
+    /// waits for the result, and gives the batch up on a transient failure instead of
+    /// waiting the outage out (a revocation or a stop must not hold the poll loop): nothing
+    /// of it committed, and whoever owns its partitions next reads it again. Returns true
+    /// when the batch was given up.
+    pub(super) fn settle_in_flight(&self, inner: &mut Inner, mode: Settle) -> bool {
+        let wait = mode == Settle::Finish;
+        loop {
+            let Some(flight) = inner.in_flight.as_mut() else {
+                return false;
+            };
+            if wait && flight.retrying.is_some() {
+                // Already waiting out an outage: no point in waiting here.
+                self.give_up(inner, "waiting out a transient failure");
+                return true;
+            }
+            if let Some(retrying) = flight.retrying.as_mut() {
+                if !retrying.is_due() {
+                    return false;
+                }
+                if retrying.start_if_due() {
+                    flight.handle = self.spawn_delivery(flight.job.clone());
+                }
+            }
+            if !wait && !flight.handle.is_finished() {
+                return false;
+            }
+            let Some(mut flight) = inner.in_flight.take() else {
+                return false;
+            };
+            // Finishing waits a bounded time: a database that does not answer within it is
+            // treated as away (a write that committed meanwhile is fenced for whoever
+            // reads the batch again by the compare-and-set).
+            let waited = self
+                .runtime
+                .block_on(async { tokio::time::timeout(FINISH_WAIT, &mut flight.handle).await });
+            let result = match waited {
+                Ok(Ok(result)) => result,
+                Ok(Err(join)) => Err(DeliverError::Sink(SinkError::Internal(format!(
+                    "write task ended abnormally: {join}"
+                )))),
+                Err(_) => {
+                    inner.in_flight = Some(flight);
+                    self.give_up(inner, "no answer from the database in time");
+                    return true;
+                }
+            };
+            match result {
+                Ok(delivered) => {
+                    self.committed(inner, &flight, delivered);
+                    return false;
+                }
+                Err(DeliverError::Sink(SinkError::OffsetConflict {
+                    topic,
+                    partition,
+                    expected,
+                })) => {
+                    self.metrics.conflicts.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        topic,
+                        partition,
+                        ?expected,
+                        "offset conflict: another task moved this partition on; batch rolled back, re-reading offsets"
+                    );
+                    // Everything buffered for the batch's partitions is re-read from the
+                    // stored offsets.
+                    let touched = flight.job.partitions.clone();
+                    inner.drop_buffered(&touched);
+                    queue_reassign(inner, touched);
+                    return false;
+                }
+                Err(error) if error.is_transient() && wait => {
+                    inner.in_flight = Some(flight);
+                    self.give_up(inner, &error.to_string());
+                    return true;
+                }
+                Err(error) if error.is_transient() => {
+                    if flight.retrying.is_none() {
+                        tracing::warn!(%error,
+                            "transient failure; partitions paused, retrying with backoff until errors.retry.max_elapsed");
+                    }
+                    if let Err(elapsed) = Retrying::failed(&mut flight.retrying, &self.retry) {
+                        inner.fatal = Some(TaskError::RetriesExhausted {
+                            elapsed,
+                            source: error,
+                        });
+                        return false;
+                    }
+                    inner.in_flight = Some(flight);
+                }
+                Err(error) => {
+                    inner.fatal = Some(TaskError::Deliver(error));
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Gives the in-flight batch up: nothing of it committed, so its partitions are read
+    /// again from the stored offsets (here, or by their next owner).
+    fn give_up(&self, inner: &mut Inner, why: &str) {
+        let Some(flight) = inner.in_flight.take() else {
+            return;
+        };
+        flight.handle.abort();
+        tracing::warn!(
+            records = flight.records,
+            why,
+            "partitions revoked or task stopping during a transient failure: the batch is given up and will be read again"
+        );
+        let touched = flight.job.partitions.clone();
+        inner.drop_buffered(&touched);
+        queue_reassign(inner, touched);
+    }
+
+    /// A batch committed: its failures are reported, its offsets become the partitions'
+    /// stored offsets, its counts go to the metrics.
+    fn committed(&self, inner: &mut Inner, flight: &InFlight, delivered: Delivered) {
+        if let Some(retrying) = &flight.retrying {
+            tracing::info!(
+                attempts = retrying.attempts(),
+                "recovered; batch committed, partitions resume"
+            );
+        }
+        for failure in &delivered.handled {
+            tracing::warn!(topic = %failure.topic, partition = failure.partition,
+                offset = failure.offset, stage = %failure.stage, class = %failure.class, policy = self.policy.policy.name(),
+                error = %failure.message, "record failed");
+        }
+        match self.policy.policy {
+            ErrorPolicy::Dlq => self
+                .metrics
+                .dead_letters
+                .fetch_add(delivered.dead_letters as u64, Ordering::Relaxed),
+            _ => self
+                .metrics
+                .failed_skipped
+                .fetch_add(delivered.handled.len() as u64, Ordering::Relaxed),
+        };
+        if let Some(failure) = delivered.fatal {
+            inner.fatal = Some(TaskError::Record(failure));
+        }
+        for advance in &delivered.offsets {
+            if let Some(state) = inner
+                .partitions
+                .get_mut(&(advance.topic.clone(), advance.partition))
+            {
+                state.committed = Some(advance.next);
+            }
+        }
+        if self.guarantee == Guarantee::AtLeastOnce {
+            inner.kafka_commits.extend(delivered.next_offsets);
+        }
+        self.metrics
+            .committed
+            .fetch_add(flight.records, Ordering::Relaxed);
+        self.metrics
+            .skipped
+            .fetch_add(flight.skipped, Ordering::Relaxed);
+        self.metrics.batches.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(records = flight.records, "batch committed");
+    }
+}

@@ -1,0 +1,22 @@
+//! The end-to-end suites, one test binary: each suite is a module, and all share one
+//! [`harness`] (broker, databases, `sluice` processes). One binary links librdkafka, sqlx
+//! and wasmtime once instead of once per suite.
+//!
+//! - [`pipeline`]: records through `sluice run` into each database, exactly once.
+//! - [`offsets_cas`]: the compare-and-set on stored offsets, two writers racing.
+//! - [`faults`]: SIGKILLs, database and broker outages, a broker restart, a rebalance storm.
+//! - [`poison`]: poisoned records under each error policy, dead letters and their redrive.
+//! - [`config_corpus`]: `sluice validate` over a corpus of broken files.
+//! - [`fuzz_decode_map`]: property tests of decoding and mapping arbitrary records.
+//!
+//! Run one suite with `cargo nextest run --test e2e -E 'test(/^faults::/)'`.
+
+#[macro_use]
+mod harness;
+
+mod config_corpus;
+mod faults;
+mod fuzz_decode_map;
+mod offsets_cas;
+mod pipeline;
+mod poison;
