@@ -637,9 +637,14 @@ fn assignments(log: &std::path::Path) -> Vec<Vec<i32>> {
 }
 
 /// The value of `name` (` key=`) in a log line of the text format.
+/// The value of `name` (`" task="`) in a text log line: an event's field (`task=1 `) or
+/// its span's (`task{connector=c task=1}:`).
 fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     let (_, rest) = line.split_once(name)?;
-    Some(rest.split_whitespace().next().unwrap_or(""))
+    let end = rest
+        .find(|c: char| c.is_whitespace() || c == '}')
+        .unwrap_or(rest.len());
+    Some(&rest[..end])
 }
 
 /// The proxy itself: it forwards, `down` cuts live connections and refuses new ones, `up`
