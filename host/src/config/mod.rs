@@ -34,6 +34,9 @@ pub mod defaults {
     pub const BATCH_LINGER: Duration = Duration::from_millis(50);
     /// Where a partition with no stored offset starts.
     pub const AUTO_OFFSET_RESET: &str = "earliest";
+    /// Records of aborted producer transactions never reach the pipeline; a consumer
+    /// reads up to the last stable offset.
+    pub const ISOLATION_LEVEL: &str = "read_committed";
     /// librdkafka's prefetch queue: its default (100k) halves the source's pace.
     pub const QUEUED_MIN_MESSAGES: &str = "200000";
     /// librdkafka's longest wait between reconnects to a broker (its default, 10 s, is

@@ -226,6 +226,7 @@ pub fn consumer_config(
         .set("group.id", connector.group_id())
         .set("client.id", format!("sluice-{}-{task}", connector.name))
         .set("auto.offset.reset", defaults::AUTO_OFFSET_RESET)
+        .set("isolation.level", defaults::ISOLATION_LEVEL)
         .set("queued.min.messages", defaults::QUEUED_MIN_MESSAGES)
         .set(
             "reconnect.backoff.max.ms",
@@ -406,6 +407,28 @@ fn headers_of(message: &BorrowedMessage<'_>) -> (Headers, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn connector() -> ConnectorConfig {
+        let text = "kafka: { brokers: localhost:9092 }\nconnectors:\n  - name: c\n    topics: [t]\n    sink: { url: \"sqlite://x.db\", table: t, columns: { v: { from: /v, type: text } } }\n";
+        let config = crate::config::load_str(text, &|_| None).expect("valid config");
+        config.connectors.into_iter().next().expect("a connector")
+    }
+
+    #[test]
+    fn consumers_read_committed_unless_the_file_says_otherwise() {
+        let mut kafka = KafkaConfig {
+            brokers: "b:9092".into(),
+            properties: Default::default(),
+        };
+        let config = consumer_config(&kafka, "b:9092", &connector(), 0);
+        assert_eq!(config.get("isolation.level"), Some("read_committed"));
+        assert_eq!(config.get("enable.auto.commit"), Some("false"));
+        kafka
+            .properties
+            .insert("isolation.level".into(), "read_uncommitted".into());
+        let config = consumer_config(&kafka, "b:9092", &connector(), 0);
+        assert_eq!(config.get("isolation.level"), Some("read_uncommitted"));
+    }
 
     #[test]
     fn repeated_client_errors_are_logged_once_per_period() {

@@ -321,6 +321,39 @@ pub async fn produce_values(
     producer.flush(Duration::from_secs(30)).expect("flush");
 }
 
+/// Produces JSON word events `uid` in `range` as producers with compression write them:
+/// batches of up to 500 records compressed with `codec` (`gzip`, `snappy`, `lz4`, `zstd`).
+/// Tansu's memory storage serves such batches to a consumer that reads each from its start
+/// (a fetch inside one skips the rest of it); its SQLite storage cannot serve snappy.
+pub async fn produce_compressed(
+    bootstrap: &str,
+    topic: &str,
+    range: std::ops::Range<u64>,
+    codec: &str,
+) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("compression.codec", codec)
+        .set("batch.num.messages", "500")
+        .set("linger.ms", "20")
+        .create()
+        .expect("producer");
+    let mut pending = Vec::new();
+    for uid in range {
+        let key = uid.to_string();
+        let value = word_event(uid);
+        pending.push(
+            producer
+                .send_result(FutureRecord::to(topic).key(&key).payload(&value))
+                .expect("enqueue"),
+        );
+    }
+    for f in pending {
+        f.await.expect("delivery").expect("delivered");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
 impl Drop for Broker {
     fn drop(&mut self) {
         self.kill();
