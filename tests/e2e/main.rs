@@ -6,7 +6,10 @@
 //! - [`offsets_cas`]: the compare-and-set on stored offsets, two writers racing.
 //! - [`faults`]: SIGKILLs, database and broker outages, a broker restart, a rebalance storm.
 //! - [`poison`]: poisoned records under each error policy, dead letters and their redrive.
+//! - [`schema`]: sluice's own tables migrated from an earlier version, a newer one refused.
 //! - [`config_corpus`]: `sluice validate` over a corpus of broken files.
+//! - [`error_classes`]: database errors classified as transient, refused or permanent, each
+//!   provoked for real.
 //! - [`fuzz_decode_map`]: property tests of decoding and mapping arbitrary records.
 //!
 //! Run one suite with `cargo nextest run --test e2e -E 'test(/^faults::/)'`.
@@ -15,8 +18,10 @@
 mod harness;
 
 mod config_corpus;
+mod error_classes;
 mod faults;
 mod fuzz_decode_map;
 mod offsets_cas;
 mod pipeline;
 mod poison;
+mod schema;

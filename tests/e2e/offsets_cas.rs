@@ -123,3 +123,68 @@ async fn write_modes(db: Backend) {
     assert_eq!((stats.rows, stats.min), (9, Some(1)), "{stats:?}");
 }
 for_each_database!(write_modes);
+
+/// Two connectors upserting the same keys into one table at the same time, one with its
+/// records in ascending key order and one in descending: written in key order, their row
+/// locks queue, and neither transaction deadlocks (or waits out a retry). Written in
+/// record order, the two would lock the keys in opposite orders.
+async fn overlapping_upserts_do_not_deadlock(db: Backend) {
+    const KEYS: i64 = 2_000;
+    const ROUNDS: i64 = 5;
+    let db = TestDb::new(db);
+    let mut one = Scenario::new(1);
+    let mut two = Scenario::new(1);
+    two.table = one.table.clone();
+    one.connector = harness::unique("up");
+    two.connector = harness::unique("down");
+    let a = Sink::connect(&one.config("unused:9092", &db).connectors[0])
+        .await
+        .unwrap();
+    let b = Sink::connect(&two.config("unused:9092", &db).connectors[0])
+        .await
+        .unwrap();
+    a.prepare().await.unwrap();
+    b.prepare().await.unwrap();
+    let rows = |uids: Vec<i64>, round: i64| -> Vec<RowOp> {
+        uids.into_iter()
+            .map(|uid| {
+                RowOp::Write(vec![
+                    SqlValue::Int(uid),
+                    SqlValue::Text(format!("r{round}")),
+                    SqlValue::Null,
+                    SqlValue::Int(0),
+                    SqlValue::Int(uid),
+                ])
+            })
+            .collect()
+    };
+    for round in 0..ROUNDS {
+        let up = WriteBatch {
+            ops: rows((0..KEYS).collect(), round),
+            offsets: vec![OffsetAdvance {
+                topic: one.topic.clone(),
+                partition: 0,
+                expected: (round > 0).then_some(round * KEYS),
+                next: (round + 1) * KEYS,
+            }],
+            ..WriteBatch::default()
+        };
+        let down = WriteBatch {
+            ops: rows((0..KEYS).rev().collect(), round),
+            offsets: vec![OffsetAdvance {
+                topic: two.topic.clone(),
+                partition: 0,
+                expected: (round > 0).then_some(round * KEYS),
+                next: (round + 1) * KEYS,
+            }],
+            ..WriteBatch::default()
+        };
+        let (ra, rb) = tokio::join!(a.write(&up), b.write(&down));
+        assert!(ra.is_ok(), "round {round}, ascending: {ra:?}");
+        assert!(rb.is_ok(), "round {round}, descending: {rb:?}");
+    }
+    assert_eq!(sequence_stats(&a, "uid").await.unwrap().rows, KEYS);
+    a.close().await;
+    b.close().await;
+}
+for_each_database!(overlapping_upserts_do_not_deadlock: postgres = Postgres, mariadb = MariaDb);

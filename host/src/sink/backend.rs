@@ -126,7 +126,11 @@ where
         table: "sluice_offsets".to_string(),
         source,
     };
-    for advance in offsets {
+    // In (topic, partition) order: two writers of the same partitions lock their rows in
+    // the same order and queue instead of deadlocking.
+    let mut ordered: Vec<&OffsetAdvance> = offsets.iter().collect();
+    ordered.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    for advance in ordered {
         match advance.expected {
             Some(expected) => {
                 let result = sqlx::query::<DB>(AssertSqlSafe(dialect.advance_offset()))

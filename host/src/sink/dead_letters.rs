@@ -136,6 +136,39 @@ where
 }
 
 impl Sink {
+    /// MySQL/MariaDB: a dead-letter table created before sluice compared names exactly
+    /// has case-insensitive `connector` and `source_topic` columns (dead letters of
+    /// `Orders` and `orders` at one offset would collide): make them exact.
+    pub(super) async fn exact_dead_letter_keys(&self) -> Result<(), SinkError> {
+        let Some(table) = &self.dead_letter_table else {
+            return Ok(());
+        };
+        if self.dialect != Dialect::MySql {
+            return Ok(());
+        }
+        let (schema, name) = match table.name.split_once('.') {
+            Some((schema, name)) => (format!("'{}'", schema.replace('\'', "''")), name),
+            None => ("DATABASE()".to_string(), table.name.as_str()),
+        };
+        let sql = format!(
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {schema} \
+             AND TABLE_NAME = '{}' AND COLUMN_NAME IN ('connector', 'source_topic') \
+             AND COLLATION_NAME <> 'utf8mb4_bin'",
+            name.replace('\'', "''")
+        );
+        let inexact = self.query_integers(sql, 1).await?;
+        if inexact.first().copied().flatten().unwrap_or(0) == 0 {
+            return Ok(());
+        }
+        tracing::info!(table = %table.name, "dead-letter table: connector and topic names now compare exactly");
+        let alter = format!(
+            "ALTER TABLE {} MODIFY connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             MODIFY source_topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
+            self.dialect.quote(&table.name)
+        );
+        self.execute_statement(&alter).await
+    }
+
     /// Reads up to `limit` dead letters of this connector after `after` (topic, partition,
     /// offset), in that order.
     pub async fn read_dead_letters(

@@ -91,7 +91,8 @@ impl Dialect {
                 Int => "INT",
                 Double => "DOUBLE",
                 Numeric => "DECIMAL(38,10)",
-                Text if in_key => "VARCHAR(255)",
+                // Keys compare exactly: "Orders" and "orders" are two keys.
+                Text if in_key => "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
                 Text => "TEXT",
                 Bool => "BOOLEAN",
                 Timestamp | Timestamptz => "DATETIME(6)",
@@ -168,27 +169,6 @@ impl Dialect {
             self.quote(&table.name),
             parts.join(", ")
         )
-    }
-
-    /// The offsets table: one row per connector, topic and partition.
-    pub fn create_offsets_table(self) -> &'static str {
-        match self {
-            Dialect::Postgres => {
-                "CREATE TABLE IF NOT EXISTS sluice_offsets (connector TEXT NOT NULL, topic TEXT NOT NULL, \
-                 \"partition\" INTEGER NOT NULL, next_offset BIGINT NOT NULL, \
-                 updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (connector, topic, \"partition\"))"
-            }
-            Dialect::MySql => {
-                "CREATE TABLE IF NOT EXISTS sluice_offsets (connector VARCHAR(255) NOT NULL, topic VARCHAR(255) NOT NULL, \
-                 `partition` INT NOT NULL, next_offset BIGINT NOT NULL, \
-                 updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), PRIMARY KEY (connector, topic, `partition`))"
-            }
-            Dialect::Sqlite => {
-                "CREATE TABLE IF NOT EXISTS sluice_offsets (connector TEXT NOT NULL, topic TEXT NOT NULL, \
-                 \"partition\" INTEGER NOT NULL, next_offset INTEGER NOT NULL, \
-                 updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), PRIMARY KEY (connector, topic, \"partition\"))"
-            }
-        }
     }
 
     fn now(self) -> &'static str {

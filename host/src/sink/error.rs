@@ -47,6 +47,11 @@ pub enum SinkError {
     /// A dead-letter table operation on a connector that has none.
     #[error("connector {connector} has no dead-letter table (errors.dlq.table)")]
     NoDeadLetterTable { connector: String },
+    /// The database's sluice tables are at a newer schema version than this binary knows.
+    #[error(
+        "sluice's tables in this database are at schema version {found}, newer than this sluice knows ({known}): run a newer sluice, or a fresh database"
+    )]
+    SchemaTooNew { found: i64, known: i64 },
     /// sluice broke one of its own rules: a bug, never the user's input.
     #[error("internal error (a bug in sluice, please report it): {0}")]
     Internal(String),
@@ -65,36 +70,110 @@ impl SinkError {
             | SinkError::UnsupportedUrl { .. }
             | SinkError::TableMismatch { .. }
             | SinkError::NoDeadLetterTable { .. }
+            | SinkError::SchemaTooNew { .. }
             | SinkError::Internal(_) => false,
         }
     }
 }
 
-/// Whether the database refused the rows themselves: a constraint (unique, foreign key,
-/// check, not null) or a value it cannot store (too long, out of range, bad encoding).
-pub(super) fn is_refusal(error: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = error else {
-        return false;
-    };
-    if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+/// What a database error means for the batch that met it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Worth waiting for: the connection, the server or a lock will come back (lost
+    /// connections, pool timeouts, deadlocks, serialization failures, lock and statement
+    /// timeouts, a server shutting down or read-only during a failover, resources
+    /// exhausted).
+    Transient,
+    /// The database refused the rows themselves: a constraint (unique, foreign key, check,
+    /// not null) or a value it cannot store (too long, out of range, bad encoding). The
+    /// refused rows are isolated and handled by the error policy.
+    Refused,
+    /// Anything else (a missing table, a privilege, a syntax error): retrying cannot help.
+    Permanent,
+}
+
+/// Classifies a database error by the database's own codes: SQLSTATE for PostgreSQL, the
+/// error number for MySQL and MariaDB, the result code for SQLite.
+pub fn classify(error: &sqlx::Error) -> ErrorClass {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_) => ErrorClass::Transient,
+        sqlx::Error::Database(db) => {
+            if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                // MySQL's own error numbers say more than the SQLSTATEs it shares.
+                return classify_mysql(mysql.number());
+            }
+            let code = db.code().unwrap_or_default();
+            if db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some()
+            {
+                return classify_postgres(&code);
+            }
+            code.parse::<i64>()
+                .map_or(ErrorClass::Permanent, classify_sqlite)
+        }
+        _ => ErrorClass::Permanent,
+    }
+}
+
+/// PostgreSQL SQLSTATEs (appendix A of its manual).
+fn classify_postgres(sqlstate: &str) -> ErrorClass {
+    let class = sqlstate.get(..2).unwrap_or_default();
+    match (class, sqlstate) {
+        // connection exceptions; insufficient resources (too many connections, disk full,
+        // out of memory)
+        ("08" | "53", _)
+        // serialization failure, deadlock, lock not available, query canceled (statement
+        // timeout), admin or crash shutdown, cannot connect now, idle session timeout,
+        // read-only transaction (a standby after a failover), I/O error
+        | (_, "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "57P05" | "25006" | "58030") => {
+            ErrorClass::Transient
+        }
+        // data exceptions; integrity constraint violations
+        ("22" | "23", _) => ErrorClass::Refused,
+        _ => ErrorClass::Permanent,
+    }
+}
+
+/// MySQL and MariaDB error numbers (server and client).
+fn classify_mysql(number: u16) -> ErrorClass {
+    match number {
+        // disk full, too many connections, shutdown in progress, network read/write errors,
+        // too many user connections, lock wait timeout, deadlock, read-only (option,
+        // transaction, mode), query interrupted, connection killed, statement time limits
+        // (MariaDB 1969, MySQL 3024), can't connect, server gone, lost connection,
+        // disconnected by the server
+        1021 | 1040 | 1053 | 1158 | 1159 | 1160 | 1161 | 1203 | 1205 | 1213 | 1290 | 1317
+        | 1792 | 1836 | 1927 | 1969 | 2002 | 2003 | 2006 | 2013 | 3024 | 4031 => {
+            ErrorClass::Transient
+        }
         // null, duplicate, out of range, incorrect value, incorrect string, data too long,
         // truncated, foreign keys, CHECK (MySQL 3819, MariaDB 4025)
-        return matches!(
-            mysql.number(),
-            1048 | 1062 | 1264 | 1265 | 1292 | 1366 | 1406 | 1451 | 1452 | 1690 | 3819 | 4025
-        );
+        1048 | 1062 | 1264 | 1265 | 1292 | 1366 | 1406 | 1451 | 1452 | 1690 | 3819 | 4025 => {
+            ErrorClass::Refused
+        }
+        _ => ErrorClass::Permanent,
     }
-    let code = db.code().unwrap_or_default();
-    if db
-        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-        .is_some()
-    {
-        // Class 22: data exception; class 23: integrity constraint violation.
-        return code.starts_with("22") || code.starts_with("23");
+}
+
+/// SQLite result codes: the primary code is the low byte of an extended one.
+fn classify_sqlite(code: i64) -> ErrorClass {
+    match code & 0xff {
+        // BUSY, LOCKED, FULL (the disk)
+        5 | 6 | 13 => ErrorClass::Transient,
+        // TOOBIG, CONSTRAINT, MISMATCH
+        18..=20 => ErrorClass::Refused,
+        _ => ErrorClass::Permanent,
     }
-    // SQLite: TOOBIG, CONSTRAINT (and its extended codes), MISMATCH.
-    code.parse::<i64>()
-        .is_ok_and(|c| matches!(c & 0xff, 18..=20))
+}
+
+/// Whether the database refused the rows themselves.
+pub(super) fn is_refusal(error: &sqlx::Error) -> bool {
+    classify(error) == ErrorClass::Refused
 }
 
 /// A refused row's message: the database's own words.
@@ -109,35 +188,7 @@ pub(super) fn refused_message(error: &sqlx::Error) -> String {
 }
 
 pub(super) fn is_transient(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Tls(_) => true,
-        sqlx::Error::Database(db) => {
-            // MySQL's own error numbers say more than the SQLSTATEs it shares with others.
-            if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-                // deadlock, lock wait timeout, server gone, lost connection, too many
-                // connections, shutdown in progress, read-only during failover, statement
-                // time limits (MariaDB, MySQL)
-                return matches!(
-                    mysql.number(),
-                    1213 | 1205 | 2006 | 2013 | 1040 | 1053 | 1290 | 1927 | 1969 | 3024
-                );
-            }
-            let code = db.code().unwrap_or_default();
-            matches!(
-                code.as_ref(),
-                // PostgreSQL: serialization failure, deadlock, lock timeout, statement
-                // timeout, shutdown, too many connections, connection exceptions
-                "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "53300" | "08000" | "08003" | "08006" | "08001" | "08004"
-                // SQLite: busy, locked
-                | "5" | "6" | "261" | "517"
-            )
-        }
-        _ => false,
-    }
+    classify(error) == ErrorClass::Transient
 }
 
 #[cfg(test)]
@@ -148,5 +199,72 @@ mod tests {
     fn transient_errors() {
         assert!(is_transient(&sqlx::Error::PoolTimedOut));
         assert!(!is_transient(&sqlx::Error::RowNotFound));
+    }
+
+    #[test]
+    fn postgres_codes() {
+        use ErrorClass::*;
+        for (code, class) in [
+            ("08006", Transient),
+            ("08P01", Transient),
+            ("40001", Transient),
+            ("40P01", Transient),
+            ("55P03", Transient),
+            ("57014", Transient),
+            ("57P01", Transient),
+            ("53300", Transient),
+            ("53100", Transient),
+            ("25006", Transient),
+            ("23505", Refused),
+            ("23514", Refused),
+            ("22001", Refused),
+            ("42P01", Permanent),
+            ("42501", Permanent),
+            ("28P01", Permanent),
+            ("57P04", Permanent),
+            ("", Permanent),
+        ] {
+            assert_eq!(classify_postgres(code), class, "{code}");
+        }
+    }
+
+    #[test]
+    fn mysql_numbers() {
+        use ErrorClass::*;
+        for (number, class) in [
+            (1205, Transient),
+            (1213, Transient),
+            (1290, Transient),
+            (1792, Transient),
+            (1969, Transient),
+            (2013, Transient),
+            (1062, Refused),
+            (1406, Refused),
+            (4025, Refused),
+            (1146, Permanent),
+            (1045, Permanent),
+            (1064, Permanent),
+        ] {
+            assert_eq!(classify_mysql(number), class, "{number}");
+        }
+    }
+
+    #[test]
+    fn sqlite_codes() {
+        use ErrorClass::*;
+        for (code, class) in [
+            (5, Transient),
+            (517, Transient),
+            (6, Transient),
+            (13, Transient),
+            (19, Refused),
+            (2067, Refused),
+            (1555, Refused),
+            (18, Refused),
+            (1, Permanent),
+            (14, Permanent),
+        ] {
+            assert_eq!(classify_sqlite(code), class, "{code}");
+        }
     }
 }

@@ -20,6 +20,7 @@ mod error;
 mod postgres;
 mod probe;
 mod runs;
+pub mod schema;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -38,7 +39,7 @@ use crate::config::{ConnectorConfig, DeadLetterDestination, WriteMode, redact_ur
 use crate::failure::DeadLetter;
 use crate::map::{RowOp, SqlValue};
 pub use dialect::{Dialect, TableSpec};
-pub use error::SinkError;
+pub use error::{ErrorClass, SinkError, classify};
 pub use runs::Run;
 use runs::runs;
 
@@ -81,6 +82,8 @@ pub struct Sink {
     table: TableSpec,
     mode: WriteMode,
     connector: String,
+    /// The connector's topics (the migration reports names that differ only in case).
+    topics: Vec<String>,
     create_table: bool,
     /// The dead-letter table, when `errors.dlq.table` is set.
     dead_letter_table: Option<TableSpec>,
@@ -144,6 +147,17 @@ impl Sink {
                     MySqlPoolOptions::new()
                         .max_connections(connections)
                         .acquire_timeout(ACQUIRE_TIMEOUT)
+                        // REPEATABLE READ's gap locks make writers of neighbouring keys
+                        // deadlock; the compare-and-set needs no more than READ COMMITTED.
+                        .after_connect(|conn, _| {
+                            Box::pin(async move {
+                                conn.execute(
+                                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                                )
+                                .await
+                                .map(|_| ())
+                            })
+                        })
                         .connect(&url)
                         .await
                         .map_err(connect_error)?,
@@ -191,6 +205,7 @@ impl Sink {
             },
             mode: connector.sink.mode,
             connector: connector.name.clone(),
+            topics: connector.topics.clone(),
             create_table: connector.sink.create_table,
             dead_letter_table: match &connector.errors.dlq {
                 Some(DeadLetterDestination::Table(name)) => Some(dead_letters::table_spec(name)),
@@ -210,7 +225,14 @@ impl Sink {
     /// Creates the offsets table, and the sink table when `create_table` asks for it, then
     /// checks that the table has every configured column.
     pub async fn prepare(&self) -> Result<(), SinkError> {
-        let mut statements = vec![self.dialect.create_offsets_table().to_string()];
+        let migrated = self.migrate().await?;
+        if self.dialect == Dialect::MySql && migrated.from < 2 {
+            for names in schema::case_collisions(&self.topics) {
+                tracing::warn!(connector = %self.connector, topics = ?names,
+                    "these topics differ only in case: before sluice compared names exactly on MySQL/MariaDB (schema version 2) they shared one stored offset, so records of one of them may be missing or duplicated; check the table against the topics");
+            }
+        }
+        let mut statements = Vec::new();
         if self.create_table {
             statements.push(self.dialect.create_table(&self.table));
         }
@@ -230,6 +252,7 @@ impl Sink {
                 }
             }
         }
+        self.exact_dead_letter_keys().await?;
         self.execute(&self.dialect.probe_table(&self.table))
             .await
             .map_err(|source| SinkError::TableMismatch {
@@ -341,7 +364,12 @@ impl Sink {
         i64: for<'q> Encode<'q, DB> + Type<DB>,
     {
         backend::advance_offsets::<DB>(conn, self.dialect, &self.connector, &batch.offsets).await?;
-        let runs = runs(&batch.ops, &self.table.key, self.mode != WriteMode::Insert);
+        let runs = runs(
+            &batch.ops,
+            &self.table,
+            self.dialect,
+            self.mode != WriteMode::Insert,
+        );
         backend::write_runs::<DB>(conn, self.dialect, &self.table, self.mode, &runs)
             .await
             .map_err(self.db_error("write rows"))?;

@@ -75,7 +75,7 @@ impl Sink {
                 .execute(&mut *conn)
                 .await
                 .map_err(&db_error)?;
-            let runs = runs(&ops[start..end], &self.table.key, dedupe);
+            let runs = runs(&ops[start..end], &self.table, self.dialect, dedupe);
             match backend::write_runs::<DB>(conn, self.dialect, &self.table, self.mode, &runs).await
             {
                 Ok(()) => {}

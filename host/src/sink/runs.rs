@@ -3,6 +3,8 @@
 
 use std::collections::HashSet;
 
+use super::dialect::{Dialect, TableSpec, timestamp_text};
+use crate::config::ColumnType;
 use crate::map::{RowOp, SqlValue};
 
 /// A stretch of consecutive operations of one kind, written by one bulk statement (per
@@ -16,9 +18,21 @@ pub enum Run<'a> {
 }
 
 /// Splits operations into runs, keeping their order across kinds. With `dedupe` (upsert and
-/// update), a run keeps only the last row for each key: one statement cannot touch a row
-/// twice in PostgreSQL, and the last write is what a sequence of upserts leaves anyway.
-pub(super) fn runs<'a>(ops: &'a [RowOp], key: &[usize], dedupe: bool) -> Vec<Run<'a>> {
+/// update on a table with a key), a run keeps only the last row for each key, and its rows
+/// go in key order:
+///
+/// - Keys are compared in the form the database compares them ([`bound_key`]): a timestamp
+///   as the microseconds it is bound with, JSON in PostgreSQL as `jsonb` equality sees it.
+///   One statement cannot touch a row twice in PostgreSQL ("cannot affect row a second
+///   time"), and the last write is what a sequence of upserts leaves anyway.
+/// - Key order is the lock order: two transactions that write overlapping keys take their
+///   row locks in the same order, so they queue instead of deadlocking each other.
+pub(super) fn runs<'a>(
+    ops: &'a [RowOp],
+    table: &TableSpec,
+    dialect: Dialect,
+    dedupe: bool,
+) -> Vec<Run<'a>> {
     let mut runs: Vec<Run<'a>> = Vec::new();
     for op in ops {
         match (op, runs.last_mut()) {
@@ -29,42 +43,140 @@ pub(super) fn runs<'a>(ops: &'a [RowOp], key: &[usize], dedupe: bool) -> Vec<Run
             (RowOp::Skip(_), _) => {}
         }
     }
-    if dedupe && !key.is_empty() {
+    if dedupe && !table.key.is_empty() {
+        let key_types: Vec<ColumnType> = table.key.iter().map(|&i| table.columns[i].1).collect();
         for run in &mut runs {
             match run {
-                Run::Write(rows) => keep_last(rows, |row| key.iter().map(|&i| &row[i]).collect()),
-                Run::Delete(keys) => keep_last(keys, |k| k.iter().collect()),
+                Run::Write(rows) => last_per_key_in_order(rows, |row| {
+                    table
+                        .key
+                        .iter()
+                        .zip(&key_types)
+                        .map(|(&i, &t)| bound_key(dialect, t, &row[i]))
+                        .collect()
+                }),
+                Run::Delete(keys) => last_per_key_in_order(keys, |k| {
+                    k.iter()
+                        .zip(&key_types)
+                        .map(|(v, &t)| bound_key(dialect, t, v))
+                        .collect()
+                }),
             }
         }
     }
     runs
 }
 
-fn keep_last<'a>(
+/// A key value as the database compares it, with a total order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum Bound {
+    Null,
+    Int(i64),
+    /// A double's bits, mapped so that integer order is numeric order.
+    Double(i64),
+    Bool(bool),
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+/// The form in which `value` reaches a `column_type` column of `dialect`, for comparing
+/// keys: what the database will see, not what the record held.
+pub(super) fn bound_key(dialect: Dialect, column_type: ColumnType, value: &SqlValue) -> Bound {
+    match value {
+        SqlValue::Null => Bound::Null,
+        SqlValue::Int(v) => Bound::Int(*v),
+        SqlValue::Double(v) => {
+            let bits = v.to_bits() as i64;
+            Bound::Double(bits ^ (((bits >> 63) as u64) >> 1) as i64)
+        }
+        SqlValue::Bool(v) => Bound::Bool(*v),
+        // Bound as text with six fractional digits: nanoseconds are cut in every dialect.
+        SqlValue::Timestamp(t) => Bound::Text(timestamp_text(t)),
+        SqlValue::Text(s) if dialect == Dialect::Postgres && column_type == ColumnType::Json => {
+            Bound::Text(
+                serde_json::from_str::<serde_json::Value>(s)
+                    .map(|v| canonical_json(&v))
+                    .unwrap_or_else(|_| s.clone()),
+            )
+        }
+        SqlValue::Text(s) => Bound::Text(s.clone()),
+        SqlValue::Bytes(b) => Bound::Bytes(b.clone()),
+    }
+}
+
+/// JSON as `jsonb` equality sees it: object keys sorted, numbers by value.
+fn canonical_json(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            let inner: Vec<String> = entries
+                .into_iter()
+                .map(|(k, v)| format!("{}:{}", Value::String(k.clone()), canonical_json(v)))
+                .collect();
+            format!("{{{}}}", inner.join(","))
+        }
+        Value::Array(items) => {
+            let inner: Vec<String> = items.iter().map(canonical_json).collect();
+            format!("[{}]", inner.join(","))
+        }
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => i.to_string(),
+            (_, Some(u), _) => u.to_string(),
+            (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => (f as i64).to_string(),
+            (_, _, Some(f)) => f.to_string(),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// Keeps the last row of each key, and puts the rows in key order.
+fn last_per_key_in_order<'a>(
     rows: &mut Vec<&'a [SqlValue]>,
-    key_of: impl Fn(&'a [SqlValue]) -> Vec<&'a SqlValue>,
+    key_of: impl Fn(&'a [SqlValue]) -> Vec<Bound>,
 ) {
     let mut seen = HashSet::new();
-    let mut kept: Vec<&'a [SqlValue]> = rows
-        .iter()
-        .rev()
-        .filter(|row| seen.insert(format!("{:?}", key_of(row))))
-        .copied()
-        .collect();
-    kept.reverse();
-    *rows = kept;
+    let mut kept: Vec<(Vec<Bound>, &'a [SqlValue])> = Vec::with_capacity(rows.len());
+    for row in rows.iter().rev() {
+        let key = key_of(row);
+        if seen.insert(key.clone()) {
+            kept.push((key, row));
+        }
+    }
+    kept.sort_by(|a, b| a.0.cmp(&b.0));
+    *rows = kept.into_iter().map(|(_, row)| row).collect();
 }
 
 #[cfg(test)]
 mod tests {
+    use chrono::NaiveDateTime;
+
     use super::*;
+
+    fn table(key_type: ColumnType) -> TableSpec {
+        TableSpec {
+            name: "t".into(),
+            columns: vec![("k".into(), key_type), ("v".into(), ColumnType::Text)],
+            key: vec![0],
+        }
+    }
 
     fn w(k: i64, v: &str) -> RowOp {
         RowOp::Write(vec![SqlValue::Int(k), SqlValue::Text(v.into())])
     }
 
+    fn values(run: &Run<'_>) -> Vec<SqlValue> {
+        match run {
+            Run::Write(rows) | Run::Delete(rows) => {
+                rows.iter().map(|r| r[r.len() - 1].clone()).collect()
+            }
+        }
+    }
+
     #[test]
-    fn runs_keep_order_and_last_write_per_key() {
+    fn runs_keep_the_last_write_per_key_in_key_order() {
         let ops = vec![
             w(1, "a"),
             w(2, "b"),
@@ -73,23 +185,81 @@ mod tests {
             RowOp::Skip("x"),
             w(2, "d"),
         ];
-        let runs = runs(&ops, &[0], true);
+        let runs = runs(&ops, &table(ColumnType::Bigint), Dialect::Postgres, true);
         assert_eq!(runs.len(), 3);
-        let Run::Write(first) = &runs[0] else {
-            panic!()
-        };
-        assert_eq!(first.len(), 2);
-        assert_eq!(first[0][1], SqlValue::Text("b".into()));
-        assert_eq!(first[1][1], SqlValue::Text("c".into()));
+        assert_eq!(
+            values(&runs[0]),
+            [SqlValue::Text("c".into()), SqlValue::Text("b".into())]
+        );
         assert!(matches!(&runs[1], Run::Delete(k) if k.len() == 1));
     }
 
     #[test]
-    fn insert_mode_keeps_duplicates() {
-        let ops = vec![w(1, "a"), w(1, "b")];
-        let Run::Write(rows) = &runs(&ops, &[0], false)[0] else {
-            panic!()
+    fn insert_mode_keeps_duplicates_in_record_order() {
+        let ops = vec![w(2, "a"), w(1, "b"), w(2, "c")];
+        let runs = runs(&ops, &table(ColumnType::Bigint), Dialect::Postgres, false);
+        assert_eq!(values(&runs[0]).len(), 3);
+        assert_eq!(values(&runs[0])[1], SqlValue::Text("b".into()));
+    }
+
+    #[test]
+    fn key_order_is_numeric_for_numbers() {
+        let ops: Vec<RowOp> = [10, -3, 2, 1_000_000]
+            .iter()
+            .map(|k| {
+                RowOp::Write(vec![
+                    SqlValue::Double(f64::from(*k)),
+                    SqlValue::Text(k.to_string()),
+                ])
+            })
+            .collect();
+        let runs = runs(&ops, &table(ColumnType::Double), Dialect::MySql, true);
+        assert_eq!(
+            values(&runs[0]),
+            ["-3", "2", "10", "1000000"].map(|v| SqlValue::Text(v.into()))
+        );
+    }
+
+    #[test]
+    fn timestamps_that_differ_below_microseconds_are_one_key() {
+        let at = |nanos: &str| {
+            SqlValue::Timestamp(
+                NaiveDateTime::parse_from_str(
+                    &format!("2024-05-01 10:00:00.123456{nanos}"),
+                    "%Y-%m-%d %H:%M:%S%.f",
+                )
+                .expect("timestamp"),
+            )
         };
-        assert_eq!(rows.len(), 2);
+        let ops = vec![
+            RowOp::Write(vec![at("001"), SqlValue::Text("first".into())]),
+            RowOp::Write(vec![at("999"), SqlValue::Text("second".into())]),
+        ];
+        for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
+            let runs = runs(&ops, &table(ColumnType::Timestamptz), dialect, true);
+            assert_eq!(
+                values(&runs[0]),
+                [SqlValue::Text("second".into())],
+                "{dialect:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn json_keys_compare_as_jsonb_in_postgres_only() {
+        let ops = vec![
+            RowOp::Write(vec![
+                SqlValue::Text(r#"{"a":1,"b":[1.0,"x"]}"#.into()),
+                SqlValue::Text("first".into()),
+            ]),
+            RowOp::Write(vec![
+                SqlValue::Text(r#"{"b":[1,"x"],"a":1}"#.into()),
+                SqlValue::Text("second".into()),
+            ]),
+        ];
+        let pg = runs(&ops, &table(ColumnType::Json), Dialect::Postgres, true);
+        assert_eq!(values(&pg[0]), [SqlValue::Text("second".into())]);
+        let sqlite = runs(&ops, &table(ColumnType::Json), Dialect::Sqlite, true);
+        assert_eq!(values(&sqlite[0]).len(), 2);
     }
 }
