@@ -275,3 +275,61 @@ async fn topics_that_differ_only_in_case(db: Backend) {
     sink.close().await;
 }
 for_each_database!(topics_that_differ_only_in_case);
+
+/// A stop finishes the batch in flight and leaves; the batches buffered behind it are not
+/// written one after another (each takes 2 s here: a statement trigger sleeps), so the stop
+/// takes about one batch, not the backlog. The next start reads the rest exactly once.
+async fn a_stop_finishes_only_the_batch_in_flight(db: Backend) {
+    const N: u64 = 4_000;
+    let mut scenario = Scenario::new(1);
+    scenario.max_records = 200;
+    let run = Pipeline::new(db, scenario, 1).await;
+    run.produce(0..N).await;
+    let table = &run.scenario.table;
+    // The table exists before sluice starts, with a trigger that makes each write slow.
+    let sink = sluice::sink::Sink::connect(
+        &run.scenario
+            .config(&run.broker.bootstrap, &run.db)
+            .connectors[0],
+    )
+    .await
+    .expect("connect");
+    sink.prepare().await.expect("create the table");
+    sink.execute_statement(&format!(
+        "CREATE FUNCTION {table}_slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$ LANGUAGE plpgsql"
+    ))
+    .await
+    .expect("function");
+    sink.execute_statement(&format!(
+        "CREATE TRIGGER {table}_slow AFTER INSERT ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {table}_slow()"
+    ))
+    .await
+    .expect("trigger");
+    let sluice = run.start();
+    let first = run.wait_for_rows(1, 60).await;
+    assert!(first.rows > 0, "no rows");
+    // By now the buffer holds several batches behind the one being written.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let stopping = std::time::Instant::now();
+    assert!(sluice.terminate().success());
+    let took = stopping.elapsed();
+    let after_stop = run.stats().await;
+    // Before the fix the stop wrote every buffered batch: 4 or more times 2 s.
+    assert!(
+        took < Duration::from_secs(6),
+        "the stop took {took:?} and left {after_stop:?}"
+    );
+    assert!(
+        after_stop.rows <= first.rows + 2 * 200,
+        "{after_stop:?} after {first:?}"
+    );
+    sink.execute_statement(&format!("DROP TRIGGER {table}_slow ON {table}"))
+        .await
+        .expect("drop trigger");
+    sink.close().await;
+    let again = run.start();
+    let stats = run.wait_for_rows(N as i64, 120).await;
+    assert!(again.terminate().success());
+    assert_exactly(stats, N as i64);
+}
+for_each_database!(a_stop_finishes_only_the_batch_in_flight: postgres = Postgres);

@@ -321,7 +321,7 @@ async fn run(path: &Path) -> u8 {
         }
     };
     supervisor.wait(shutdown_signal()).await;
-    tracing::info!("stopping: finishing in-flight batches and leaving the group");
+    tracing::info!("stopping: finishing the batches in flight and leaving the group");
     // A stop that hangs (a broker or database that never answers a close) must not keep
     // the process: past the limit, or at a second signal, exit without the rest. Nothing is
     // lost: with exactly-once the batches not committed are read again from the stored

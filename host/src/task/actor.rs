@@ -150,16 +150,16 @@ impl Actor {
         }
 
         self.transition(TaskEvent::Stop)?;
-        // Commit what was read, then leave the group.
+        // Finish the batch in flight (at most FINISH_WAIT, given up during an outage), then
+        // leave the group. Records buffered behind it are dropped, not written one batch
+        // after another past the stop's bound: nothing of them committed, so the next
+        // owner of their partitions reads them again from the stored offsets.
         {
             let shared = self.shared.clone();
             let mut inner = shared.lock();
-            // During an outage the batches are given up, not waited for: the next start
-            // reads them again from the stored offsets.
-            let mut gave_up = self.shared.settle_in_flight(&mut inner, Settle::Finish);
-            while !gave_up && inner.fatal.is_none() && !inner.buffer.is_empty() {
-                self.submit(&mut inner, batch.max_records, max_bytes)?;
-                gave_up = self.shared.settle_in_flight(&mut inner, Settle::Finish);
+            self.shared.settle_in_flight(&mut inner, Settle::Finish);
+            if !inner.buffer.is_empty() {
+                tracing::info!("stopping: buffered records are left to be read again");
             }
             if let Some(error) = inner.fatal.take() {
                 drop(inner);
