@@ -188,3 +188,68 @@ async fn overlapping_upserts_do_not_deadlock(db: Backend) {
     b.close().await;
 }
 for_each_database!(overlapping_upserts_do_not_deadlock: postgres = Postgres, mariadb = MariaDb);
+
+/// Two `dlq redrive`s of one dead-letter table at the same time: each dead letter is
+/// written back once. The removal of a dead letter is its compare-and-set; the redrive that
+/// finds one gone rolls back and reads its page again. The sink table has no key (insert
+/// mode), so a record written twice would be two rows.
+async fn concurrent_redrives_write_each_dead_letter_once(db: Backend) {
+    const LETTERS: i64 = 300;
+    let db = TestDb::new(db);
+    let mut scenario = Scenario::new(1);
+    scenario.mode = "insert";
+    scenario.key = "[]";
+    scenario.max_records = 50;
+    scenario.extra_connector = format!(
+        "    errors: {{ policy: dlq, dlq: {{ table: {} }} }}",
+        harness::unique("dead")
+    );
+    let connector = scenario.config("unused:9092", &db).connectors.remove(0);
+    let a = std::sync::Arc::new(Sink::connect(&connector).await.unwrap());
+    let b = std::sync::Arc::new(Sink::connect(&connector).await.unwrap());
+    a.prepare().await.unwrap();
+    let letters = (0..LETTERS)
+        .map(|uid| {
+            let record = sluice::record::Record::from_value(
+                &scenario.topic,
+                0,
+                uid,
+                harness::word_event(uid as u64),
+            );
+            let failure = sluice::failure::Failure {
+                index: 0,
+                topic: scenario.topic.clone(),
+                partition: 0,
+                offset: uid,
+                stage: sluice::failure::Stage::Sink,
+                class: sluice::failure::FailureClass::DatabaseRefused,
+                message: "refused then".into(),
+            };
+            sluice::failure::DeadLetter::new(record, &failure)
+        })
+        .collect();
+    a.write(&WriteBatch {
+        dead_letters: letters,
+        ..WriteBatch::default()
+    })
+    .await
+    .expect("store the dead letters");
+    assert_eq!(a.count_dead_letters().await.unwrap(), LETTERS);
+
+    let (ra, rb) = tokio::join!(
+        sluice::deliver::redrive::redrive(&connector, a.clone(), None),
+        sluice::deliver::redrive::redrive(&connector, b.clone(), None)
+    );
+    let (ra, rb) = (ra.expect("first redrive"), rb.expect("second redrive"));
+    assert_eq!(ra.redriven + rb.redriven, LETTERS as u64, "{ra:?} {rb:?}");
+    let stats = sequence_stats(&a, "uid").await.unwrap();
+    assert_eq!(
+        stats.rows, LETTERS,
+        "each dead letter written back once: {stats:?}"
+    );
+    assert_eq!(stats.duplicates(), 0);
+    assert_eq!(a.count_dead_letters().await.unwrap(), 0);
+    a.close().await;
+    b.close().await;
+}
+for_each_database!(concurrent_redrives_write_each_dead_letter_once);

@@ -111,7 +111,13 @@ pub async fn deliver(
                     dead_letters: plan.dead_letters,
                 });
             }
-            Err(e) if e.is_transient() || matches!(e, SinkError::OffsetConflict { .. }) => {
+            Err(e)
+                if e.is_transient()
+                    || matches!(
+                        e,
+                        SinkError::OffsetConflict { .. } | SinkError::RedriveConflict { .. }
+                    ) =>
+            {
                 return Err(e.into());
             }
             Err(e) => e,

@@ -6,11 +6,11 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{Job, Plan, Policy, deliver};
+use super::{DeliverError, Job, Plan, Policy, deliver};
 use crate::config::{ConnectorConfig, ErrorPolicy};
 use crate::prepare::Preparer;
 use crate::record::{Incoming, Record};
-use crate::sink::Sink;
+use crate::sink::{Sink, SinkError};
 use crate::validate::RecordSchema;
 
 /// What a redrive did.
@@ -67,7 +67,7 @@ pub async fn redrive(
         let Some(last) = stored.last() else {
             break;
         };
-        after = Some(last.coordinates());
+        let page_start = after.replace(last.coordinates());
         let incoming: Vec<Incoming> = stored
             .iter()
             .map(|s| match s.record() {
@@ -107,7 +107,22 @@ pub async fn redrive(
             prepared,
             partitions,
         });
-        let delivered = deliver(sink.clone(), policy.clone(), job).await?;
+        let delivered = match deliver(sink.clone(), policy.clone(), job).await {
+            Ok(delivered) => delivered,
+            Err(DeliverError::Sink(SinkError::RedriveConflict {
+                topic,
+                partition,
+                offset,
+            })) => {
+                // Another redrive wrote some of this page back: nothing of it committed
+                // here. Read the page again: what the other took is gone from it.
+                tracing::info!(connector = %connector.name, topic, partition, offset,
+                    "dead letters redriven by another process meanwhile; reading the page again");
+                after = page_start;
+                continue;
+            }
+            Err(error) => return Err(error.into()),
+        };
         report.read += stored.len() as u64;
         report.still_failing += delivered.handled.len() as u64;
         report.redriven += (stored.len() - delivered.handled.len()) as u64;

@@ -56,16 +56,6 @@ pub fn row(connector: &str, letter: &DeadLetter) -> Vec<SqlValue> {
     ]
 }
 
-/// The primary key of a dead letter: connector, topic, partition, offset.
-pub fn key(connector: &str, topic: &str, partition: i32, offset: i64) -> Vec<SqlValue> {
-    vec![
-        SqlValue::Text(connector.to_string()),
-        SqlValue::Text(topic.to_string()),
-        SqlValue::Int(i64::from(partition)),
-        SqlValue::Int(offset),
-    ]
-}
-
 /// A dead letter read back from its table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stored {

@@ -227,6 +227,18 @@ impl Dialect {
         )
     }
 
+    /// Binds: connector, topic, partition, offset: one dead letter's removal.
+    pub fn delete_dead_letter(self, table: &str) -> String {
+        format!(
+            "DELETE FROM {} WHERE connector = {} AND source_topic = {} AND source_partition = {} AND source_offset = {}",
+            self.quote(table),
+            self.param(1),
+            self.param(2),
+            self.param(3),
+            self.param(4)
+        )
+    }
+
     /// A query that fails when the table or one of its columns is missing.
     pub fn probe_table(self, table: &TableSpec) -> String {
         let all: Vec<usize> = (0..table.columns.len()).collect();

@@ -24,6 +24,16 @@ pub enum SinkError {
         partition: i32,
         expected: Option<i64>,
     },
+    /// A dead letter this redrive was writing back is gone: another redrive took it. The
+    /// transaction was rolled back; the redrive reads its page again.
+    #[error(
+        "dead letter {topic}/{partition}@{offset} was redriven by someone else meanwhile; the batch was rolled back"
+    )]
+    RedriveConflict {
+        topic: String,
+        partition: i32,
+        offset: i64,
+    },
     /// The database did not answer in time; what happened to the statement is unknown
     /// (a retried batch is fenced by the compare-and-set if it did commit).
     #[error("{action} on table {table}: no answer from the database within {after:?}")]
@@ -67,6 +77,7 @@ impl SinkError {
             }
             SinkError::Timeout { .. } => true,
             SinkError::OffsetConflict { .. }
+            | SinkError::RedriveConflict { .. }
             | SinkError::UnsupportedUrl { .. }
             | SinkError::TableMismatch { .. }
             | SinkError::NoDeadLetterTable { .. }

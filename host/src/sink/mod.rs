@@ -393,24 +393,34 @@ impl Sink {
             .iter()
             .map(|letter| dead_letters::row(&self.connector, letter))
             .collect();
-        let keys: Vec<Vec<SqlValue>> = batch
-            .redriven
-            .iter()
-            .map(|(topic, partition, offset)| {
-                dead_letters::key(&self.connector, topic, *partition, *offset)
-            })
-            .collect();
-        let mut runs = Vec::new();
         if !rows.is_empty() {
-            runs.push(Run::Write(rows.iter().map(Vec::as_slice).collect()));
+            let runs = [Run::Write(rows.iter().map(Vec::as_slice).collect())];
+            // Upsert: an at-least-once redelivery stores the same dead letter again.
+            backend::write_runs::<DB>(conn, self.dialect, table, WriteMode::Upsert, &runs)
+                .await
+                .map_err(dlq_error("write dead letters"))?;
         }
-        if !keys.is_empty() {
-            runs.push(Run::Delete(keys.iter().map(Vec::as_slice).collect()));
+        // The removal of a redriven dead letter is its compare-and-set: a dead letter that
+        // is gone was redriven by someone else, and this batch must not write it again.
+        let delete = self.dialect.delete_dead_letter(&table.name);
+        for (topic, partition, offset) in &batch.redriven {
+            let result = sqlx::query::<DB>(AssertSqlSafe(delete.clone()))
+                .bind(self.connector.clone())
+                .bind(topic.clone())
+                .bind(*partition)
+                .bind(*offset)
+                .execute(&mut *conn)
+                .await
+                .map_err(dlq_error("remove redriven dead letters"))?;
+            if DB::rows_affected(&result) != 1 {
+                return Err(SinkError::RedriveConflict {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: *offset,
+                });
+            }
         }
-        // Upsert: an at-least-once redelivery stores the same dead letter again.
-        backend::write_runs::<DB>(conn, self.dialect, table, WriteMode::Upsert, &runs)
-            .await
-            .map_err(dlq_error("write dead letters"))
+        Ok(())
     }
 
     /// The database this sink writes to.
