@@ -3,6 +3,7 @@
 //! and wasmtime once instead of once per suite.
 //!
 //! - [`pipeline`]: records through `sluice run` into each database, exactly once.
+//! - [`offset_integrity`]: stored offsets the log no longer has, records that skip offsets.
 //! - [`offsets_cas`]: the compare-and-set on stored offsets, two writers racing.
 //! - [`faults`]: SIGKILLs, database and broker outages, a broker restart, a rebalance storm.
 //! - [`poison`]: poisoned records under each error policy, dead letters and their redrive.
@@ -21,6 +22,7 @@ mod config_corpus;
 mod error_classes;
 mod faults;
 mod fuzz_decode_map;
+mod offset_integrity;
 mod offsets_cas;
 mod pipeline;
 mod poison;

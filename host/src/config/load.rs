@@ -287,6 +287,19 @@ fn semantic_problems(config: &Config) -> Vec<Problem> {
             "must name at least one broker, or `embedded`",
         ));
     }
+    if let Some(reset) = config.kafka.properties.get("auto.offset.reset")
+        && !matches!(
+            reset.as_str(),
+            "earliest" | "smallest" | "beginning" | "latest" | "largest" | "end"
+        )
+    {
+        problems.push(Problem::new(
+            "kafka.properties.auto.offset.reset",
+            format!(
+                "\"{reset}\": use earliest or latest (where a partition with no stored offset starts); a stored offset the log no longer has is delivery.on_offset_out_of_range's"
+            ),
+        ));
+    }
     for (index, connector) in config.connectors.iter().enumerate() {
         let at = |rest: &str| format!("connectors[{index}].{rest}");
         if !names.insert(connector.name.as_str()) {

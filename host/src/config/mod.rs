@@ -494,6 +494,41 @@ pub struct DeliveryConfig {
     /// `exactly_once` (offsets in the sink database) or `at_least_once`.
     #[serde(default)]
     pub guarantee: Guarantee,
+    /// What happens when a partition's stored offset is not in the log (retention overtook
+    /// it, the topic was deleted and created again, another cluster): never a silent jump.
+    #[serde(default)]
+    pub on_offset_out_of_range: OutOfRange,
+    /// What happens when a partition's records skip offsets.
+    #[serde(default)]
+    pub on_offset_gap: OnGap,
+}
+
+/// `delivery.on_offset_out_of_range`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutOfRange {
+    /// The task fails with the topic, partition, stored offset and the log's range.
+    #[default]
+    Fail,
+    /// Resume at the log's first offset; skipped offsets are logged and counted.
+    Earliest,
+    /// Resume at the log's end; skipped offsets are logged and counted.
+    Latest,
+}
+
+/// `delivery.on_offset_gap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnGap {
+    /// A warning with the range (at most one per 30 s per task), and a count.
+    #[default]
+    Warn,
+    /// The task fails with the range; a gap of one offset only warns (a transaction's
+    /// commit marker takes one offset the client never sees).
+    Fail,
+    /// Counted and logged at debug level: for compacted topics and transactional producers,
+    /// whose logs have gaps by design.
+    Ignore,
 }
 
 /// Delivery guarantee.

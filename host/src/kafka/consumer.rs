@@ -18,7 +18,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
 
-use crate::config::{ConnectorConfig, KafkaConfig, defaults};
+use crate::config::{ConnectorConfig, Guarantee, KafkaConfig, defaults};
 use crate::record::{Headers, Incoming, Partition, Record};
 
 /// What a task does when its partitions move. Called on the consumer's own thread, from
@@ -51,6 +51,8 @@ pub struct SourceContext {
     pub task: usize,
     listener: Arc<dyn RebalanceListener>,
     quiet: Quiet,
+    /// Where a partition without a stored offset starts.
+    fresh_start: Offset,
 }
 
 /// How often a repeated client error is logged at its own level.
@@ -153,7 +155,7 @@ impl ConsumerContext for SourceContext {
                 let starts = self.listener.on_assign(&partitions);
                 let mut assignment = TopicPartitionList::new();
                 for ((topic, partition), start) in &starts {
-                    let offset = start.map_or(Offset::Invalid, Offset::Offset);
+                    let offset = start.map_or(self.fresh_start, Offset::Offset);
                     if let Err(e) = assignment.add_partition_offset(topic, *partition, offset) {
                         tracing::error!(topic, partition, error = %e, "cannot build assignment");
                     }
@@ -240,7 +242,71 @@ pub fn consumer_config(
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set_log_level(RDKafkaLogLevel::Info);
+    if connector.delivery.guarantee == Guarantee::ExactlyOnce {
+        // A partition without a stored offset is assigned at `fresh_start` explicitly; a
+        // stored offset the log no longer has must reach the task as an error
+        // (delivery.on_offset_out_of_range), never as librdkafka's silent reset.
+        config.set("auto.offset.reset", "error");
+    }
     config
+}
+
+/// Where a partition without a stored offset starts: the file's `auto.offset.reset`
+/// (`earliest` by default) as an explicit position in `exactly_once`, never the Kafka
+/// group's committed offset; `at_least_once` resumes from the group's.
+pub fn fresh_start(kafka: &KafkaConfig, connector: &ConnectorConfig) -> Offset {
+    if connector.delivery.guarantee == Guarantee::AtLeastOnce {
+        return Offset::Invalid;
+    }
+    match kafka
+        .properties
+        .get("auto.offset.reset")
+        .map(String::as_str)
+        .unwrap_or(defaults::AUTO_OFFSET_RESET)
+    {
+        "latest" | "largest" | "end" => Offset::End,
+        _ => Offset::Beginning,
+    }
+}
+
+/// What an error returned by `poll` means for the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollError {
+    /// A partition's offset is not in its log (`auto.offset.reset=error` reports it):
+    /// `delivery.on_offset_out_of_range` decides.
+    OutOfRange,
+    /// A topic or partition the broker does not know: fatal for a partition the task
+    /// holds (deleted while assigned), a warning for one it only subscribed to.
+    UnknownTopic,
+    /// Authentication or authorization refused, or a fatal client error: retrying cannot
+    /// help, the task fails with the reason.
+    Fatal(&'static str),
+    /// Anything else (a broker down, a timeout): librdkafka keeps retrying.
+    Transient,
+}
+
+/// Classifies an error `poll` returned.
+pub fn classify_poll_error(error: &KafkaError) -> PollError {
+    use rdkafka::error::RDKafkaErrorCode as Code;
+    let code = match error {
+        KafkaError::MessageConsumptionFatal(_) => return PollError::Fatal("a fatal client error"),
+        KafkaError::MessageConsumption(code) | KafkaError::Global(code) => *code,
+        _ => return PollError::Transient,
+    };
+    match code {
+        Code::AutoOffsetReset | Code::OffsetOutOfRange => PollError::OutOfRange,
+        Code::UnknownTopicOrPartition | Code::UnknownTopic | Code::UnknownPartition => {
+            PollError::UnknownTopic
+        }
+        Code::Authentication | Code::SaslAuthenticationFailed => {
+            PollError::Fatal("authentication refused")
+        }
+        Code::TopicAuthorizationFailed
+        | Code::GroupAuthorizationFailed
+        | Code::ClusterAuthorizationFailed => PollError::Fatal("authorization refused"),
+        Code::Fatal => PollError::Fatal("a fatal client error"),
+        _ => PollError::Transient,
+    }
 }
 
 /// Creates a task's consumer and subscribes it to the connector's topics.
@@ -256,6 +322,7 @@ pub fn subscribe(
         task,
         listener,
         quiet: Quiet::default(),
+        fresh_start: fresh_start(kafka, connector),
     };
     let consumer: SourceConsumer =
         consumer_config(kafka, brokers, connector, task).create_with_context(context)?;
@@ -264,36 +331,36 @@ pub fn subscribe(
     Ok(consumer)
 }
 
-/// Moves partitions that the task still owns back to the given offsets (after an offset
-/// conflict): outside any callback, with the protocol's own assign call.
+/// Moves partitions that the task still owns to the given offsets (after an offset
+/// conflict, a reset, or stored offsets read late): outside any callback, with the
+/// protocol's own assign call. `None` is `fresh_start`. The task's other partitions stay
+/// where they are fetching now.
 pub fn reassign(
     consumer: &SourceConsumer,
     starts: &[(Partition, Option<i64>)],
+    fresh_start: Offset,
 ) -> Result<(), KafkaError> {
+    let start = |offset: &Option<i64>| offset.map_or(fresh_start, Offset::Offset);
     // A seek moves just these partitions and leaves the others where they are. It needs a
-    // stored offset and a partition that is fetching; otherwise assign again.
+    // partition that is fetching; otherwise assign again.
     let seeks: Result<(), KafkaError> =
         starts
             .iter()
-            .try_for_each(|((topic, partition), start)| match start {
-                Some(offset) => consumer.seek(
+            .try_for_each(|((topic, partition), offset)| match start(offset) {
+                Offset::Invalid => Err(KafkaError::Seek("no position to seek to".into())),
+                offset => consumer.seek(
                     topic,
                     *partition,
-                    Offset::Offset(*offset),
+                    offset,
                     std::time::Duration::from_secs(10),
                 ),
-                None => Err(KafkaError::Seek("no stored offset".into())),
             });
     if seeks.is_ok() {
         return Ok(());
     }
     let mut tpl = TopicPartitionList::new();
-    for ((topic, partition), start) in starts {
-        tpl.add_partition_offset(
-            topic,
-            *partition,
-            start.map_or(Offset::Invalid, Offset::Offset),
-        )?;
+    for ((topic, partition), offset) in starts {
+        tpl.add_partition_offset(topic, *partition, start(offset))?;
     }
     if matches!(
         consumer.rebalance_protocol(),
@@ -302,16 +369,49 @@ pub fn reassign(
         consumer.incremental_unassign(&tpl)?;
         consumer.incremental_assign(&tpl)
     } else {
+        // The eager protocol assigns the whole list again: every other partition goes at
+        // its current position, not at the offset of the last assign call (which would
+        // rewind it, or send a partition that had no stored offset back to its start).
         let mut current = consumer.assignment()?;
-        for ((topic, partition), start) in starts {
-            current.set_partition_offset(
-                topic,
-                *partition,
-                start.map_or(Offset::Invalid, Offset::Offset),
-            )?;
+        let positions = consumer.position()?;
+        for element in positions.elements() {
+            if let Offset::Offset(at) = element.offset() {
+                current.set_partition_offset(
+                    element.topic(),
+                    element.partition(),
+                    Offset::Offset(at),
+                )?;
+            }
+        }
+        for ((topic, partition), offset) in starts {
+            current.set_partition_offset(topic, *partition, start(offset))?;
         }
         consumer.assign(&current)
     }
+}
+
+/// The offsets a partition's log holds now: `(low, high)`, the first one and the one after
+/// the last.
+pub fn log_range(
+    consumer: &SourceConsumer,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<(i64, i64), KafkaError> {
+    consumer.fetch_watermarks(topic, partition, timeout)
+}
+
+/// Whether the broker knows `topic` (with at least one partition).
+pub fn topic_exists(
+    consumer: &SourceConsumer,
+    topic: &str,
+    timeout: Duration,
+) -> Result<bool, KafkaError> {
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
 }
 
 /// Commits `next` offsets to the consumer group (at-least-once delivery), synchronously.
@@ -412,6 +512,55 @@ mod tests {
         let text = "kafka: { brokers: localhost:9092 }\nconnectors:\n  - name: c\n    topics: [t]\n    sink: { url: \"sqlite://x.db\", table: t, columns: { v: { from: /v, type: text } } }\n";
         let config = crate::config::load_str(text, &|_| None).expect("valid config");
         config.connectors.into_iter().next().expect("a connector")
+    }
+
+    #[test]
+    fn poll_errors_are_classified() {
+        use rdkafka::error::RDKafkaErrorCode as Code;
+        let consumption = |code| classify_poll_error(&KafkaError::MessageConsumption(code));
+        assert_eq!(consumption(Code::AutoOffsetReset), PollError::OutOfRange);
+        assert_eq!(
+            consumption(Code::UnknownTopicOrPartition),
+            PollError::UnknownTopic
+        );
+        assert!(matches!(
+            consumption(Code::TopicAuthorizationFailed),
+            PollError::Fatal(_)
+        ));
+        assert!(matches!(
+            consumption(Code::SaslAuthenticationFailed),
+            PollError::Fatal(_)
+        ));
+        assert!(matches!(
+            classify_poll_error(&KafkaError::MessageConsumptionFatal(Code::Fatal)),
+            PollError::Fatal(_)
+        ));
+        assert_eq!(consumption(Code::AllBrokersDown), PollError::Transient);
+        assert_eq!(
+            consumption(Code::BrokerTransportFailure),
+            PollError::Transient
+        );
+    }
+
+    #[test]
+    fn exactly_once_starts_new_partitions_itself_and_hears_of_out_of_range() {
+        let kafka = KafkaConfig {
+            brokers: "b:9092".into(),
+            properties: Default::default(),
+        };
+        let mut connector = connector();
+        let config = consumer_config(&kafka, "b:9092", &connector, 0);
+        assert_eq!(config.get("auto.offset.reset"), Some("error"));
+        assert_eq!(fresh_start(&kafka, &connector), Offset::Beginning);
+        let mut latest = kafka.clone();
+        latest
+            .properties
+            .insert("auto.offset.reset".into(), "latest".into());
+        assert_eq!(fresh_start(&latest, &connector), Offset::End);
+        connector.delivery.guarantee = Guarantee::AtLeastOnce;
+        let config = consumer_config(&latest, "b:9092", &connector, 0);
+        assert_eq!(config.get("auto.offset.reset"), Some("latest"));
+        assert_eq!(fresh_start(&latest, &connector), Offset::Invalid);
     }
 
     #[test]

@@ -11,11 +11,12 @@ use tokio::sync::watch;
 
 use super::handle::{Control, TaskSpec, TaskStatus};
 use super::in_flight::{InFlight, Settle};
+use super::partitions::JumpedStart;
 use super::state::{TaskEvent, TaskState};
 use super::{Inner, Shared, TaskError};
 use crate::config::Guarantee;
 use crate::deliver::{Job, Plan};
-use crate::kafka::consumer::{self, RebalanceListener, SourceConsumer};
+use crate::kafka::consumer::{self, PollError, RebalanceListener, SourceConsumer};
 use crate::prepare::Preparer;
 use crate::record::{Incoming, Partition};
 use crate::sink::{OffsetAdvance, SinkError};
@@ -130,6 +131,26 @@ impl Actor {
                         self.accept(consumer::to_record(&message));
                     }
                     Err(error) => {
+                        match consumer::classify_poll_error(&error) {
+                            PollError::OutOfRange
+                                if self.spec.connector.delivery.guarantee
+                                    == Guarantee::ExactlyOnce =>
+                            {
+                                self.shared.out_of_range(&consumer)?;
+                                break;
+                            }
+                            PollError::Fatal(reason) => {
+                                return Err(TaskError::Consumer {
+                                    reason,
+                                    source: error,
+                                });
+                            }
+                            PollError::UnknownTopic => {
+                                self.unknown_topic(&consumer, error)?;
+                                break;
+                            }
+                            PollError::OutOfRange | PollError::Transient => {}
+                        }
                         // librdkafka reconnects by itself and reports every failed attempt:
                         // one warning when the trouble starts, the rest at debug level.
                         if broker_trouble.is_none() {
@@ -191,6 +212,14 @@ impl Actor {
             self.commit_to_kafka(consumer);
             return Err(error);
         }
+        if !inner.jumped.is_empty() {
+            let jumped = std::mem::take(&mut inner.jumped);
+            drop(inner);
+            for jump in jumped {
+                self.shared.jumped_start(consumer, jump)?;
+            }
+            inner = shared.lock();
+        }
         if !inner.reassign.is_empty() && inner.reassign_retrying.is_none_or(|r| r.is_due()) {
             let partitions = std::mem::take(&mut inner.reassign);
             drop(inner);
@@ -241,15 +270,34 @@ impl Actor {
             // Read again from its stored offset once that is known.
             return;
         }
+        let fresh = std::mem::replace(&mut state.fresh, false);
         match state.position {
-            Some(p) if record.offset < p => return,
+            Some(p) if record.offset < p => {
+                // Committed already: the consumer is behind where the database says.
+                if fresh {
+                    tracing::warn!(topic = %record.topic, partition = record.partition, stored = p, got = record.offset,
+                        "the first record after an assignment is below the stored offset; records below it are committed already and dropped");
+                }
+                state.fresh = fresh;
+                return;
+            }
+            Some(p) if record.offset > p && fresh => {
+                // The first record is not at the stored offset: retention overtook it, or
+                // the broker skipped records. Decided in the loop, which can ask the log.
+                state.pending = true;
+                inner.jumped.push(JumpedStart {
+                    partition: key,
+                    expected: p,
+                    got: record.offset,
+                });
+                return;
+            }
             Some(p) if record.offset > p => {
-                self.shared
-                    .metrics
-                    .offset_gaps
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(topic = %record.topic, partition = record.partition,
-                    expected = p, got = record.offset, "offset gap");
+                let (topic, partition) = (record.topic.clone(), record.partition);
+                if let Err(error) = self.shared.offset_gap(topic, partition, p, record.offset) {
+                    inner.fatal.get_or_insert(error);
+                    return;
+                }
             }
             _ => {}
         }
@@ -322,6 +370,34 @@ impl Actor {
             skipped,
             retrying: None,
         });
+        Ok(())
+    }
+
+    /// The broker does not know a topic or partition: fatal when it is one the task holds
+    /// (deleted while assigned; its stored offsets would otherwise wait for a topic of the
+    /// same name), a warning when the task only subscribed to it (it may not exist yet).
+    fn unknown_topic(
+        &self,
+        consumer: &SourceConsumer,
+        error: rdkafka::error::KafkaError,
+    ) -> Result<(), TaskError> {
+        let held: Vec<String> = {
+            let inner = self.shared.lock();
+            let mut topics: Vec<String> = inner.partitions.keys().map(|(t, _)| t.clone()).collect();
+            topics.sort();
+            topics.dedup();
+            topics
+        };
+        for topic in held {
+            let known = consumer::topic_exists(consumer, &topic, Duration::from_secs(5));
+            if let Ok(false) = known {
+                return Err(TaskError::Consumer {
+                    reason: "a topic the task reads was deleted",
+                    source: error,
+                });
+            }
+        }
+        tracing::warn!(%error, "a subscribed topic does not exist (yet); its partitions are read once it does");
         Ok(())
     }
 

@@ -50,6 +50,11 @@ pub struct Metrics {
     /// previous record: compaction and transaction markers do that, and so does a broker
     /// that skips records.
     pub offset_gaps: AtomicU64,
+    /// Offsets passed over by a reset under `delivery.on_offset_out_of_range: earliest`
+    /// or `latest` (records the log no longer had, or never gave).
+    pub offsets_skipped: AtomicU64,
+    /// Partitions moved by `delivery.on_offset_out_of_range: earliest` or `latest`.
+    pub offset_resets: AtomicU64,
 }
 
 /// How a task is started.

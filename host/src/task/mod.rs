@@ -31,12 +31,12 @@ pub mod state;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use crate::config::{Guarantee, RetryConfig};
+use crate::config::{Guarantee, OnGap, OutOfRange, RetryConfig};
 use crate::deliver::{DeliverError, Policy};
 use crate::failure::Failure;
 use crate::record::Partition;
@@ -70,6 +70,37 @@ pub enum TaskError {
     },
     #[error(transparent)]
     Transition(#[from] InvalidTransition),
+    /// A stored offset the log no longer has, under `on_offset_out_of_range: fail`.
+    #[error(
+        "{topic}/{partition}: the stored offset {stored} is not in the log, which holds offsets {low}..{high} \
+         (retention overtook it, the topic was deleted and created again, or the brokers are another cluster's); \
+         set delivery.on_offset_out_of_range: earliest or latest to resume there, skipping what is gone"
+    )]
+    OffsetOutOfRange {
+        topic: String,
+        partition: i32,
+        stored: i64,
+        low: i64,
+        high: i64,
+    },
+    /// Offsets that jumped, under `on_offset_gap: fail`.
+    #[error(
+        "{topic}/{partition}: offsets jumped from {expected} to {got} ({} offsets never arrived); \
+         set delivery.on_offset_gap: warn or ignore for a compacted or transactional topic",
+        got - expected
+    )]
+    OffsetGap {
+        topic: String,
+        partition: i32,
+        expected: i64,
+        got: i64,
+    },
+    /// The consumer met an error that retrying cannot help.
+    #[error("kafka: {reason}: {source}")]
+    Consumer {
+        reason: &'static str,
+        source: rdkafka::error::KafkaError,
+    },
 }
 
 /// What the loop and the rebalance callback share, under [`Shared`]'s lock.
@@ -86,6 +117,8 @@ struct Inner {
     reassign_retrying: Option<Retrying>,
     /// At-least-once: offsets to commit to Kafka after their rows committed.
     kafka_commits: Vec<(Partition, i64)>,
+    /// Partitions whose first record came past their stored offset, for the loop to judge.
+    jumped: Vec<partitions::JumpedStart>,
 }
 
 /// A task's state, shared by its loop and its consumer's rebalance callback.
@@ -101,7 +134,18 @@ struct Shared {
     paused: AtomicBool,
     /// The next batch is full while the previous one is still being written.
     backpressure: AtomicBool,
+    /// `delivery.on_offset_gap` and `on_offset_out_of_range`.
+    on_gap: OnGap,
+    out_of_range: OutOfRange,
+    /// Where a partition without a stored offset starts.
+    fresh_start: rdkafka::Offset,
+    /// Gap warnings are at most one per [`GAP_WARN_PERIOD`]: when the last one was, and
+    /// how many were held back since.
+    gap_warned: Mutex<(Option<Instant>, u64)>,
 }
+
+/// How often an offset gap is warned about, at most, per task.
+const GAP_WARN_PERIOD: Duration = Duration::from_secs(30);
 
 impl Shared {
     fn new(spec: &TaskSpec, sink: Arc<Sink>, metrics: Arc<Metrics>, runtime: Handle) -> Self {
@@ -114,6 +158,7 @@ impl Shared {
                 reassign: Vec::new(),
                 reassign_retrying: None,
                 kafka_commits: Vec::new(),
+                jumped: Vec::new(),
             }),
             sink,
             runtime,
@@ -123,6 +168,10 @@ impl Shared {
             retry: spec.connector.errors.retry.clone(),
             paused: AtomicBool::new(false),
             backpressure: AtomicBool::new(false),
+            on_gap: spec.connector.delivery.on_offset_gap,
+            out_of_range: spec.connector.delivery.on_offset_out_of_range,
+            fresh_start: crate::kafka::consumer::fresh_start(&spec.kafka, &spec.connector),
+            gap_warned: Mutex::new((None, 0)),
         }
     }
 

@@ -3,10 +3,11 @@
 //! was away. The rebalance callback that fills it is in [`super::rebalance`].
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{Inner, Shared, TaskError};
-use crate::config::Guarantee;
+use super::{GAP_WARN_PERIOD, Inner, Shared, TaskError};
+use crate::config::{Guarantee, OnGap, OutOfRange};
 use crate::deliver::DeliverError;
 use crate::kafka::consumer::{self, SourceConsumer};
 use crate::record::Partition;
@@ -28,6 +29,21 @@ pub(super) struct PartitionState {
     /// Its start is being (re-)read from the stored offsets: records that arrive meanwhile
     /// are dropped, the consumer is moved to the start once it is known.
     pub(super) pending: bool,
+    /// No record has arrived since the partition was assigned, moved or reset: the first
+    /// one must be at `position`.
+    pub(super) fresh: bool,
+}
+
+impl PartitionState {
+    /// A partition starting at `start` (its stored offset, if any).
+    pub(super) fn starting_at(start: Option<i64>) -> Self {
+        PartitionState {
+            committed: start,
+            position: start,
+            pending: false,
+            fresh: true,
+        }
+    }
 }
 
 /// Moves `partitions` to their stored offsets at the loop's next turn; until then their
@@ -125,19 +141,14 @@ impl Shared {
             }
             starts.retain(|(p, _)| inner.partitions.contains_key(p));
             for (p, start) in &starts {
-                inner.partitions.insert(
-                    p.clone(),
-                    PartitionState {
-                        committed: *start,
-                        position: *start,
-                        pending: false,
-                    },
-                );
+                inner
+                    .partitions
+                    .insert(p.clone(), PartitionState::starting_at(*start));
             }
         }
         if !starts.is_empty() {
             tracing::info!(?starts, "moving partitions to their stored offsets");
-            consumer::reassign(consumer, &starts)?;
+            consumer::reassign(consumer, &starts, self.fresh_start)?;
         }
         Ok(())
     }
@@ -155,6 +166,201 @@ impl Shared {
             });
         }
         queue_reassign(&mut inner, partitions.to_vec());
+        Ok(())
+    }
+}
+
+/// How long a look at a partition's log range may take.
+const WATERMARKS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A partition whose first record after an assignment or a move came past its position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct JumpedStart {
+    pub(super) partition: Partition,
+    /// Where it should have started (its stored offset).
+    pub(super) expected: i64,
+    /// The offset of the record that came first.
+    pub(super) got: i64,
+}
+
+impl Shared {
+    /// librdkafka reported an offset out of range (it is told `auto.offset.reset=error` in
+    /// `exactly_once`). The report does not say which partition, so each one's position is
+    /// held against its log's range; the ones outside it are handled by
+    /// `delivery.on_offset_out_of_range` ([`Shared::reset`]).
+    pub(super) fn out_of_range(&self, consumer: &SourceConsumer) -> Result<(), TaskError> {
+        let owned: Vec<(Partition, Option<i64>, Option<i64>)> = self
+            .lock()
+            .partitions
+            .iter()
+            .map(|(p, s)| (p.clone(), s.position, s.committed))
+            .collect();
+        let mut moved = 0;
+        for (partition, position, committed) in owned {
+            let Some(at) = position.or(committed) else {
+                continue;
+            };
+            let Some((low, high)) = self.log_range(consumer, &partition) else {
+                continue;
+            };
+            if !(low..=high).contains(&at) {
+                self.reset(consumer, partition, at, committed, (low, high))?;
+                moved += 1;
+            }
+        }
+        if moved == 0 {
+            tracing::warn!(
+                "the consumer reported an offset out of range, but every partition's position is inside its log's range as the broker reports it"
+            );
+        }
+        Ok(())
+    }
+
+    /// The first record after an assignment or a move came past the stored offset. When the
+    /// log no longer holds the stored offset (retention overtook it), that is the
+    /// out-of-range case; when it does, the broker skipped records: a gap. Either way the
+    /// partition then reads on from where its policy says.
+    pub(super) fn jumped_start(
+        &self,
+        consumer: &SourceConsumer,
+        jump: JumpedStart,
+    ) -> Result<(), TaskError> {
+        let JumpedStart {
+            partition,
+            expected,
+            got,
+        } = jump;
+        let Some(committed) = self.lock().partitions.get(&partition).map(|s| s.committed) else {
+            return Ok(());
+        };
+        if let Some((low, high)) = self.log_range(consumer, &partition)
+            && !(low..=high).contains(&expected)
+        {
+            return self.reset(consumer, partition, expected, committed, (low, high));
+        }
+        self.offset_gap(partition.0.clone(), partition.1, expected, got)?;
+        self.move_to(consumer, partition, got)
+    }
+
+    fn log_range(
+        &self,
+        consumer: &SourceConsumer,
+        (topic, partition): &Partition,
+    ) -> Option<(i64, i64)> {
+        match consumer::log_range(consumer, topic, *partition, WATERMARKS_TIMEOUT) {
+            Ok(range) => Some(range),
+            Err(error) => {
+                tracing::warn!(topic, partition, %error, "cannot read the log's range");
+                None
+            }
+        }
+    }
+
+    /// A partition at `at` (stored: `committed`) outside its log `range`: the task fails,
+    /// or the partition moves to the log's start or end, and the offsets skipped are
+    /// logged and counted.
+    fn reset(
+        &self,
+        consumer: &SourceConsumer,
+        partition: Partition,
+        at: i64,
+        committed: Option<i64>,
+        (low, high): (i64, i64),
+    ) -> Result<(), TaskError> {
+        let (topic, number) = (partition.0.clone(), partition.1);
+        let to = match self.out_of_range {
+            OutOfRange::Fail => {
+                return Err(TaskError::OffsetOutOfRange {
+                    topic,
+                    partition: number,
+                    stored: committed.unwrap_or(at),
+                    low,
+                    high,
+                });
+            }
+            OutOfRange::Earliest => low,
+            OutOfRange::Latest => high,
+        };
+        let skipped = (to - at).max(0) as u64;
+        self.metrics
+            .offsets_skipped
+            .fetch_add(skipped, Ordering::Relaxed);
+        self.metrics.offset_resets.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(topic, partition = number, stored = at, low, high, resume_at = to, skipped,
+            policy = ?self.out_of_range,
+            "stored offset not in the log: resuming as delivery.on_offset_out_of_range says; the offsets skipped are gone");
+        self.move_to(consumer, partition, to)
+    }
+
+    /// Moves a partition to `to`: what was buffered of it is dropped, the consumer fetches
+    /// from there.
+    fn move_to(
+        &self,
+        consumer: &SourceConsumer,
+        partition: Partition,
+        to: i64,
+    ) -> Result<(), TaskError> {
+        {
+            let mut inner = self.lock();
+            if !inner.partitions.contains_key(&partition) {
+                // Revoked meanwhile: its next owner starts from the stored offset.
+                return Ok(());
+            }
+            inner.drop_buffered(std::slice::from_ref(&partition));
+            if let Some(state) = inner.partitions.get_mut(&partition) {
+                state.position = Some(to);
+                state.fresh = true;
+                state.pending = false;
+            }
+        }
+        consumer::reassign(consumer, &[(partition, Some(to))], self.fresh_start)?;
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// A partition's records skipped offsets `expected..got`: counted, and handled by
+    /// `delivery.on_offset_gap`.
+    pub(super) fn offset_gap(
+        &self,
+        topic: String,
+        partition: i32,
+        expected: i64,
+        got: i64,
+    ) -> Result<(), TaskError> {
+        self.metrics.offset_gaps.fetch_add(1, Ordering::Relaxed);
+        let missing = got - expected;
+        // A transaction's commit marker takes one offset the client never sees.
+        let fail = self.on_gap == OnGap::Fail && missing > 1;
+        if fail {
+            return Err(TaskError::OffsetGap {
+                topic,
+                partition,
+                expected,
+                got,
+            });
+        }
+        if self.on_gap == OnGap::Ignore {
+            tracing::debug!(topic, partition, expected, got, "offset gap");
+            return Ok(());
+        }
+        let mut warned = self.gap_warned.lock().unwrap_or_else(|p| p.into_inner());
+        if warned.0.is_some_and(|t| t.elapsed() < GAP_WARN_PERIOD) {
+            warned.1 += 1;
+            tracing::debug!(topic, partition, expected, got, "offset gap");
+            return Ok(());
+        }
+        let held_back = std::mem::take(&mut warned.1);
+        *warned = (Some(std::time::Instant::now()), 0);
+        tracing::warn!(
+            topic,
+            partition,
+            expected,
+            got,
+            missing,
+            held_back,
+            "offsets jumped: records between never arrived (compaction and transaction markers leave gaps by design: delivery.on_offset_gap: ignore is for those topics)"
+        );
         Ok(())
     }
 }

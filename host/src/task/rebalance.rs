@@ -24,6 +24,7 @@ impl RebalanceListener for Shared {
             inner.partitions.remove(partition);
         }
         inner.reassign.retain(|p| !partitions.contains(p));
+        inner.jumped.retain(|j| !partitions.contains(&j.partition));
     }
 
     fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Option<i64>)> {
@@ -67,14 +68,9 @@ impl RebalanceListener for Shared {
                     .get(&partition.0)
                     .and_then(|o| o.get(&partition.1))
                     .copied();
-                inner.partitions.insert(
-                    partition.clone(),
-                    PartitionState {
-                        committed: start,
-                        position: start,
-                        pending: false,
-                    },
-                );
+                inner
+                    .partitions
+                    .insert(partition.clone(), PartitionState::starting_at(start));
                 if unknown.contains(&partition.0) {
                     waiting.push(partition.clone());
                 } else {

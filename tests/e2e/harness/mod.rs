@@ -705,6 +705,22 @@ impl SluiceProcess {
         }
     }
 
+    /// Waits for the process to exit by itself (a failed task ends `sluice run`), at most
+    /// `limit`.
+    pub fn wait_for_exit(mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("sluice did not exit within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// SIGKILL: no chance to clean up.
     pub fn kill(mut self) {
         let _ = self.child.kill();

@@ -1,0 +1,319 @@
+//! Offsets that the log contradicts: a stored offset the log no longer has, and records
+//! that skip offsets. sluice never jumps silently: it fails, or resumes where it is told
+//! and says how much it skipped.
+
+use std::time::{Duration, Instant};
+
+use sluice::cli::demo::sequence_stats;
+use sluice::kafka::embedded::EmbeddedKafka;
+use sluice::sink::{OffsetAdvance, Sink, WriteBatch};
+use sluice::supervisor::Supervisor;
+use sluice::task::TaskState;
+
+use crate::harness::{self, Backend, Scenario, TestDb};
+
+const PRODUCED: u64 = 300;
+/// Beyond the log's end: what a topic deleted and created again (or another cluster)
+/// looks like to a stored offset.
+const STORED: i64 = 1_000;
+
+/// A run on librdkafka's mock cluster (which answers a fetch outside the log with
+/// OFFSET_OUT_OF_RANGE, as Kafka does; the test broker answers it with nothing), with
+/// `STORED` stored for partition 0 of a topic that holds `PRODUCED` records.
+async fn beyond_the_log(
+    db: &TestDb,
+    policy: &'static str,
+) -> (EmbeddedKafka, Scenario, sluice::config::Config) {
+    let kafka = EmbeddedKafka::start(1).expect("mock cluster");
+    let mut scenario = Scenario::new(1);
+    scenario.guarantee = policy;
+    kafka.create_topic(&scenario.topic, 1).expect("topic");
+    let bootstrap = kafka.bootstrap_servers();
+    harness::produce_values(
+        &bootstrap,
+        &scenario.topic,
+        0..PRODUCED,
+        harness::word_event,
+        None,
+    )
+    .await;
+    let config = scenario.config(&bootstrap, db);
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    sink.prepare().await.expect("prepare");
+    sink.write(&WriteBatch {
+        offsets: vec![OffsetAdvance {
+            topic: scenario.topic.clone(),
+            partition: 0,
+            expected: None,
+            next: STORED,
+        }],
+        ..WriteBatch::default()
+    })
+    .await
+    .expect("store an offset beyond the log");
+    sink.close().await;
+    (kafka, scenario, config)
+}
+
+async fn rows(config: &sluice::config::Config) -> i64 {
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    let rows = sequence_stats(&sink, "uid").await.expect("stats").rows;
+    sink.close().await;
+    rows
+}
+
+/// Default (`fail`): the task fails, naming the topic, partition, stored offset and the
+/// log's range; nothing is written.
+async fn out_of_range_fails_by_default(db: Backend) {
+    let db = TestDb::new(db);
+    let (kafka, scenario, config) = beyond_the_log(&db, "exactly_once").await;
+    let supervisor = Supervisor::start(&config, &kafka.bootstrap_servers())
+        .await
+        .expect("start");
+    tokio::time::timeout(Duration::from_secs(60), supervisor.finished())
+        .await
+        .expect("the task ends");
+    let status = supervisor.connectors[0].tasks[0].status.borrow().clone();
+    assert_eq!(status.state, TaskState::Failed, "{status:?}");
+    let error = status.error.unwrap_or_default();
+    for part in [
+        format!("{}/0", scenario.topic),
+        format!("stored offset {STORED}"),
+        format!("0..{PRODUCED}"),
+        "on_offset_out_of_range".to_string(),
+    ] {
+        assert!(error.contains(&part), "{part:?} in {error}");
+    }
+    supervisor.shutdown().await;
+    assert_eq!(rows(&config).await, 0);
+}
+for_each_database!(out_of_range_fails_by_default);
+
+/// `earliest`: the partition resumes at the log's start, and every record of the new log
+/// lands once; the stored offset follows.
+async fn out_of_range_earliest_reads_the_log_again(db: Backend) {
+    let db = TestDb::new(db);
+    let (kafka, scenario, config) =
+        beyond_the_log(&db, "exactly_once, on_offset_out_of_range: earliest").await;
+    let supervisor = Supervisor::start(&config, &kafka.bootstrap_servers())
+        .await
+        .expect("start");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rows(&config).await < PRODUCED as i64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let failures = supervisor.shutdown().await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    let stats = sequence_stats(&sink, "uid").await.expect("stats");
+    harness::assert_exactly(stats, PRODUCED as i64);
+    let stored = sink.read_offsets(&scenario.topic).await.expect("offsets");
+    assert_eq!(stored.get(&0), Some(&(PRODUCED as i64)));
+    sink.close().await;
+}
+for_each_database!(out_of_range_earliest_reads_the_log_again: sqlite = Sqlite, postgres = Postgres);
+
+/// `latest`: the partition resumes at the log's end: what was there is passed over (and
+/// logged), what comes after lands.
+async fn out_of_range_latest_reads_what_comes_next(db: Backend) {
+    let db = TestDb::new(db);
+    let (kafka, scenario, config) =
+        beyond_the_log(&db, "exactly_once, on_offset_out_of_range: latest").await;
+    let bootstrap = kafka.bootstrap_servers();
+    let supervisor = Supervisor::start(&config, &bootstrap).await.expect("start");
+    // New records are produced once the partition has been reset to the log's end.
+    let metrics = supervisor.connectors[0].metrics.clone();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metrics
+        .offset_resets
+        .load(std::sync::atomic::Ordering::Relaxed)
+        == 0
+    {
+        assert!(Instant::now() < deadline, "no reset within 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    harness::produce_values(
+        &bootstrap,
+        &scenario.topic,
+        PRODUCED..PRODUCED + 50,
+        harness::word_event,
+        None,
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rows(&config).await < 50 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let skipped = supervisor.connectors[0]
+        .metrics
+        .offsets_skipped
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let failures = supervisor.shutdown().await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    let stats = sequence_stats(&sink, "uid").await.expect("stats");
+    assert_eq!(stats.rows, 50, "{stats:?}");
+    assert_eq!(stats.min, Some(PRODUCED as i64), "{stats:?}");
+    // Moving from 1000 back to the end (300) skips nothing that the log holds.
+    assert_eq!(skipped, 0);
+    sink.close().await;
+}
+for_each_database!(out_of_range_latest_reads_what_comes_next: sqlite = Sqlite);
+
+/// The first record after an assignment is past the stored offset: the log holds the
+/// stored offset (it is inside the log's range), so the broker skipped records. The test
+/// broker's fault makes that happen (a fetch at 100, inside a stored batch of 500, answers
+/// with the next batch, at 500), so this test always starts Tansu. `warn`: the jump is
+/// logged with its range and the partition reads on from 500; `fail`: the task fails.
+async fn first_record_past_the_stored_offset(
+    db: Backend,
+    policy: &'static str,
+) -> (harness::SluiceProcess, harness::Pipeline) {
+    let port = harness::free_port();
+    let broker = harness::Broker::start_on(port, &format!("127.0.0.1:{port}"));
+    let mut scenario = Scenario::new(1);
+    scenario.guarantee = policy;
+    let run = harness::Pipeline::assemble(broker, TestDb::new(db), None, scenario, 1).await;
+    harness::produce_compressed(&run.broker.bootstrap, &run.scenario.topic, 0..1_000, "none").await;
+    let config = run.scenario.config(&run.broker.bootstrap, &run.db);
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    sink.prepare().await.expect("prepare");
+    sink.write(&WriteBatch {
+        offsets: vec![OffsetAdvance {
+            topic: run.scenario.topic.clone(),
+            partition: 0,
+            expected: None,
+            next: 100,
+        }],
+        ..WriteBatch::default()
+    })
+    .await
+    .expect("store offset 100");
+    sink.close().await;
+    (run.start(), run)
+}
+
+async fn a_jumped_start_warns_and_reads_on(db: Backend) {
+    let (sluice, run) = first_record_past_the_stored_offset(db, "exactly_once").await;
+    let stats = run.wait_for_rows(500, 60).await;
+    assert!(sluice.terminate().success());
+    assert_eq!(
+        (stats.rows, stats.min, stats.max),
+        (500, Some(500), Some(999)),
+        "{stats:?}"
+    );
+    let log = std::fs::read_to_string(sluice_log(&run)).unwrap_or_default();
+    let line = log
+        .lines()
+        .find(|l| l.contains("offsets jumped"))
+        .unwrap_or_else(|| panic!("no warning of the jump: {log}"));
+    assert!(
+        line.contains("expected=100") && line.contains("got=500"),
+        "{line}"
+    );
+}
+for_each_database!(a_jumped_start_warns_and_reads_on: sqlite = Sqlite, mariadb = MariaDb);
+
+async fn a_jumped_start_fails_when_told(db: Backend) {
+    let (sluice, run) =
+        first_record_past_the_stored_offset(db, "exactly_once, on_offset_gap: fail").await;
+    let log_path = sluice.log.clone();
+    let status = sluice.wait_for_exit(Duration::from_secs(60));
+    assert!(!status.success(), "{status}");
+    let log = std::fs::read_to_string(log_path).unwrap_or_default();
+    assert!(log.contains("offsets jumped from 100 to 500"), "{log}");
+    assert_eq!(run.stats().await.rows, 0);
+}
+for_each_database!(a_jumped_start_fails_when_told: sqlite = Sqlite);
+
+/// The newest sluice log of a run's connector.
+fn sluice_log(run: &harness::Pipeline) -> std::path::PathBuf {
+    let prefix = format!("{}-", run.scenario.connector);
+    let mut logs: Vec<(std::time::SystemTime, std::path::PathBuf)> =
+        std::fs::read_dir(harness::log_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| {
+                (
+                    e.metadata()
+                        .and_then(|m| m.modified())
+                        .unwrap_or(std::time::UNIX_EPOCH),
+                    e.path(),
+                )
+            })
+            .collect();
+    logs.sort();
+    logs.pop().map(|(_, p)| p).expect("a sluice log")
+}
+
+/// Records that skip offsets are noticed. The gap is made by the test broker's own fault
+/// (Tansu 0.6.0's memory storage answers a fetch that starts inside a stored batch with
+/// the next batch): batches of 500 records, and a slow sink that makes sluice pause and
+/// resume its partitions mid-batch. So this test always starts Tansu, even when
+/// `KAFKA_BROKERS` points elsewhere. `warn` (the default) logs the range and goes on;
+/// `fail` fails the task.
+async fn offset_gaps_are_noticed(
+    db: Backend,
+    policy: &'static str,
+) -> (harness::SluiceProcess, harness::Pipeline) {
+    let port = harness::free_port();
+    let broker = harness::Broker::start_on(port, &format!("127.0.0.1:{port}"));
+    let mut scenario = Scenario::new(1);
+    scenario.max_records = 50;
+    scenario.guarantee = policy;
+    let run = harness::Pipeline::assemble(broker, TestDb::new(db), None, scenario, 1).await;
+    harness::produce_compressed(&run.broker.bootstrap, &run.scenario.topic, 0..3_000, "none").await;
+    let config = run.scenario.config(&run.broker.bootstrap, &run.db);
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    sink.prepare().await.expect("create the table");
+    let table = &run.scenario.table;
+    sink.execute_statement(&format!(
+        "CREATE FUNCTION {table}_slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$ LANGUAGE plpgsql"
+    ))
+    .await
+    .expect("function");
+    sink.execute_statement(&format!(
+        "CREATE TRIGGER {table}_slow AFTER INSERT ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {table}_slow()"
+    ))
+    .await
+    .expect("trigger");
+    sink.close().await;
+    (run.start(), run)
+}
+
+async fn offset_gap_warns(db: Backend) {
+    let (sluice, run) = offset_gaps_are_noticed(db, "exactly_once").await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut log = String::new();
+    while Instant::now() < deadline {
+        log = std::fs::read_to_string(&sluice.log).unwrap_or_default();
+        if log.contains("offsets jumped") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(sluice.terminate().success());
+    let line = log
+        .lines()
+        .find(|l| l.contains("offsets jumped"))
+        .unwrap_or_else(|| panic!("no gap warning: {log}"));
+    assert!(
+        line.contains("expected=") && line.contains("got="),
+        "{line}"
+    );
+    // What the broker skipped is not in the table.
+    assert!(run.stats().await.rows < 3_000);
+}
+for_each_database!(offset_gap_warns: postgres = Postgres);
+
+async fn offset_gap_fails_when_told(db: Backend) {
+    let (sluice, _run) = offset_gaps_are_noticed(db, "exactly_once, on_offset_gap: fail").await;
+    let log_path = sluice.log.clone();
+    let status = sluice.wait_for_exit(Duration::from_secs(90));
+    assert!(!status.success(), "a gap must fail the task: {status}");
+    let log = std::fs::read_to_string(log_path).unwrap_or_default();
+    assert!(log.contains("offsets jumped from"), "{log}");
+}
+for_each_database!(offset_gap_fails_when_told: postgres = Postgres);
