@@ -12,7 +12,7 @@
 //! ```
 //!
 //! An event's own field wins over a span's of the same name, an inner span's over an
-//! outer one's.
+//! outer one's; `timestamp`, `level`, `target` and `span` are always the line's own.
 
 use std::fmt;
 use std::io::IsTerminal;
@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::{JsonFields, Writer};
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// How log lines are written.
@@ -57,19 +57,34 @@ pub fn init(format: LogFormat) {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FlatJson;
 
-impl<S, N> FormatEvent<S, N> for FlatJson
+impl<S> FormatEvent<S, JsonFields> for FlatJson
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
 {
     fn format_event(
         &self,
-        ctx: &FmtContext<'_, S, N>,
+        ctx: &FmtContext<'_, S, JsonFields>,
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
         let metadata = event.metadata();
         let mut line = Map::new();
+        let mut innermost = None;
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                innermost = Some(span.name());
+                let extensions = span.extensions();
+                let Some(fields) = extensions.get::<FormattedFields<JsonFields>>() else {
+                    continue;
+                };
+                // JsonFields records a span's fields as one JSON object.
+                if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(fields) {
+                    line.extend(fields);
+                }
+            }
+        }
+        event.record(&mut JsonVisitor(&mut line));
+        // The line's own keys last: no field of a span or an event replaces them.
         line.insert(
             "timestamp".into(),
             Value::String(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
@@ -79,24 +94,10 @@ where
             "target".into(),
             Value::String(metadata.target().to_string()),
         );
-        if let Some(scope) = ctx.event_scope() {
-            let mut innermost = None;
-            for span in scope.from_root() {
-                innermost = Some(span.name());
-                let extensions = span.extensions();
-                let Some(fields) = extensions.get::<FormattedFields<N>>() else {
-                    continue;
-                };
-                // JsonFields records a span's fields as one JSON object.
-                if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(fields) {
-                    line.extend(fields);
-                }
-            }
-            if let Some(name) = innermost {
-                line.insert("span".into(), Value::String(name.to_string()));
-            }
-        }
-        event.record(&mut JsonVisitor(&mut line));
+        match innermost {
+            Some(name) => line.insert("span".into(), Value::String(name.to_string())),
+            None => line.remove("span"),
+        };
         writeln!(writer, "{}", Value::Object(line))
     }
 }
@@ -210,5 +211,17 @@ mod tests {
         assert!(!lines[1].contains_key("connector"));
         assert!(!lines[1].contains_key("span"));
         assert_eq!(lines[1]["message"], "outside");
+    }
+
+    #[test]
+    fn the_lines_own_keys_are_never_replaced() {
+        let lines = json_lines(|| {
+            let span = tracing::info_span!("task", level = "mine", target = "mine");
+            span.in_scope(|| tracing::warn!(timestamp = 1, span = "mine", "keys"));
+        });
+        assert_eq!(lines[0]["level"], "WARN");
+        assert_eq!(lines[0]["span"], "task");
+        assert_ne!(lines[0]["target"], "mine");
+        assert!(lines[0]["timestamp"].is_string());
     }
 }

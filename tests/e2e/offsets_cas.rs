@@ -253,3 +253,56 @@ async fn concurrent_redrives_write_each_dead_letter_once(db: Backend) {
     b.close().await;
 }
 for_each_database!(concurrent_redrives_write_each_dead_letter_once);
+
+/// An upsert keyed on timestamps that differ only below microseconds (which every database
+/// here stores at most): one row, the last write; before, PostgreSQL refused the whole
+/// batch ("cannot affect row a second time") on every retry.
+async fn keys_equal_at_the_databases_precision_are_one_key(db: Backend) {
+    let db = TestDb::new(db);
+    let text = format!(
+        "kafka: {{ brokers: localhost:9092 }}\nconnectors:\n  - name: {}\n    topics: [t]\n    \
+         sink: {{ url: \"{}\", table: {}, mode: upsert, key: [at], create_table: true, \
+         columns: {{ at: {{ from: /at, type: timestamptz }}, word: {{ from: /word, type: text }} }} }}\n",
+        harness::unique("nanos"),
+        db.url,
+        harness::unique("nanos")
+    );
+    let config = sluice::config::load_str(&text, &|_| None).expect("config");
+    let sink = Sink::connect(&config.connectors[0]).await.unwrap();
+    sink.prepare().await.unwrap();
+    let at = |nanos: u32| {
+        SqlValue::Timestamp(
+            chrono::DateTime::from_timestamp(1_700_000_000, 123_456_000 + nanos)
+                .expect("instant")
+                .naive_utc(),
+        )
+    };
+    let batch = WriteBatch {
+        ops: vec![
+            RowOp::Write(vec![at(1), SqlValue::Text("first".into())]),
+            RowOp::Write(vec![at(999), SqlValue::Text("last".into())]),
+        ],
+        ..WriteBatch::default()
+    };
+    sink.write(&batch)
+        .await
+        .expect("one row for two keys equal in microseconds");
+    let rows = sink
+        .query_integers(
+            format!(
+                "SELECT CAST(COUNT(*) AS {}) FROM {}",
+                if db.kind == Backend::MariaDb {
+                    "SIGNED"
+                } else {
+                    "BIGINT"
+                },
+                sink.dialect().quote(sink.table_name())
+            ),
+            1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows, [Some(1)]);
+    sink.close().await;
+}
+for_each_database!(keys_equal_at_the_databases_precision_are_one_key);

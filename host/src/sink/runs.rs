@@ -262,4 +262,79 @@ mod tests {
         let sqlite = runs(&ops, &table(ColumnType::Json), Dialect::Sqlite, true);
         assert_eq!(values(&sqlite[0]).len(), 2);
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// A timestamp within a few microseconds of a fixed instant, with nanoseconds.
+        fn timestamp() -> impl Strategy<Value = SqlValue> {
+            (0u32..5, 0u32..1000).prop_map(|(micros, nanos)| {
+                let base = chrono::DateTime::from_timestamp(1_700_000_000, micros * 1000 + nanos)
+                    .expect("instant");
+                SqlValue::Timestamp(base.naive_utc())
+            })
+        }
+
+        /// The same small JSON objects with their keys in either order.
+        fn json() -> impl Strategy<Value = SqlValue> {
+            (0i64..3, any::<bool>()).prop_map(|(n, swap)| {
+                SqlValue::Text(if swap {
+                    format!(r#"{{"b":{n}.0,"a":[{n}]}}"#)
+                } else {
+                    format!(r#"{{"a":[{n}],"b":{n}}}"#)
+                })
+            })
+        }
+
+        fn check(keys: Vec<SqlValue>, key_type: ColumnType) -> Result<(), TestCaseError> {
+            let ops: Vec<RowOp> = keys
+                .into_iter()
+                .enumerate()
+                .map(|(i, k)| RowOp::Write(vec![k, SqlValue::Int(i as i64)]))
+                .collect();
+            let spec = TableSpec {
+                name: "t".into(),
+                columns: vec![("k".into(), key_type), ("i".into(), ColumnType::Bigint)],
+                key: vec![0],
+            };
+            for run in runs(&ops, &spec, Dialect::Postgres, true) {
+                let Run::Write(rows) = run else { continue };
+                let bound: Vec<Bound> = rows
+                    .iter()
+                    .map(|r| bound_key(Dialect::Postgres, key_type, &r[0]))
+                    .collect();
+                // Each key once (PostgreSQL refuses an upsert that touches a row twice)...
+                let distinct: HashSet<&Bound> = bound.iter().collect();
+                prop_assert_eq!(distinct.len(), rows.len());
+                // ...in key order...
+                prop_assert!(bound.windows(2).all(|w| w[0] < w[1]));
+                // ...and each the last write of its key.
+                for row in &rows {
+                    let key = bound_key(Dialect::Postgres, key_type, &row[0]);
+                    let last = ops.iter().rev().find_map(|op| match op {
+                        RowOp::Write(r) if bound_key(Dialect::Postgres, key_type, &r[0]) == key => {
+                            Some(r[1].clone())
+                        }
+                        _ => None,
+                    });
+                    prop_assert_eq!(Some(row[1].clone()), last);
+                }
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #[test]
+            fn timestamp_keys_are_unique_as_postgres_binds_them(keys in prop::collection::vec(timestamp(), 1..60)) {
+                check(keys, ColumnType::Timestamptz)?;
+            }
+
+            #[test]
+            fn json_keys_are_unique_as_jsonb_compares_them(keys in prop::collection::vec(json(), 1..30)) {
+                check(keys, ColumnType::Json)?;
+            }
+        }
+    }
 }

@@ -198,7 +198,9 @@ pub fn spawn(
     });
     let name = format!("{}-{}", spec.connector.name, spec.task);
     let task = spec.task;
-    let span = tracing::info_span!("task", connector = %spec.connector.name, task);
+    // At ERROR level, so that the span (and its connector and task fields) is there
+    // whatever level RUST_LOG lets through: a warning under RUST_LOG=warn names its task.
+    let span = tracing::error_span!("task", connector = %spec.connector.name, task);
     let thread = std::thread::Builder::new().name(name).spawn(move || {
         let _entered = span.entered();
         let shared = Arc::new(Shared::new(&spec, sink, metrics, runtime));
