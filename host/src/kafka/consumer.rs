@@ -401,17 +401,38 @@ pub fn log_range(
     consumer.fetch_watermarks(topic, partition, timeout)
 }
 
-/// Whether the broker knows `topic` (with at least one partition).
-pub fn topic_exists(
+/// Whether the broker says `topic` does not exist: absent from its metadata, or reported
+/// as unknown. Any other answer (a leader election under way, say) is not a deletion.
+pub fn topic_is_gone(
     consumer: &SourceConsumer,
     topic: &str,
     timeout: Duration,
 ) -> Result<bool, KafkaError> {
     let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
-    Ok(metadata
-        .topics()
-        .iter()
-        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+    let unknown = rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+    Ok(match metadata.topics().iter().find(|t| t.name() == topic) {
+        None => true,
+        Some(t) => t.error() == Some(unknown),
+    })
+}
+
+/// Where librdkafka is fetching each assigned partition from (`None`: not known yet).
+pub fn fetch_positions(consumer: &SourceConsumer) -> Vec<(Partition, Option<i64>)> {
+    consumer
+        .position()
+        .map(|list| {
+            list.elements()
+                .iter()
+                .map(|e| {
+                    let at = match e.offset() {
+                        Offset::Offset(at) => Some(at),
+                        _ => None,
+                    };
+                    ((e.topic().to_string(), e.partition()), at)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Commits `next` offsets to the consumer group (at-least-once delivery), synchronously.

@@ -149,8 +149,19 @@ impl Sink {
                         .acquire_timeout(ACQUIRE_TIMEOUT)
                         // REPEATABLE READ's gap locks make writers of neighbouring keys
                         // deadlock; the compare-and-set needs no more than READ COMMITTED.
+                        // A server logging statements (binlog_format=STATEMENT) refuses
+                        // writes at READ COMMITTED (error 1665): it keeps its default.
                         .after_connect(|conn, _| {
                             Box::pin(async move {
+                                let format: Option<String> =
+                                    sqlx::query_scalar("SELECT @@SESSION.binlog_format")
+                                        .fetch_optional(&mut *conn)
+                                        .await
+                                        .ok()
+                                        .flatten();
+                                if format.as_deref() == Some("STATEMENT") {
+                                    return Ok(());
+                                }
                                 conn.execute(
                                     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
                                 )

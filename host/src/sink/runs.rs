@@ -47,7 +47,7 @@ pub(super) fn runs<'a>(
         let key_types: Vec<ColumnType> = table.key.iter().map(|&i| table.columns[i].1).collect();
         for run in &mut runs {
             match run {
-                Run::Write(rows) => last_per_key_in_order(rows, |row| {
+                Run::Write(rows) => last_per_key_in_order(rows, dialect, |row| {
                     table
                         .key
                         .iter()
@@ -55,7 +55,7 @@ pub(super) fn runs<'a>(
                         .map(|(&i, &t)| bound_key(dialect, t, &row[i]))
                         .collect()
                 }),
-                Run::Delete(keys) => last_per_key_in_order(keys, |k| {
+                Run::Delete(keys) => last_per_key_in_order(keys, dialect, |k| {
                     k.iter()
                         .zip(&key_types)
                         .map(|(v, &t)| bound_key(dialect, t, v))
@@ -65,6 +65,23 @@ pub(super) fn runs<'a>(
         }
     }
     runs
+}
+
+/// The order rows are written in. MySQL and MariaDB may compare text keys more loosely
+/// than exactly (a case-insensitive collation, trailing spaces ignored), and keep the last
+/// of the rows they take for one key: keys that such a collation could take for one are
+/// ordered as one, so that the stable sort leaves them in record order and the newest
+/// record still comes last.
+fn order_key(dialect: Dialect, key: &[Bound]) -> Vec<Bound> {
+    if dialect != Dialect::MySql {
+        return key.to_vec();
+    }
+    key.iter()
+        .map(|part| match part {
+            Bound::Text(text) => Bound::Text(text.trim_end_matches(' ').to_lowercase()),
+            other => other.clone(),
+        })
+        .collect()
 }
 
 /// A key value as the database compares it, with a total order.
@@ -132,9 +149,11 @@ fn canonical_json(value: &serde_json::Value) -> String {
     }
 }
 
-/// Keeps the last row of each key, and puts the rows in key order.
+/// Keeps the last row of each key, and puts the rows in key order ([`order_key`]), rows
+/// that order alike in record order.
 fn last_per_key_in_order<'a>(
     rows: &mut Vec<&'a [SqlValue]>,
+    dialect: Dialect,
     key_of: impl Fn(&'a [SqlValue]) -> Vec<Bound>,
 ) {
     let mut seen = HashSet::new();
@@ -142,9 +161,11 @@ fn last_per_key_in_order<'a>(
     for row in rows.iter().rev() {
         let key = key_of(row);
         if seen.insert(key.clone()) {
-            kept.push((key, row));
+            kept.push((order_key(dialect, &key), row));
         }
     }
+    // Back to record order, then a stable sort: ties keep it.
+    kept.reverse();
     kept.sort_by(|a, b| a.0.cmp(&b.0));
     *rows = kept.into_iter().map(|(_, row)| row).collect();
 }
@@ -243,6 +264,21 @@ mod tests {
                 "{dialect:?}"
             );
         }
+    }
+
+    #[test]
+    fn mysql_keys_that_a_loose_collation_could_merge_stay_in_record_order() {
+        let text = |k: &str, v: &str| {
+            RowOp::Write(vec![SqlValue::Text(k.into()), SqlValue::Text(v.into())])
+        };
+        let ops = vec![text("a", "older"), text("b", "other"), text("A ", "newer")];
+        let runs = runs(&ops, &table(ColumnType::Text), Dialect::MySql, true);
+        // Both are written (they are two keys exactly), the newer one last: a
+        // case-insensitive table keeps it.
+        assert_eq!(
+            values(&runs[0]),
+            ["older", "newer", "other"].map(|v| SqlValue::Text(v.into()))
+        );
     }
 
     #[test]

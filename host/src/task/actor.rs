@@ -389,8 +389,7 @@ impl Actor {
             topics
         };
         for topic in held {
-            let known = consumer::topic_exists(consumer, &topic, Duration::from_secs(5));
-            if let Ok(false) = known {
+            if let Ok(true) = consumer::topic_is_gone(consumer, &topic, Duration::from_secs(5)) {
                 return Err(TaskError::Consumer {
                     reason: "a topic the task reads was deleted",
                     source: error,

@@ -195,17 +195,39 @@ impl Shared {
             .iter()
             .map(|(p, s)| (p.clone(), s.position, s.committed))
             .collect();
+        let fetching: HashMap<Partition, Option<i64>> =
+            consumer::fetch_positions(consumer).into_iter().collect();
         let mut moved = 0;
         for (partition, position, committed) in owned {
             let Some(at) = position.or(committed) else {
                 continue;
             };
-            let Some((low, high)) = self.log_range(consumer, &partition) else {
-                continue;
-            };
-            if !(low..=high).contains(&at) {
-                self.reset(consumer, partition, at, committed, (low, high))?;
-                moved += 1;
+            let range = self.log_range(consumer, &partition);
+            match range {
+                Some((low, high)) if !(low..=high).contains(&at) => {
+                    self.reset(consumer, partition, at, committed, (low, high))?;
+                    moved += 1;
+                }
+                // librdkafka fetches ahead of the task: its position, not the task's, may be
+                // the one outside the log (a log that lost its tail). Or the range could
+                // not be read. Either way librdkafka has stopped fetching the partition
+                // (auto.offset.reset=error): fetch again from the task's own position,
+                // which skips nothing; a second report comes back here.
+                Some((low, high))
+                    if fetching
+                        .get(&partition)
+                        .copied()
+                        .flatten()
+                        .is_some_and(|f| !(low..=high).contains(&f)) =>
+                {
+                    self.move_to(consumer, partition, at)?;
+                    moved += 1;
+                }
+                None => {
+                    self.move_to(consumer, partition, at)?;
+                    moved += 1;
+                }
+                Some(_) => {}
             }
         }
         if moved == 0 {
@@ -286,9 +308,18 @@ impl Shared {
             .offsets_skipped
             .fetch_add(skipped, Ordering::Relaxed);
         self.metrics.offset_resets.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(topic, partition = number, stored = at, low, high, resume_at = to, skipped,
-            policy = ?self.out_of_range,
-            "stored offset not in the log: resuming as delivery.on_offset_out_of_range says; the offsets skipped are gone");
+        if to < at {
+            // The stored offset is past the log's end: a topic created again (its records
+            // are new), or a log that lost its tail (then the records up to the stored
+            // offset are read again: `latest` is the choice there).
+            tracing::warn!(topic, partition = number, stored = at, low, high, resume_at = to,
+                rewound = at - to, policy = ?self.out_of_range,
+                "stored offset past the log's end: reading from the log's start, as delivery.on_offset_out_of_range says; if this log lost its tail rather than being created again, the records up to the stored offset are read again");
+        } else {
+            tracing::warn!(topic, partition = number, stored = at, low, high, resume_at = to, skipped,
+                policy = ?self.out_of_range,
+                "stored offset not in the log: resuming as delivery.on_offset_out_of_range says; the offsets skipped are gone");
+        }
         self.move_to(consumer, partition, to)
     }
 
