@@ -9,6 +9,40 @@ use sqlx::Connection;
 
 use crate::harness::{self, Backend, TestDb, unique};
 
+/// Runs `sql` on `conn`, which must succeed.
+macro_rules! run {
+    ($conn:expr, $sql:expr) => {
+        sqlx::raw_sql(sqlx::AssertSqlSafe($sql.to_string()))
+            .execute(&mut *$conn)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", $sql))
+    };
+}
+
+/// With `b` holding row 2 of `table` in a transaction and `a` holding row 1: `a` asks for
+/// row 2, then `b` for row 1. One of them deadlocks, and that is transient.
+macro_rules! deadlock {
+    ($a:expr, $b:expr, $table:expr, $what:expr) => {{
+        let wants_two = format!("UPDATE {} SET word = 'x' WHERE id = 2", $table);
+        let wants_one = format!("UPDATE {} SET word = 'y' WHERE id = 1", $table);
+        let (first, second) = tokio::join!(
+            sqlx::raw_sql(sqlx::AssertSqlSafe(wants_two)).execute(&mut *$a),
+            async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(wants_one))
+                    .execute(&mut *$b)
+                    .await
+            }
+        );
+        let error = first.err().or(second.err()).expect("one of them deadlocks");
+        check(
+            (classify(&error), error.to_string()),
+            ErrorClass::Transient,
+            $what,
+        );
+    }};
+}
+
 /// Runs `sql` on `conn` and returns the class of the error it must fail with.
 macro_rules! class_of {
     ($conn:expr, $sql:expr) => {{
@@ -41,25 +75,20 @@ fn postgres() {
             .expect("setup");
 
         // A standby after a failover answers every write with 25006.
-        sqlx::raw_sql("BEGIN READ ONLY")
-            .execute(&mut a)
-            .await
-            .unwrap();
+        run!(&mut a, "BEGIN READ ONLY");
         let found = class_of!(&mut a, format!("INSERT INTO {table} VALUES (3, 'c')"));
         check(
             found,
             ErrorClass::Transient,
             "read-only transaction (25006)",
         );
-        sqlx::raw_sql("ROLLBACK").execute(&mut a).await.unwrap();
+        run!(&mut a, "ROLLBACK");
 
         // Lock not available (55P03): b waits on a row a holds, past lock_timeout.
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "BEGIN; UPDATE {table} SET word = 'x' WHERE id = 1"
-        )))
-        .execute(&mut a)
-        .await
-        .unwrap();
+        run!(
+            &mut a,
+            format!("BEGIN; UPDATE {table} SET word = 'x' WHERE id = 1")
+        );
         let found = class_of!(
             &mut b,
             format!("SET lock_timeout = '200ms'; UPDATE {table} SET word = 'y' WHERE id = 1")
@@ -67,35 +96,14 @@ fn postgres() {
         check(found, ErrorClass::Transient, "lock timeout (55P03)");
 
         // Deadlock (40P01): a holds 1 and wants 2, b holds 2 and wants 1.
-        sqlx::raw_sql("SET lock_timeout = 0")
-            .execute(&mut b)
-            .await
-            .unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "BEGIN; UPDATE {table} SET word = 'y' WHERE id = 2"
-        )))
-        .execute(&mut b)
-        .await
-        .unwrap();
-        let wants_two = format!("UPDATE {table} SET word = 'x' WHERE id = 2");
-        let wants_one = format!("UPDATE {table} SET word = 'y' WHERE id = 1");
-        let (first, second) = tokio::join!(
-            sqlx::raw_sql(sqlx::AssertSqlSafe(wants_two)).execute(&mut a),
-            async {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(wants_one))
-                    .execute(&mut b)
-                    .await
-            }
+        run!(&mut b, "SET lock_timeout = 0");
+        run!(
+            &mut b,
+            format!("BEGIN; UPDATE {table} SET word = 'y' WHERE id = 2")
         );
-        let error = first.err().or(second.err()).expect("one of them deadlocks");
-        check(
-            (classify(&error), error.to_string()),
-            ErrorClass::Transient,
-            "deadlock (40P01)",
-        );
-        sqlx::raw_sql("ROLLBACK").execute(&mut a).await.unwrap();
-        sqlx::raw_sql("ROLLBACK").execute(&mut b).await.unwrap();
+        deadlock!(&mut a, &mut b, table, "deadlock (40P01)");
+        run!(&mut a, "ROLLBACK");
+        run!(&mut b, "ROLLBACK");
 
         // Statement timeout (57014).
         let found = class_of!(
@@ -103,10 +111,7 @@ fn postgres() {
             "SET statement_timeout = '100ms'; SELECT pg_sleep(2)"
         );
         check(found, ErrorClass::Transient, "statement timeout (57014)");
-        sqlx::raw_sql("SET statement_timeout = 0")
-            .execute(&mut a)
-            .await
-            .unwrap();
+        run!(&mut a, "SET statement_timeout = 0");
 
         // Refusals: a duplicate key, a CHECK, a value out of range.
         let found = class_of!(&mut a, format!("INSERT INTO {table} VALUES (1, 'again')"));
@@ -122,10 +127,7 @@ fn postgres() {
         let found = class_of!(&mut a, "SELEKT 1");
         check(found, ErrorClass::Permanent, "syntax error (42601)");
 
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
-            .execute(&mut a)
-            .await
-            .expect("drop");
+        run!(&mut a, format!("DROP TABLE {table}"));
     });
 }
 
@@ -142,37 +144,24 @@ fn mariadb() {
         .execute(&mut a)
         .await
         .expect("create");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO {table} VALUES (1, 'a'), (2, 'b')"
-        )))
-        .execute(&mut a)
-        .await
-        .expect("insert");
+        run!(
+            &mut a,
+            format!("INSERT INTO {table} VALUES (1, 'a'), (2, 'b')")
+        );
 
         // A read-only transaction (a replica after a failover answers alike): 1792.
-        sqlx::raw_sql("START TRANSACTION READ ONLY")
-            .execute(&mut a)
-            .await
-            .unwrap();
+        run!(&mut a, "START TRANSACTION READ ONLY");
         let found = class_of!(&mut a, format!("INSERT INTO {table} VALUES (3, 'c')"));
         check(found, ErrorClass::Transient, "read-only transaction (1792)");
-        sqlx::raw_sql("ROLLBACK").execute(&mut a).await.unwrap();
+        run!(&mut a, "ROLLBACK");
 
         // Lock wait timeout (1205).
-        sqlx::raw_sql("START TRANSACTION")
-            .execute(&mut a)
-            .await
-            .unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "UPDATE {table} SET word = 'x' WHERE id = 1"
-        )))
-        .execute(&mut a)
-        .await
-        .unwrap();
-        sqlx::raw_sql("SET SESSION innodb_lock_wait_timeout = 1")
-            .execute(&mut b)
-            .await
-            .unwrap();
+        run!(&mut a, "START TRANSACTION");
+        run!(
+            &mut a,
+            format!("UPDATE {table} SET word = 'x' WHERE id = 1")
+        );
+        run!(&mut b, "SET SESSION innodb_lock_wait_timeout = 1");
         let found = class_of!(
             &mut b,
             format!("UPDATE {table} SET word = 'y' WHERE id = 1")
@@ -180,61 +169,28 @@ fn mariadb() {
         check(found, ErrorClass::Transient, "lock wait timeout (1205)");
 
         // Deadlock (1213): a holds 1 and wants 2, b holds 2 and wants 1.
-        sqlx::raw_sql("SET SESSION innodb_lock_wait_timeout = 20")
-            .execute(&mut b)
-            .await
-            .unwrap();
-        sqlx::raw_sql("START TRANSACTION")
-            .execute(&mut b)
-            .await
-            .unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "UPDATE {table} SET word = 'y' WHERE id = 2"
-        )))
-        .execute(&mut b)
-        .await
-        .unwrap();
-        let wants_two = format!("UPDATE {table} SET word = 'x' WHERE id = 2");
-        let wants_one = format!("UPDATE {table} SET word = 'y' WHERE id = 1");
-        let (first, second) = tokio::join!(
-            sqlx::raw_sql(sqlx::AssertSqlSafe(wants_two)).execute(&mut a),
-            async {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(wants_one))
-                    .execute(&mut b)
-                    .await
-            }
+        run!(&mut b, "SET SESSION innodb_lock_wait_timeout = 20");
+        run!(&mut b, "START TRANSACTION");
+        run!(
+            &mut b,
+            format!("UPDATE {table} SET word = 'y' WHERE id = 2")
         );
-        let error = first.err().or(second.err()).expect("one of them deadlocks");
-        check(
-            (classify(&error), error.to_string()),
-            ErrorClass::Transient,
-            "deadlock (1213)",
-        );
-        sqlx::raw_sql("ROLLBACK").execute(&mut a).await.unwrap();
-        sqlx::raw_sql("ROLLBACK").execute(&mut b).await.unwrap();
+        deadlock!(&mut a, &mut b, table, "deadlock (1213)");
+        run!(&mut a, "ROLLBACK");
+        run!(&mut b, "ROLLBACK");
 
         // MariaDB's statement time limit (1969).
-        sqlx::raw_sql("SET SESSION max_statement_time = 0.1")
-            .execute(&mut a)
-            .await
-            .unwrap();
+        run!(&mut a, "SET SESSION max_statement_time = 0.1");
         let found = class_of!(&mut a, "SELECT SLEEP(2)");
         check(found, ErrorClass::Transient, "statement time limit (1969)");
-        sqlx::raw_sql("SET SESSION max_statement_time = 0")
-            .execute(&mut a)
-            .await
-            .unwrap();
+        run!(&mut a, "SET SESSION max_statement_time = 0");
 
         // Refusals: a duplicate key, a CHECK, a value too long (strict mode).
         let found = class_of!(&mut a, format!("INSERT INTO {table} VALUES (1, 'z')"));
         check(found, ErrorClass::Refused, "duplicate key (1062)");
         let found = class_of!(&mut a, format!("INSERT INTO {table} VALUES (9, 'bad')"));
         check(found, ErrorClass::Refused, "check constraint (4025)");
-        sqlx::raw_sql("SET SESSION sql_mode = 'STRICT_ALL_TABLES'")
-            .execute(&mut a)
-            .await
-            .unwrap();
+        run!(&mut a, "SET SESSION sql_mode = 'STRICT_ALL_TABLES'");
         let found = class_of!(&mut a, format!("INSERT INTO {table} VALUES (8, 'toolong')"));
         check(found, ErrorClass::Refused, "data too long (1406)");
 
@@ -244,10 +200,7 @@ fn mariadb() {
         let found = class_of!(&mut a, "SELEKT 1");
         check(found, ErrorClass::Permanent, "syntax error (1064)");
 
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
-            .execute(&mut a)
-            .await
-            .expect("drop");
+        run!(&mut a, format!("DROP TABLE {table}"));
     });
 }
 
@@ -268,22 +221,17 @@ fn sqlite() {
         let mut b = sqlx::SqliteConnection::connect_with(&options(Duration::ZERO))
             .await
             .expect("connect");
-        sqlx::raw_sql(
+        run!(
+            &mut a,
             "CREATE TABLE classes (id INTEGER PRIMARY KEY, word TEXT NOT NULL CHECK (word <> 'bad')); \
-             INSERT INTO classes VALUES (1, 'a')",
-        )
-        .execute(&mut a)
-        .await
-        .expect("setup");
+             INSERT INTO classes VALUES (1, 'a')"
+        );
 
         // Busy (5): another connection holds the write lock.
-        sqlx::raw_sql("BEGIN IMMEDIATE")
-            .execute(&mut a)
-            .await
-            .unwrap();
+        run!(&mut a, "BEGIN IMMEDIATE");
         let found = class_of!(&mut b, "BEGIN IMMEDIATE");
         check(found, ErrorClass::Transient, "busy (5)");
-        sqlx::raw_sql("ROLLBACK").execute(&mut a).await.unwrap();
+        run!(&mut a, "ROLLBACK");
 
         // Refusals: primary key, CHECK, NOT NULL (CONSTRAINT and its extended codes).
         let found = class_of!(&mut a, "INSERT INTO classes VALUES (1, 'again')");

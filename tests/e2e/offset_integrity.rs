@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use sluice::cli::demo::sequence_stats;
 use sluice::kafka::embedded::EmbeddedKafka;
-use sluice::sink::{OffsetAdvance, Sink, WriteBatch};
+use sluice::sink::Sink;
 use sluice::supervisor::Supervisor;
 use sluice::task::TaskState;
 
@@ -40,17 +40,7 @@ async fn beyond_the_log(
     let config = scenario.config(&bootstrap, db);
     let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
     sink.prepare().await.expect("prepare");
-    sink.write(&WriteBatch {
-        offsets: vec![OffsetAdvance {
-            topic: scenario.topic.clone(),
-            partition: 0,
-            expected: None,
-            next: STORED,
-        }],
-        ..WriteBatch::default()
-    })
-    .await
-    .expect("store an offset beyond the log");
+    harness::store_offset(&sink, &scenario.topic, STORED).await;
     sink.close().await;
     (kafka, scenario, config)
 }
@@ -160,6 +150,17 @@ async fn out_of_range_latest_reads_what_comes_next(db: Backend) {
 }
 for_each_database!(out_of_range_latest_reads_what_comes_next: sqlite = Sqlite);
 
+/// A run on Tansu even when `KAFKA_BROKERS` points elsewhere: the tests below need its
+/// fault. One partition, `max_records` per batch, `policy` in `delivery:`.
+async fn on_tansu(db: Backend, policy: &'static str, max_records: usize) -> harness::Pipeline {
+    let port = harness::free_port();
+    let broker = harness::Broker::start_on(port, &format!("127.0.0.1:{port}"));
+    let mut scenario = Scenario::new(1);
+    scenario.max_records = max_records;
+    scenario.guarantee = policy;
+    harness::Pipeline::assemble(broker, TestDb::new(db), None, scenario, 1).await
+}
+
 /// The first record after an assignment is past the stored offset: the log holds the
 /// stored offset (it is inside the log's range), so the broker skipped records. The test
 /// broker's fault makes that happen (a fetch at 100, inside a stored batch of 500, answers
@@ -169,26 +170,12 @@ async fn first_record_past_the_stored_offset(
     db: Backend,
     policy: &'static str,
 ) -> (harness::SluiceProcess, harness::Pipeline) {
-    let port = harness::free_port();
-    let broker = harness::Broker::start_on(port, &format!("127.0.0.1:{port}"));
-    let mut scenario = Scenario::new(1);
-    scenario.guarantee = policy;
-    let run = harness::Pipeline::assemble(broker, TestDb::new(db), None, scenario, 1).await;
+    let run = on_tansu(db, policy, 1_000).await;
     harness::produce_compressed(&run.broker.bootstrap, &run.scenario.topic, 0..1_000, "none").await;
     let config = run.scenario.config(&run.broker.bootstrap, &run.db);
     let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
     sink.prepare().await.expect("prepare");
-    sink.write(&WriteBatch {
-        offsets: vec![OffsetAdvance {
-            topic: run.scenario.topic.clone(),
-            partition: 0,
-            expected: None,
-            next: 100,
-        }],
-        ..WriteBatch::default()
-    })
-    .await
-    .expect("store offset 100");
+    harness::store_offset(&sink, &run.scenario.topic, 100).await;
     sink.close().await;
     (run.start(), run)
 }
@@ -258,27 +245,13 @@ async fn offset_gaps_are_noticed(
     db: Backend,
     policy: &'static str,
 ) -> (harness::SluiceProcess, harness::Pipeline) {
-    let port = harness::free_port();
-    let broker = harness::Broker::start_on(port, &format!("127.0.0.1:{port}"));
-    let mut scenario = Scenario::new(1);
-    scenario.max_records = 50;
-    scenario.guarantee = policy;
-    let run = harness::Pipeline::assemble(broker, TestDb::new(db), None, scenario, 1).await;
+    let run = on_tansu(db, policy, 50).await;
     harness::produce_compressed(&run.broker.bootstrap, &run.scenario.topic, 0..3_000, "none").await;
     let config = run.scenario.config(&run.broker.bootstrap, &run.db);
     let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
     sink.prepare().await.expect("create the table");
     let table = &run.scenario.table;
-    sink.execute_statement(&format!(
-        "CREATE FUNCTION {table}_slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$ LANGUAGE plpgsql"
-    ))
-    .await
-    .expect("function");
-    sink.execute_statement(&format!(
-        "CREATE TRIGGER {table}_slow AFTER INSERT ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {table}_slow()"
-    ))
-    .await
-    .expect("trigger");
+    harness::slow_writes(&sink, table, 0.3).await;
     sink.close().await;
     (run.start(), run)
 }

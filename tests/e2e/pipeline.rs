@@ -295,16 +295,7 @@ async fn a_stop_finishes_only_the_batch_in_flight(db: Backend) {
     .await
     .expect("connect");
     sink.prepare().await.expect("create the table");
-    sink.execute_statement(&format!(
-        "CREATE FUNCTION {table}_slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$ LANGUAGE plpgsql"
-    ))
-    .await
-    .expect("function");
-    sink.execute_statement(&format!(
-        "CREATE TRIGGER {table}_slow AFTER INSERT ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {table}_slow()"
-    ))
-    .await
-    .expect("trigger");
+    harness::slow_writes(&sink, table, 2.0).await;
     let sluice = run.start();
     let first = run.wait_for_rows(1, 60).await;
     assert!(first.rows > 0, "no rows");

@@ -360,6 +360,36 @@ impl Drop for Broker {
     }
 }
 
+/// Makes every write statement into `table` take `seconds` longer (PostgreSQL: a
+/// statement trigger that sleeps), so that batches pile up behind the one being written.
+pub async fn slow_writes(sink: &Sink, table: &str, seconds: f64) {
+    sink.execute_statement(&format!(
+        "CREATE FUNCTION {table}_slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep({seconds}); RETURN NULL; END $$ LANGUAGE plpgsql"
+    ))
+    .await
+    .expect("function");
+    sink.execute_statement(&format!(
+        "CREATE TRIGGER {table}_slow AFTER INSERT ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {table}_slow()"
+    ))
+    .await
+    .expect("trigger");
+}
+
+/// Stores `next` as partition 0's offset of `topic`, as if a batch had committed it.
+pub async fn store_offset(sink: &Sink, topic: &str, next: i64) {
+    sink.write(&sluice::sink::WriteBatch {
+        offsets: vec![sluice::sink::OffsetAdvance {
+            topic: topic.to_string(),
+            partition: 0,
+            expected: None,
+            next,
+        }],
+        ..sluice::sink::WriteBatch::default()
+    })
+    .await
+    .expect("store an offset");
+}
+
 /// The databases every end-to-end test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -688,25 +718,15 @@ impl SluiceProcess {
     }
 
     /// SIGTERM, then wait for a clean exit.
-    pub fn terminate(mut self) -> ExitStatus {
+    pub fn terminate(self) -> ExitStatus {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("sluice did not exit within 60 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.wait_for_exit(Duration::from_secs(60))
     }
 
-    /// Waits for the process to exit by itself (a failed task ends `sluice run`), at most
-    /// `limit`.
+    /// Waits for the process to exit (by itself: a failed task ends `sluice run`), at most
+    /// `limit`; then kills it and fails the test.
     pub fn wait_for_exit(mut self, limit: Duration) -> ExitStatus {
         let deadline = Instant::now() + limit;
         loop {
@@ -717,7 +737,7 @@ impl SluiceProcess {
                 let _ = self.child.kill();
                 panic!("sluice did not exit within {limit:?}");
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
