@@ -290,3 +290,79 @@ async fn offset_gap_fails_when_told(db: Backend) {
     assert!(log.contains("offsets jumped from"), "{log}");
 }
 for_each_database!(offset_gap_fails_when_told: postgres = Postgres);
+
+/// A listener that starts every partition at offset 0 and records nothing else.
+struct FromZero;
+
+impl sluice::kafka::consumer::RebalanceListener for FromZero {
+    fn on_revoke(&self, _: &[sluice::record::Partition]) {}
+    fn on_assign(
+        &self,
+        partitions: &[sluice::record::Partition],
+    ) -> Vec<(sluice::record::Partition, Option<i64>)> {
+        partitions.iter().map(|p| (p.clone(), Some(0))).collect()
+    }
+    fn paused(&self) -> bool {
+        false
+    }
+    fn failed(&self, error: rdkafka::error::KafkaError) {
+        panic!("{error}")
+    }
+    fn take_kafka_commits(&self) -> Vec<(sluice::record::Partition, i64)> {
+        Vec::new()
+    }
+}
+
+/// Moving one partition with the eager protocol's assign (the path taken when a seek is
+/// not possible) leaves the other partitions where they are fetching: before, they went
+/// back to the offsets of the last assign call and read everything again.
+#[test]
+fn reassigning_one_partition_leaves_the_others_where_they_are() {
+    harness::run_test(async {
+        let kafka = EmbeddedKafka::start(1).expect("mock cluster");
+        let scenario = Scenario::new(1);
+        kafka.create_topic(&scenario.topic, 2).expect("topic");
+        let bootstrap = kafka.bootstrap_servers();
+        harness::produce_values(&bootstrap, &scenario.topic, 0..400, harness::word_event, None)
+            .await;
+        let db = TestDb::new(Backend::Sqlite);
+        let config = scenario.config(&bootstrap, &db);
+        let consumer = sluice::kafka::consumer::subscribe(
+            &config.kafka,
+            &bootstrap,
+            &config.connectors[0],
+            0,
+            std::sync::Arc::new(FromZero),
+        )
+        .expect("consumer");
+        let next = |consumer: &sluice::kafka::consumer::SourceConsumer, partition: i32, after: Option<i64>| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                assert!(Instant::now() < deadline, "no record of partition {partition}");
+                if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+                    let record = sluice::kafka::consumer::to_record(&message).record;
+                    if record.partition == partition && after.is_none_or(|a| record.offset > a) {
+                        return record.offset;
+                    }
+                }
+            }
+        };
+        // Read partition 1 up to offset 50 or more.
+        let mut last = next(&consumer, 1, None);
+        while last < 50 {
+            last = next(&consumer, 1, Some(last));
+        }
+        // Partition 0 back to its start by assign: an invalid start makes the seek fail.
+        sluice::kafka::consumer::reassign(
+            &consumer,
+            &[((scenario.topic.clone(), 0), None)],
+            rdkafka::Offset::Invalid,
+        )
+        .expect("reassign");
+        let resumed = next(&consumer, 1, None);
+        assert!(
+            resumed > last,
+            "partition 1 went back to {resumed} after {last}: it should fetch on"
+        );
+    });
+}
