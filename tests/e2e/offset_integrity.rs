@@ -299,8 +299,11 @@ impl sluice::kafka::consumer::RebalanceListener for FromZero {
     fn on_assign(
         &self,
         partitions: &[sluice::record::Partition],
-    ) -> Vec<(sluice::record::Partition, Option<i64>)> {
-        partitions.iter().map(|p| (p.clone(), Some(0))).collect()
+    ) -> Vec<(sluice::record::Partition, rdkafka::Offset)> {
+        partitions
+            .iter()
+            .map(|p| (p.clone(), rdkafka::Offset::Offset(0)))
+            .collect()
     }
     fn paused(&self) -> bool {
         false
@@ -323,8 +326,14 @@ fn reassigning_one_partition_leaves_the_others_where_they_are() {
         let scenario = Scenario::new(1);
         kafka.create_topic(&scenario.topic, 2).expect("topic");
         let bootstrap = kafka.bootstrap_servers();
-        harness::produce_values(&bootstrap, &scenario.topic, 0..400, harness::word_event, None)
-            .await;
+        harness::produce_values(
+            &bootstrap,
+            &scenario.topic,
+            0..400,
+            harness::word_event,
+            None,
+        )
+        .await;
         let db = TestDb::new(Backend::Sqlite);
         let config = scenario.config(&bootstrap, &db);
         let consumer = sluice::kafka::consumer::subscribe(
@@ -335,10 +344,15 @@ fn reassigning_one_partition_leaves_the_others_where_they_are() {
             std::sync::Arc::new(FromZero),
         )
         .expect("consumer");
-        let next = |consumer: &sluice::kafka::consumer::SourceConsumer, partition: i32, after: Option<i64>| {
+        let next = |consumer: &sluice::kafka::consumer::SourceConsumer,
+                    partition: i32,
+                    after: Option<i64>| {
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {
-                assert!(Instant::now() < deadline, "no record of partition {partition}");
+                assert!(
+                    Instant::now() < deadline,
+                    "no record of partition {partition}"
+                );
                 if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
                     let record = sluice::kafka::consumer::to_record(&message).record;
                     if record.partition == partition && after.is_none_or(|a| record.offset > a) {
@@ -366,3 +380,92 @@ fn reassigning_one_partition_leaves_the_others_where_they_are() {
         );
     });
 }
+
+/// Stored offsets written while reading another Kafka cluster (`KAFKA_BROKERS` moved to a
+/// DR replica, say) are not positions in this log: by default the task fails and names
+/// both clusters; with `earliest` it reads this log from its start, and the offsets it
+/// stores from then on carry this cluster's id.
+async fn offsets_from_another_cluster(
+    db: &TestDb,
+    policy: &'static str,
+) -> (EmbeddedKafka, Scenario, sluice::config::Config) {
+    let kafka = EmbeddedKafka::start(1).expect("mock cluster");
+    let mut scenario = Scenario::new(1);
+    scenario.guarantee = policy;
+    kafka.create_topic(&scenario.topic, 1).expect("topic");
+    let bootstrap = kafka.bootstrap_servers();
+    harness::produce_values(
+        &bootstrap,
+        &scenario.topic,
+        0..PRODUCED,
+        harness::word_event,
+        None,
+    )
+    .await;
+    let config = scenario.config(&bootstrap, db);
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    sink.prepare().await.expect("prepare");
+    sink.write(&sluice::sink::WriteBatch {
+        offsets: vec![sluice::sink::OffsetAdvance {
+            topic: scenario.topic.clone(),
+            partition: 0,
+            expected: None,
+            next: 120,
+        }],
+        cluster: Some("another-cluster".into()),
+        ..sluice::sink::WriteBatch::default()
+    })
+    .await
+    .expect("offsets from another cluster");
+    sink.close().await;
+    (kafka, scenario, config)
+}
+
+async fn another_clusters_offsets_fail_by_default(db: Backend) {
+    let db = TestDb::new(db);
+    let (kafka, scenario, config) = offsets_from_another_cluster(&db, "exactly_once").await;
+    let supervisor = Supervisor::start(&config, &kafka.bootstrap_servers())
+        .await
+        .expect("start");
+    tokio::time::timeout(Duration::from_secs(60), supervisor.finished())
+        .await
+        .expect("the task ends");
+    let status = supervisor.connectors[0].tasks[0].status.borrow().clone();
+    assert_eq!(status.state, TaskState::Failed, "{status:?}");
+    let error = status.error.unwrap_or_default();
+    assert!(
+        error.contains(&scenario.topic) && error.contains("another-cluster"),
+        "{error}"
+    );
+    supervisor.shutdown().await;
+    assert_eq!(rows(&config).await, 0);
+}
+for_each_database!(another_clusters_offsets_fail_by_default);
+
+async fn another_clusters_offsets_with_earliest_read_this_log(db: Backend) {
+    let db = TestDb::new(db);
+    let (kafka, scenario, config) =
+        offsets_from_another_cluster(&db, "exactly_once, on_offset_out_of_range: earliest").await;
+    let supervisor = Supervisor::start(&config, &kafka.bootstrap_servers())
+        .await
+        .expect("start");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rows(&config).await < PRODUCED as i64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let failures = supervisor.shutdown().await;
+    assert!(failures.is_empty(), "{failures:?}");
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    harness::assert_exactly(
+        sequence_stats(&sink, "uid").await.expect("stats"),
+        PRODUCED as i64,
+    );
+    let clusters = sink
+        .stored_clusters(&scenario.topic)
+        .await
+        .expect("clusters");
+    assert_eq!(clusters.len(), 1, "{clusters:?}");
+    assert_ne!(clusters[0], "another-cluster");
+    sink.close().await;
+}
+for_each_database!(another_clusters_offsets_with_earliest_read_this_log: sqlite = Sqlite, mariadb = MariaDb);

@@ -28,9 +28,10 @@ pub trait RebalanceListener: Send + Sync {
     /// nothing of theirs may be written any more.
     fn on_revoke(&self, partitions: &[Partition]);
 
-    /// These partitions arrive: return where each starts (`None`: no stored offset, start
-    /// per `auto.offset.reset`). An error leaves them unassigned and fails the task.
-    fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Option<i64>)>;
+    /// These partitions arrive: return where each starts (its stored offset, or an
+    /// explicit position such as the log's beginning). An error leaves them unassigned and
+    /// fails the task.
+    fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Offset)>;
 
     /// After an assignment: whether the new partitions start paused (an operator's pause,
     /// or backpressure). librdkafka keeps a partition's pause flag across unassign and
@@ -51,8 +52,6 @@ pub struct SourceContext {
     pub task: usize,
     listener: Arc<dyn RebalanceListener>,
     quiet: Quiet,
-    /// Where a partition without a stored offset starts.
-    fresh_start: Offset,
 }
 
 /// How often a repeated client error is logged at its own level.
@@ -155,8 +154,7 @@ impl ConsumerContext for SourceContext {
                 let starts = self.listener.on_assign(&partitions);
                 let mut assignment = TopicPartitionList::new();
                 for ((topic, partition), start) in &starts {
-                    let offset = start.map_or(self.fresh_start, Offset::Offset);
-                    if let Err(e) = assignment.add_partition_offset(topic, *partition, offset) {
+                    if let Err(e) = assignment.add_partition_offset(topic, *partition, *start) {
                         tracing::error!(topic, partition, error = %e, "cannot build assignment");
                     }
                 }
@@ -322,7 +320,6 @@ pub fn subscribe(
         task,
         listener,
         quiet: Quiet::default(),
-        fresh_start: fresh_start(kafka, connector),
     };
     let consumer: SourceConsumer =
         consumer_config(kafka, brokers, connector, task).create_with_context(context)?;
@@ -414,6 +411,11 @@ pub fn topic_is_gone(
         None => true,
         Some(t) => t.error() == Some(unknown),
     })
+}
+
+/// The id of the cluster the consumer is connected to, when the broker gives one.
+pub fn cluster_id(consumer: &SourceConsumer, timeout: Duration) -> Option<String> {
+    consumer.client().fetch_cluster_id(timeout)
 }
 
 /// Where librdkafka is fetching each assigned partition from (`None`: not known yet).

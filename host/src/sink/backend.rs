@@ -101,11 +101,13 @@ where
 }
 
 /// The compare-and-set: each partition's stored offset moves from `expected` to `next`, or
-/// the whole batch fails with [`SinkError::OffsetConflict`].
+/// the whole batch fails with [`SinkError::OffsetConflict`]. `cluster` (the Kafka cluster
+/// id, when the broker gives one) is stored beside each offset.
 pub async fn advance_offsets<DB>(
     conn: &mut DB::Connection,
     dialect: Dialect,
     connector: &str,
+    cluster: Option<&str>,
     offsets: &[OffsetAdvance],
 ) -> Result<(), SinkError>
 where
@@ -113,6 +115,7 @@ where
     DB::Arguments: IntoArguments<DB>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     String: for<'q> Encode<'q, DB> + Type<DB>,
+    Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
     i32: for<'q> Encode<'q, DB> + Type<DB>,
     i64: for<'q> Encode<'q, DB> + Type<DB>,
 {
@@ -135,6 +138,7 @@ where
             Some(expected) => {
                 let result = sqlx::query::<DB>(AssertSqlSafe(dialect.advance_offset()))
                     .bind(advance.next)
+                    .bind(cluster.map(str::to_string))
                     .bind(connector.to_string())
                     .bind(advance.topic.clone())
                     .bind(advance.partition)
@@ -152,6 +156,7 @@ where
                     .bind(advance.topic.clone())
                     .bind(advance.partition)
                     .bind(advance.next)
+                    .bind(cluster.map(str::to_string))
                     .execute(&mut *conn)
                     .await;
                 match result {

@@ -179,32 +179,45 @@ impl Dialect {
         }
     }
 
-    /// Binds: next_offset, connector, topic, partition, expected next_offset.
+    /// Binds: next_offset, cluster id (NULL keeps the stored one), connector, topic,
+    /// partition, expected next_offset.
     pub fn advance_offset(self) -> String {
         let p = |n| self.param(n);
         format!(
-            "UPDATE sluice_offsets SET next_offset = {}, updated_at = {} WHERE connector = {} AND topic = {} AND {} = {} AND next_offset = {}",
+            "UPDATE sluice_offsets SET next_offset = {}, cluster_id = COALESCE({}, cluster_id), updated_at = {} \
+             WHERE connector = {} AND topic = {} AND {} = {} AND next_offset = {}",
             p(1),
+            p(2),
             self.now(),
+            p(3),
+            p(4),
+            self.quote("partition"),
+            p(5),
+            p(6)
+        )
+    }
+
+    /// Binds: connector, topic, partition, next_offset, cluster id. A duplicate key means
+    /// another task stored an offset first.
+    pub fn insert_offset(self) -> String {
+        let p = |n| self.param(n);
+        format!(
+            "INSERT INTO sluice_offsets (connector, topic, {}, next_offset, cluster_id) VALUES ({}, {}, {}, {}, {})",
+            self.quote("partition"),
+            p(1),
             p(2),
             p(3),
-            self.quote("partition"),
             p(4),
             p(5)
         )
     }
 
-    /// Binds: connector, topic, partition, next_offset. A duplicate key means another task
-    /// stored an offset first.
-    pub fn insert_offset(self) -> String {
-        let p = |n| self.param(n);
+    /// Binds: connector, topic. Returns the distinct cluster ids stored with its offsets.
+    pub fn read_offset_clusters(self) -> String {
         format!(
-            "INSERT INTO sluice_offsets (connector, topic, {}, next_offset) VALUES ({}, {}, {}, {})",
-            self.quote("partition"),
-            p(1),
-            p(2),
-            p(3),
-            p(4)
+            "SELECT DISTINCT cluster_id FROM sluice_offsets WHERE connector = {} AND topic = {} AND cluster_id IS NOT NULL",
+            self.param(1),
+            self.param(2)
         )
     }
 
@@ -445,10 +458,11 @@ mod tests {
             Dialect::MySql.delete_values(&table(), 3),
             "DELETE FROM `app`.`words` WHERE `uid` IN (?, ?, ?)"
         );
+        let advance = Dialect::Postgres.advance_offset();
+        assert!(advance.contains("next_offset = $6"), "{advance}");
         assert!(
-            Dialect::Postgres
-                .advance_offset()
-                .contains("next_offset = $5")
+            advance.contains("cluster_id = COALESCE($2, cluster_id)"),
+            "{advance}"
         );
         assert_eq!(Dialect::Sqlite.rows_per_statement(20), 1500);
     }

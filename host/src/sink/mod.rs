@@ -66,6 +66,9 @@ pub struct WriteBatch {
     /// Dead letters (topic, partition, offset) that a redrive wrote: deleted from the
     /// dead-letter table in the same transaction.
     pub redriven: Vec<(String, i32, i64)>,
+    /// The id of the Kafka cluster the records came from, stored beside the offsets: a
+    /// stored offset from another cluster is not resumed from in silence.
+    pub cluster: Option<String>,
 }
 
 enum Pool {
@@ -317,6 +320,25 @@ impl Sink {
             .map_err(self.db_error("read offsets"))
     }
 
+    /// The Kafka cluster ids stored with `topic`'s offsets (none for offsets stored before
+    /// sluice kept them).
+    pub async fn stored_clusters(&self, topic: &str) -> Result<Vec<String>, SinkError> {
+        let sql = self.dialect.read_offset_clusters();
+        let read = async {
+            each_pool!(self, pool, DB => {
+                sqlx::query_scalar::<DB, String>(AssertSqlSafe(sql))
+                    .bind(self.connector.clone())
+                    .bind(topic.to_string())
+                    .fetch_all(pool)
+                    .await
+            })
+        };
+        tokio::time::timeout(READ_TIMEOUT, read)
+            .await
+            .unwrap_or_else(|_| Err(sqlx::Error::PoolTimedOut))
+            .map_err(self.db_error("read offsets"))
+    }
+
     /// Forgets the stored offsets of `topic` (`sluice offsets reset`).
     pub async fn reset_offsets(&self, topic: &str) -> Result<u64, SinkError> {
         let sql = self.dialect.delete_offsets();
@@ -373,8 +395,16 @@ impl Sink {
         String: for<'q> Encode<'q, DB> + Type<DB>,
         i32: for<'q> Encode<'q, DB> + Type<DB>,
         i64: for<'q> Encode<'q, DB> + Type<DB>,
+        Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
     {
-        backend::advance_offsets::<DB>(conn, self.dialect, &self.connector, &batch.offsets).await?;
+        backend::advance_offsets::<DB>(
+            conn,
+            self.dialect,
+            &self.connector,
+            batch.cluster.as_deref(),
+            &batch.offsets,
+        )
+        .await?;
         let runs = runs(
             &batch.ops,
             &self.table,

@@ -13,6 +13,7 @@
 //! |---|---|
 //! | 1 | `sluice_offsets` (connector, topic, partition, next_offset, updated_at) |
 //! | 2 | MySQL/MariaDB: `sluice_offsets` compares connector and topic names exactly (binary collation); before, `Orders` and `orders` shared one row |
+//! | 3 | `sluice_offsets.cluster_id`: the Kafka cluster an offset was read from |
 
 use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, Type};
 
@@ -20,7 +21,7 @@ use super::backend::{self, Backend};
 use super::{Dialect, Sink, SinkError, each_pool};
 
 /// The version of sluice's own tables this binary writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// An arbitrary key for PostgreSQL's advisory lock: "sluice" in ASCII.
 const PG_LOCK_KEY: i64 = 0x736c_7569_6365;
@@ -60,8 +61,24 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
              MODIFY connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
              MODIFY topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
         ],
+        (3, Dialect::Postgres) => {
+            vec!["ALTER TABLE sluice_offsets ADD COLUMN IF NOT EXISTS cluster_id TEXT"]
+        }
+        // MySQL has no IF NOT EXISTS here: a column already there (1060) is this step done.
+        (3, Dialect::MySql) => vec![
+            "ALTER TABLE sluice_offsets ADD COLUMN cluster_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL",
+        ],
+        (3, Dialect::Sqlite) => vec!["ALTER TABLE sluice_offsets ADD COLUMN cluster_id TEXT"],
         _ => Vec::new(),
     }
+}
+
+/// A MySQL error that means the step was done already (by a migration that stopped before
+/// it recorded its version: MySQL commits each DDL statement by itself).
+fn already_done(dialect: Dialect, error: &sqlx::Error) -> bool {
+    dialect == Dialect::MySql
+        && matches!(error, sqlx::Error::Database(db)
+            if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>().is_some_and(|e| e.number() == 1060))
 }
 
 /// `sluice_schema`: one row, the version of sluice's own tables.
@@ -170,13 +187,17 @@ where
     }
     for version in from + 1..=SCHEMA_VERSION {
         for statement in migration(dialect, version) {
-            execute::<DB>(conn, statement.into())
-                .await
-                .map_err(|source| SinkError::Database {
-                    action: "migrate",
-                    table: "sluice_offsets".into(),
-                    source,
-                })?;
+            match execute::<DB>(conn, statement.into()).await {
+                Ok(()) => {}
+                Err(error) if already_done(dialect, &error) => {}
+                Err(source) => {
+                    return Err(SinkError::Database {
+                        action: "migrate",
+                        table: "sluice_offsets".into(),
+                        source,
+                    });
+                }
+            }
         }
         tracing::info!(version, "sluice's tables migrated");
     }
@@ -221,6 +242,9 @@ mod tests {
             assert!(migration(dialect, SCHEMA_VERSION + 1).is_empty());
         }
         assert!(!migration(Dialect::MySql, 2).is_empty());
+        for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
+            assert!(!migration(dialect, 3).is_empty(), "{dialect:?}");
+        }
     }
 
     #[test]

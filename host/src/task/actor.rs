@@ -86,6 +86,12 @@ impl Actor {
             self.spec.task,
             listener,
         )?;
+        // Which cluster this is, before any assignment: stored offsets from another one
+        // are not resumed from (delivery.on_offset_out_of_range).
+        let _ = self
+            .shared
+            .cluster
+            .set(consumer::cluster_id(&consumer, Duration::from_secs(5)));
         self.transition(TaskEvent::Subscribed)?;
         let batch = self.spec.connector.batch.clone();
         let max_bytes = usize::try_from(batch.max_bytes.0).unwrap_or(usize::MAX);
@@ -357,6 +363,8 @@ impl Actor {
             offsets,
             next_offsets,
         );
+        let mut plan = plan;
+        plan.batch.cluster = self.shared.cluster();
         let job = Arc::new(Job {
             plan: tokio::sync::Mutex::new(plan),
             prepared,

@@ -95,6 +95,16 @@ pub enum TaskError {
         expected: i64,
         got: i64,
     },
+    /// Stored offsets read from another Kafka cluster, under `on_offset_out_of_range: fail`.
+    #[error(
+        "{topic}: the stored offsets were read from Kafka cluster {stored}, and the brokers are cluster {current}: \
+         they are not positions in this log; set delivery.on_offset_out_of_range: earliest or latest to start over there"
+    )]
+    ClusterMismatch {
+        topic: String,
+        stored: String,
+        current: String,
+    },
     /// The consumer met an error that retrying cannot help.
     #[error("kafka: {reason}: {source}")]
     Consumer {
@@ -139,6 +149,8 @@ struct Shared {
     out_of_range: OutOfRange,
     /// Where a partition without a stored offset starts.
     fresh_start: rdkafka::Offset,
+    /// The id of the Kafka cluster the consumer reads (set once, before the first poll).
+    cluster: std::sync::OnceLock<Option<String>>,
     /// Gap warnings are at most one per [`GAP_WARN_PERIOD`]: when the last one was, and
     /// how many were held back since.
     gap_warned: Mutex<(Option<Instant>, u64)>,
@@ -172,7 +184,13 @@ impl Shared {
             out_of_range: spec.connector.delivery.on_offset_out_of_range,
             fresh_start: crate::kafka::consumer::fresh_start(&spec.kafka, &spec.connector),
             gap_warned: Mutex::new((None, 0)),
+            cluster: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The Kafka cluster's id, once known.
+    fn cluster(&self) -> Option<String> {
+        self.cluster.get().cloned().flatten()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

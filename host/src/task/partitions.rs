@@ -76,9 +76,31 @@ impl Shared {
     /// One attempt at reading a topic's stored offsets, within [`OFFSETS_READ_TIMEOUT`]:
     /// called where polling waits for it (an assignment, the loop), so it must not wait
     /// out an outage.
-    pub(super) fn read_offsets_once(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
+    fn read_offsets_once(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
         self.runtime.block_on(async {
             tokio::time::timeout(OFFSETS_READ_TIMEOUT, self.sink.read_offsets(topic))
+                .await
+                .unwrap_or(Err(SinkError::Timeout {
+                    action: "read offsets",
+                    table: "sluice_offsets".into(),
+                    after: OFFSETS_READ_TIMEOUT,
+                }))
+        })
+    }
+
+    /// One attempt at reading a topic's stored offsets and the Kafka cluster ids stored
+    /// with them, within [`OFFSETS_READ_TIMEOUT`] (an assignment waits for it).
+    pub(super) fn read_stored_once(
+        &self,
+        topic: &str,
+    ) -> Result<(HashMap<i32, i64>, Vec<String>), SinkError> {
+        self.runtime.block_on(async {
+            let read = async {
+                let offsets = self.sink.read_offsets(topic).await?;
+                let clusters = self.sink.stored_clusters(topic).await?;
+                Ok((offsets, clusters))
+            };
+            tokio::time::timeout(OFFSETS_READ_TIMEOUT, read)
                 .await
                 .unwrap_or(Err(SinkError::Timeout {
                     action: "read offsets",

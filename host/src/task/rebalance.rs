@@ -8,9 +8,10 @@ use std::sync::atomic::Ordering;
 use super::in_flight::Settle;
 use super::partitions::{PartitionState, queue_reassign};
 use super::{Shared, TaskError};
-use crate::config::Guarantee;
+use crate::config::{Guarantee, OutOfRange};
 use crate::kafka::consumer::RebalanceListener;
 use crate::record::Partition;
+use rdkafka::Offset;
 
 impl RebalanceListener for Shared {
     fn on_revoke(&self, partitions: &[Partition]) {
@@ -27,12 +28,15 @@ impl RebalanceListener for Shared {
         inner.jumped.retain(|j| !partitions.contains(&j.partition));
     }
 
-    fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Option<i64>)> {
+    fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Offset)> {
         let mut stored: HashMap<String, HashMap<i32, i64>> = HashMap::new();
+        // Topics whose stored offsets came from another Kafka cluster than this one.
+        let mut foreign: HashMap<String, Vec<String>> = HashMap::new();
         // Topics whose stored offsets could not be read now (the database is away): their
         // partitions are read again from the loop, not here: a callback that waits out an
         // outage stops polling and gets the consumer thrown out of its group.
         let mut unknown: Vec<String> = Vec::new();
+        let cluster = self.cluster();
         if self.guarantee == Guarantee::ExactlyOnce {
             for (topic, _) in partitions {
                 if stored.contains_key(topic) || unknown.contains(topic) {
@@ -40,8 +44,13 @@ impl RebalanceListener for Shared {
                 }
                 // One short attempt: a database that does not answer at once is retried
                 // from the loop.
-                match self.read_offsets_once(topic) {
-                    Ok(offsets) => {
+                match self.read_stored_once(topic) {
+                    Ok((offsets, clusters)) => {
+                        if let Some(current) = &cluster
+                            && clusters.iter().any(|c| c != current)
+                        {
+                            foreign.insert(topic.clone(), clusters);
+                        }
                         stored.insert(topic.clone(), offsets);
                     }
                     Err(e) if e.is_transient() => {
@@ -61,25 +70,52 @@ impl RebalanceListener for Shared {
         }
         let mut inner = self.lock();
         let mut waiting = Vec::new();
-        let starts = partitions
-            .iter()
-            .map(|partition| {
-                let start = stored
-                    .get(&partition.0)
-                    .and_then(|o| o.get(&partition.1))
-                    .copied();
-                inner
-                    .partitions
-                    .insert(partition.clone(), PartitionState::starting_at(start));
-                if unknown.contains(&partition.0) {
-                    waiting.push(partition.clone());
-                } else {
-                    tracing::info!(topic = %partition.0, partition = partition.1,
-                        start = ?start, "resuming from stored offset");
+        let mut starts = Vec::with_capacity(partitions.len());
+        for partition in partitions {
+            let start = stored
+                .get(&partition.0)
+                .and_then(|o| o.get(&partition.1))
+                .copied();
+            let mut state = PartitionState::starting_at(start);
+            let mut at = start.map_or(self.fresh_start, Offset::Offset);
+            if let (Some(stored_at), Some(clusters)) = (start, foreign.get(&partition.0)) {
+                // Offsets read from another cluster (a DR replica, a new cluster behind
+                // the same name): they are not positions in this log.
+                let current = cluster.clone().unwrap_or_default();
+                match self.out_of_range {
+                    OutOfRange::Fail => {
+                        inner.fatal.get_or_insert(TaskError::ClusterMismatch {
+                            topic: partition.0.clone(),
+                            stored: clusters.join(", "),
+                            current,
+                        });
+                    }
+                    policy => {
+                        at = if policy == OutOfRange::Latest {
+                            Offset::End
+                        } else {
+                            Offset::Beginning
+                        };
+                        // The compare-and-set still starts from the stored offset; where
+                        // reading starts is only known at the first record.
+                        state.position = None;
+                        state.fresh = false;
+                        self.metrics.offset_resets.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(topic = %partition.0, partition = partition.1, stored = stored_at,
+                            stored_clusters = ?clusters, current = %current, ?policy,
+                            "stored offset is from another Kafka cluster: reading from the log's start or end, as delivery.on_offset_out_of_range says");
+                    }
                 }
-                (partition.clone(), start)
-            })
-            .collect();
+            }
+            inner.partitions.insert(partition.clone(), state);
+            if unknown.contains(&partition.0) {
+                waiting.push(partition.clone());
+            } else {
+                tracing::info!(topic = %partition.0, partition = partition.1,
+                    start = ?start, "resuming from stored offset");
+            }
+            starts.push((partition.clone(), at));
+        }
         queue_reassign(&mut inner, waiting);
         starts
     }
