@@ -19,10 +19,13 @@ const STORED: i64 = 1_000;
 
 /// A run on librdkafka's mock cluster (which answers a fetch outside the log with
 /// OFFSET_OUT_OF_RANGE, as Kafka does; the test broker answers it with nothing), with
-/// `STORED` stored for partition 0 of a topic that holds `PRODUCED` records.
-async fn beyond_the_log(
+/// `next` stored for partition 0 of a topic that holds `PRODUCED` records, as read from
+/// Kafka cluster `cluster`.
+async fn stored_before(
     db: &TestDb,
     policy: &'static str,
+    next: i64,
+    cluster: Option<&str>,
 ) -> (EmbeddedKafka, Scenario, sluice::config::Config) {
     let kafka = EmbeddedKafka::start(1).expect("mock cluster");
     let mut scenario = Scenario::new(1);
@@ -40,9 +43,28 @@ async fn beyond_the_log(
     let config = scenario.config(&bootstrap, db);
     let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
     sink.prepare().await.expect("prepare");
-    harness::store_offset(&sink, &scenario.topic, STORED).await;
+    sink.write(&sluice::sink::WriteBatch {
+        offsets: vec![sluice::sink::OffsetAdvance {
+            topic: scenario.topic.clone(),
+            partition: 0,
+            expected: None,
+            next,
+        }],
+        cluster: cluster.map(str::to_string),
+        ..sluice::sink::WriteBatch::default()
+    })
+    .await
+    .expect("store an offset");
     sink.close().await;
     (kafka, scenario, config)
+}
+
+/// `STORED`, beyond the log's end.
+async fn beyond_the_log(
+    db: &TestDb,
+    policy: &'static str,
+) -> (EmbeddedKafka, Scenario, sluice::config::Config) {
+    stored_before(db, policy, STORED, None).await
 }
 
 async fn rows(config: &sluice::config::Config) -> i64 {
@@ -52,12 +74,25 @@ async fn rows(config: &sluice::config::Config) -> i64 {
     rows
 }
 
-/// Default (`fail`): the task fails, naming the topic, partition, stored offset and the
-/// log's range; nothing is written.
-async fn out_of_range_fails_by_default(db: Backend) {
-    let db = TestDb::new(db);
-    let (kafka, scenario, config) = beyond_the_log(&db, "exactly_once").await;
-    let supervisor = Supervisor::start(&config, &kafka.bootstrap_servers())
+/// Runs the connector in this process until the table holds every produced record (at
+/// most 60 s), stops it cleanly, and returns a sink on its database.
+async fn run_until_drained(kafka: &EmbeddedKafka, config: &sluice::config::Config) -> Sink {
+    let supervisor = Supervisor::start(config, &kafka.bootstrap_servers())
+        .await
+        .expect("start");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rows(config).await < PRODUCED as i64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let failures = supervisor.shutdown().await;
+    assert!(failures.is_empty(), "{failures:?}");
+    Sink::connect(&config.connectors[0]).await.expect("connect")
+}
+
+/// Runs the connector in this process until its task ends, which must be a failure:
+/// returns its error. Nothing is written.
+async fn task_failure(kafka: &EmbeddedKafka, config: &sluice::config::Config) -> String {
+    let supervisor = Supervisor::start(config, &kafka.bootstrap_servers())
         .await
         .expect("start");
     tokio::time::timeout(Duration::from_secs(60), supervisor.finished())
@@ -65,7 +100,17 @@ async fn out_of_range_fails_by_default(db: Backend) {
         .expect("the task ends");
     let status = supervisor.connectors[0].tasks[0].status.borrow().clone();
     assert_eq!(status.state, TaskState::Failed, "{status:?}");
-    let error = status.error.unwrap_or_default();
+    supervisor.shutdown().await;
+    assert_eq!(rows(config).await, 0);
+    status.error.unwrap_or_default()
+}
+
+/// Default (`fail`): the task fails, naming the topic, partition, stored offset and the
+/// log's range; nothing is written.
+async fn out_of_range_fails_by_default(db: Backend) {
+    let db = TestDb::new(db);
+    let (kafka, scenario, config) = beyond_the_log(&db, "exactly_once").await;
+    let error = task_failure(&kafka, &config).await;
     for part in [
         format!("{}/0", scenario.topic),
         format!("stored offset {STORED}"),
@@ -74,8 +119,6 @@ async fn out_of_range_fails_by_default(db: Backend) {
     ] {
         assert!(error.contains(&part), "{part:?} in {error}");
     }
-    supervisor.shutdown().await;
-    assert_eq!(rows(&config).await, 0);
 }
 for_each_database!(out_of_range_fails_by_default);
 
@@ -85,16 +128,7 @@ async fn out_of_range_earliest_reads_the_log_again(db: Backend) {
     let db = TestDb::new(db);
     let (kafka, scenario, config) =
         beyond_the_log(&db, "exactly_once, on_offset_out_of_range: earliest").await;
-    let supervisor = Supervisor::start(&config, &kafka.bootstrap_servers())
-        .await
-        .expect("start");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while rows(&config).await < PRODUCED as i64 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let failures = supervisor.shutdown().await;
-    assert!(failures.is_empty(), "{failures:?}");
-    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    let sink = run_until_drained(&kafka, &config).await;
     let stats = sequence_stats(&sink, "uid").await.expect("stats");
     harness::assert_exactly(stats, PRODUCED as i64);
     let stored = sink.read_offsets(&scenario.topic).await.expect("offsets");
@@ -389,56 +423,17 @@ async fn offsets_from_another_cluster(
     db: &TestDb,
     policy: &'static str,
 ) -> (EmbeddedKafka, Scenario, sluice::config::Config) {
-    let kafka = EmbeddedKafka::start(1).expect("mock cluster");
-    let mut scenario = Scenario::new(1);
-    scenario.guarantee = policy;
-    kafka.create_topic(&scenario.topic, 1).expect("topic");
-    let bootstrap = kafka.bootstrap_servers();
-    harness::produce_values(
-        &bootstrap,
-        &scenario.topic,
-        0..PRODUCED,
-        harness::word_event,
-        None,
-    )
-    .await;
-    let config = scenario.config(&bootstrap, db);
-    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
-    sink.prepare().await.expect("prepare");
-    sink.write(&sluice::sink::WriteBatch {
-        offsets: vec![sluice::sink::OffsetAdvance {
-            topic: scenario.topic.clone(),
-            partition: 0,
-            expected: None,
-            next: 120,
-        }],
-        cluster: Some("another-cluster".into()),
-        ..sluice::sink::WriteBatch::default()
-    })
-    .await
-    .expect("offsets from another cluster");
-    sink.close().await;
-    (kafka, scenario, config)
+    stored_before(db, policy, 120, Some("another-cluster")).await
 }
 
 async fn another_clusters_offsets_fail_by_default(db: Backend) {
     let db = TestDb::new(db);
     let (kafka, scenario, config) = offsets_from_another_cluster(&db, "exactly_once").await;
-    let supervisor = Supervisor::start(&config, &kafka.bootstrap_servers())
-        .await
-        .expect("start");
-    tokio::time::timeout(Duration::from_secs(60), supervisor.finished())
-        .await
-        .expect("the task ends");
-    let status = supervisor.connectors[0].tasks[0].status.borrow().clone();
-    assert_eq!(status.state, TaskState::Failed, "{status:?}");
-    let error = status.error.unwrap_or_default();
+    let error = task_failure(&kafka, &config).await;
     assert!(
         error.contains(&scenario.topic) && error.contains("another-cluster"),
         "{error}"
     );
-    supervisor.shutdown().await;
-    assert_eq!(rows(&config).await, 0);
 }
 for_each_database!(another_clusters_offsets_fail_by_default);
 
@@ -446,16 +441,7 @@ async fn another_clusters_offsets_with_earliest_read_this_log(db: Backend) {
     let db = TestDb::new(db);
     let (kafka, scenario, config) =
         offsets_from_another_cluster(&db, "exactly_once, on_offset_out_of_range: earliest").await;
-    let supervisor = Supervisor::start(&config, &kafka.bootstrap_servers())
-        .await
-        .expect("start");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while rows(&config).await < PRODUCED as i64 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let failures = supervisor.shutdown().await;
-    assert!(failures.is_empty(), "{failures:?}");
-    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    let sink = run_until_drained(&kafka, &config).await;
     harness::assert_exactly(
         sequence_stats(&sink, "uid").await.expect("stats"),
         PRODUCED as i64,

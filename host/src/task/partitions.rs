@@ -73,23 +73,9 @@ impl Inner {
 }
 
 impl Shared {
-    /// One attempt at reading a topic's stored offsets, within [`OFFSETS_READ_TIMEOUT`]:
-    /// called where polling waits for it (an assignment, the loop), so it must not wait
-    /// out an outage.
-    fn read_offsets_once(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
-        self.runtime.block_on(async {
-            tokio::time::timeout(OFFSETS_READ_TIMEOUT, self.sink.read_offsets(topic))
-                .await
-                .unwrap_or(Err(SinkError::Timeout {
-                    action: "read offsets",
-                    table: "sluice_offsets".into(),
-                    after: OFFSETS_READ_TIMEOUT,
-                }))
-        })
-    }
-
     /// One attempt at reading a topic's stored offsets and the Kafka cluster ids stored
-    /// with them, within [`OFFSETS_READ_TIMEOUT`] (an assignment waits for it).
+    /// with them, within [`OFFSETS_READ_TIMEOUT`]: called where polling waits for it (an
+    /// assignment, the loop), so it must not wait out an outage.
     pub(super) fn read_stored_once(
         &self,
         topic: &str,
@@ -124,7 +110,7 @@ impl Shared {
                 continue;
             }
             let read = if self.guarantee == Guarantee::ExactlyOnce {
-                self.read_offsets_once(topic)
+                self.read_stored_once(topic).map(|(offsets, _)| offsets)
             } else {
                 // At-least-once keeps no offsets in the database: the group's apply.
                 Ok(HashMap::new())
