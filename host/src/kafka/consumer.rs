@@ -57,11 +57,12 @@ pub struct SourceContext {
 /// How often a repeated client error is logged at its own level.
 const QUIET_PERIOD: Duration = Duration::from_secs(30);
 
-/// librdkafka reports a broker that is down on every reconnect attempt, from several
-/// threads: errors and warnings are logged at their level once per [`QUIET_PERIOD`], at
-/// debug level in between, so an outage is a few lines rather than hundreds.
+/// A message that repeats is logged at its level once per [`QUIET_PERIOD`], at debug level
+/// in between. librdkafka reports a broker that is down on every reconnect attempt, from
+/// several threads, and a broker that skips records does so batch after batch: an outage
+/// is a few lines rather than hundreds.
 #[derive(Default)]
-struct Quiet {
+pub(crate) struct Quiet {
     last: Mutex<Option<Instant>>,
     suppressed: AtomicU64,
 }
@@ -69,7 +70,7 @@ struct Quiet {
 impl Quiet {
     /// `Some(n)` when this one is to be logged at its level (`n` were held back since the
     /// last one), `None` when it goes to debug.
-    fn loud(&self) -> Option<u64> {
+    pub(crate) fn loud(&self) -> Option<u64> {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         if last.is_some_and(|t| t.elapsed() < QUIET_PERIOD) {
             self.suppressed.fetch_add(1, Ordering::Relaxed);

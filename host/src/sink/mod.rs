@@ -333,10 +333,14 @@ impl Sink {
                     .await
             })
         };
-        tokio::time::timeout(READ_TIMEOUT, read)
-            .await
-            .unwrap_or_else(|_| Err(sqlx::Error::PoolTimedOut))
-            .map_err(self.db_error("read offsets"))
+        match tokio::time::timeout(READ_TIMEOUT, read).await {
+            Ok(result) => result.map_err(self.db_error("read offsets")),
+            Err(_) => Err(SinkError::Timeout {
+                action: "read offsets",
+                table: "sluice_offsets".into(),
+                after: READ_TIMEOUT,
+            }),
+        }
     }
 
     /// Forgets the stored offsets of `topic` (`sluice offsets reset`).

@@ -31,7 +31,7 @@ pub mod state;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -151,13 +151,9 @@ struct Shared {
     fresh_start: rdkafka::Offset,
     /// The id of the Kafka cluster the consumer reads (set once, before the first poll).
     cluster: std::sync::OnceLock<Option<String>>,
-    /// Gap warnings are at most one per [`GAP_WARN_PERIOD`]: when the last one was, and
-    /// how many were held back since.
-    gap_warned: Mutex<(Option<Instant>, u64)>,
+    /// Gap warnings: at most one per 30 s, at debug level in between.
+    gap_warnings: crate::kafka::consumer::Quiet,
 }
-
-/// How often an offset gap is warned about, at most, per task.
-const GAP_WARN_PERIOD: Duration = Duration::from_secs(30);
 
 impl Shared {
     fn new(spec: &TaskSpec, sink: Arc<Sink>, metrics: Arc<Metrics>, runtime: Handle) -> Self {
@@ -183,7 +179,7 @@ impl Shared {
             on_gap: spec.connector.delivery.on_offset_gap,
             out_of_range: spec.connector.delivery.on_offset_out_of_range,
             fresh_start: crate::kafka::consumer::fresh_start(&spec.kafka, &spec.connector),
-            gap_warned: Mutex::new((None, 0)),
+            gap_warnings: Default::default(),
             cluster: std::sync::OnceLock::new(),
         }
     }

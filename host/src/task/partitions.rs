@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{GAP_WARN_PERIOD, Inner, Shared, TaskError};
+use super::{Inner, Shared, TaskError};
 use crate::config::{Guarantee, OnGap, OutOfRange};
 use crate::deliver::DeliverError;
 use crate::kafka::consumer::{self, SourceConsumer};
@@ -383,14 +383,10 @@ impl Shared {
             tracing::debug!(topic, partition, expected, got, "offset gap");
             return Ok(());
         }
-        let mut warned = self.gap_warned.lock().unwrap_or_else(|p| p.into_inner());
-        if warned.0.is_some_and(|t| t.elapsed() < GAP_WARN_PERIOD) {
-            warned.1 += 1;
+        let Some(held_back) = self.gap_warnings.loud() else {
             tracing::debug!(topic, partition, expected, got, "offset gap");
             return Ok(());
-        }
-        let held_back = std::mem::take(&mut warned.1);
-        *warned = (Some(std::time::Instant::now()), 0);
+        };
         tracing::warn!(
             topic,
             partition,
