@@ -9,9 +9,10 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use super::problem::{Problem, render_path};
+use super::redact::Scrubber;
 use super::{
     ColumnConfig, Config, ConnectorConfig, DeadLetterDestination, ErrorPolicy, WriteMode,
-    interpolate::interpolate, redact_url,
+    interpolate::interpolate, is_secret_key,
 };
 
 /// The JSON Schema of `connectors.yaml`, compiled into the binary.
@@ -100,13 +101,14 @@ pub fn plugin_problems(
     config: &Config,
     engine: &sluice_transform::TransformEngine,
 ) -> Vec<Problem> {
+    let scrubber = config_scrubber(config);
     let mut problems = Vec::new();
     for (c, connector) in config.connectors.iter().enumerate() {
         for (t, transform) in connector.transforms.iter().enumerate() {
             if let Err(error) = sluice_transform::check_plugin(engine, &transform.spec()) {
                 problems.push(Problem::new(
                     format!("connectors[{c}].transforms[{t}].plugin"),
-                    error.to_string(),
+                    scrubber.scrub(&error.to_string()),
                 ));
             }
         }
@@ -114,14 +116,63 @@ pub fn plugin_problems(
     problems
 }
 
-/// Checks configuration text; `lookup` resolves `${VAR}`.
+/// The secrets of a loaded configuration, for messages built outside loading (a plugin's
+/// `init` may quote its config).
+fn config_scrubber(config: &Config) -> Scrubber {
+    let mut document = serde_json::Map::new();
+    let secrets = |map: &super::Properties| {
+        map.expose()
+            .iter()
+            .filter(|(key, _)| is_secret_key(key))
+            .map(|(key, value)| (key.clone(), Value::String(value.clone())))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    document.insert(
+        "kafka".into(),
+        Value::Object(secrets(&config.kafka.properties)),
+    );
+    let connectors = config
+        .connectors
+        .iter()
+        .map(|connector| {
+            let transforms: Vec<Value> = connector
+                .transforms
+                .iter()
+                .map(|t| Value::Object(secrets(&t.config)))
+                .collect();
+            serde_json::json!({
+                "url": connector.sink.url.expose(),
+                "transforms": transforms,
+            })
+        })
+        .collect();
+    document.insert("connectors".into(), Value::Array(connectors));
+    Scrubber::from_document(&Value::Object(document))
+}
+
+/// Checks configuration text; `lookup` resolves `${VAR}`. No message of the error quotes
+/// a secret of the file: URLs show as [`redact_url`] prints them, values of secret keys as
+/// `***`.
 pub fn load_str(
     text: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
-    let invalid = |problems| ConfigError::Invalid { problems };
+    let mut scrubber = Scrubber::default();
+    check_str(text, lookup, &mut scrubber).map_err(|problems| ConfigError::Invalid {
+        problems: problems
+            .into_iter()
+            .map(|p| Problem::new(p.path, scrubber.scrub(&p.message)))
+            .collect(),
+    })
+}
+
+fn check_str(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    scrubber: &mut Scrubber,
+) -> Result<Config, Vec<Problem>> {
     let mut document: Value = match serde_yaml_ng::from_str(text) {
-        Ok(Value::Null) => return Err(invalid(vec![Problem::new("", "the file is empty")])),
+        Ok(Value::Null) => return Err(vec![Problem::new("", "the file is empty")]),
         Ok(document) => document,
         Err(error) => {
             let message = match error.location() {
@@ -133,29 +184,28 @@ pub fn load_str(
                 ),
                 None => format!("not valid YAML: {error}"),
             };
-            return Err(invalid(vec![Problem::new("", message)]));
+            return Err(vec![Problem::new("", message)]);
         }
     };
 
     let mut problems = Vec::new();
+    scrubber.add_document(&document);
     interpolate(&mut document, &mut Vec::new(), lookup, &mut problems);
+    scrubber.add_document(&document);
     if !problems.is_empty() {
-        return Err(invalid(problems));
+        return Err(problems);
     }
 
     problems.extend(schema_problems(&document));
     if !problems.is_empty() {
-        return Err(invalid(problems));
+        return Err(problems);
     }
 
     let config: Config = match serde_path_to_error::deserialize(&document) {
         Ok(config) => config,
         Err(error) => {
             let path = render_serde_path(error.path());
-            return Err(invalid(vec![Problem::new(
-                path,
-                error.into_inner().to_string(),
-            )]));
+            return Err(vec![Problem::new(path, error.into_inner().to_string())]);
         }
     };
 
@@ -163,7 +213,7 @@ pub fn load_str(
     if problems.is_empty() {
         Ok(config)
     } else {
-        Err(invalid(problems))
+        Err(problems)
     }
 }
 
@@ -237,6 +287,13 @@ fn schema_message(error: &jsonschema::ValidationError<'_>) -> String {
                 unexpected.join(", ")
             )
         }
+        // A mapping or a list of the wrong type said in full would bury the message (and
+        // could hold a secret): name its kind instead.
+        Kind::Type { .. } => match value.as_ref() {
+            Value::Object(_) => error.to_string().replace(&value.to_string(), "a mapping"),
+            Value::Array(_) => error.to_string().replace(&value.to_string(), "a list"),
+            _ => error.to_string(),
+        },
         _ => error.to_string(),
     }
 }
@@ -315,15 +372,15 @@ fn semantic_problems(config: &Config) -> Vec<Problem> {
             problems.push(Problem::new(at("batch.max_records"), "must be at least 1"));
         }
         let sink = &connector.sink;
-        match url_scheme(&sink.url) {
+        match url_scheme(sink.url.expose()) {
             Some("postgres" | "postgresql" | "mysql" | "mariadb" | "sqlite") => {}
             Some(other) => problems.push(Problem::new(
                 at("sink.url"),
-                format!("unsupported database \"{other}\" in {}: use postgres://, mysql:// or sqlite://", redact_url(&sink.url)),
+                format!("unsupported database \"{other}\" in {}: use postgres://, mysql:// or sqlite://", sink.url.redacted()),
             )),
             None => problems.push(Problem::new(
                 at("sink.url"),
-                format!("\"{}\" is not a database URL: use postgres://, mysql:// or sqlite://", redact_url(&sink.url)),
+                format!("\"{}\" is not a database URL: use postgres://, mysql:// or sqlite://", sink.url.redacted()),
             )),
         }
         if !valid_table_name(&sink.table) {
@@ -611,6 +668,66 @@ connectors:
         let text = GOOD.replace("sqlite://words.db", "oracle://u:hunter2@h/db");
         let found = problems(&text).join("\n");
         assert!(!found.contains("hunter2"), "{found}");
+    }
+
+    const SECRETS: &str = r#"
+kafka:
+  brokers: localhost:9092
+  properties: { sasl.username: app, sasl.password: hunter2-sasl, sasl.oauthbearer.client.secret: hunter2-oidc }
+connectors:
+  - name: words
+    topics: [words]
+    transforms:
+      - name: t
+        plugin: t.wasm
+        config: { api_token: hunter2-token, field: uid }
+    sink:
+      url: postgres://app:hunter2-userinfo@db/test?password=hunter2-query&sslmode=require
+      table: words
+      columns: { uid: { from: /uid, type: bigint } }
+"#;
+
+    #[test]
+    fn debug_of_a_config_shows_no_secret() {
+        let config = load_str(SECRETS, &no_env).expect("valid");
+        let shown = format!("{config:?} {config:#?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("postgres://app:***@db/test?password=***&sslmode=require"));
+        assert!(shown.contains("sasl.username") && shown.contains("field"));
+        // The values themselves are there for the clients that need them.
+        assert_eq!(config.kafka.properties["sasl.password"], "hunter2-sasl");
+        assert!(
+            config.connectors[0]
+                .sink
+                .url
+                .expose()
+                .contains("hunter2-userinfo")
+        );
+        assert_eq!(
+            config.connectors[0].transforms[0].spec().config["api_token"],
+            "hunter2-token"
+        );
+    }
+
+    #[test]
+    fn failed_loads_show_no_secret() {
+        for bad in [
+            SECRETS.replace("      table: words", "      table: words\n      tabel: x"),
+            SECRETS.replace("table: words", "table: \"no good\""),
+            SECRETS
+                .replace("columns: {", "columns: [")
+                .replace("bigint } }", "bigint } ]"),
+            SECRETS.replace("sslmode=require", "sslmode=${MODE"),
+            SECRETS.replace(
+                "sasl.password: hunter2-sasl",
+                "sasl.password: [hunter2-sasl]",
+            ),
+            SECRETS.replace("  - name: words", "  words:"),
+        ] {
+            let error = load_str(&bad, &no_env).expect_err(&bad);
+            let shown = format!("{error} {error:?}");
+            assert!(!shown.contains("hunter2"), "{bad}\n{shown}");
+        }
     }
 
     #[test]

@@ -10,14 +10,13 @@ mod problem;
 mod redact;
 pub mod units;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer};
 
 pub use load::{ConfigError, load_file, load_str, plugin_problems};
 pub use problem::Problem;
-pub use redact::redact_url;
+pub use redact::{Properties, Secret, SecretUrl, is_secret_key, redact_url};
 use units::{ByteSize, HumanDuration};
 
 /// Every default value of `connectors.yaml`, in one place.
@@ -82,9 +81,10 @@ pub struct Config {
 pub struct KafkaConfig {
     /// `host:port[,host:port…]`, or `embedded` for an in-process mock cluster (demo, first run).
     pub brokers: String,
-    /// librdkafka properties passed as they are (`security.protocol`, `sasl.mechanism`, …).
-    #[serde(default, deserialize_with = "string_map")]
-    pub properties: BTreeMap<String, String>,
+    /// librdkafka properties passed as they are (`security.protocol`, `sasl.mechanism`, …);
+    /// the values of secret keys (`sasl.password`, …) never print.
+    #[serde(default)]
+    pub properties: Properties,
 }
 
 impl KafkaConfig {
@@ -308,9 +308,9 @@ pub struct TransformConfig {
     /// The component (`.wasm`, built for wasm32-wasip2); a relative path is read from the
     /// directory of the configuration file.
     pub plugin: PathBuf,
-    /// Passed to the plugin's `init`, as strings.
-    #[serde(default, deserialize_with = "string_map")]
-    pub config: BTreeMap<String, String>,
+    /// Passed to the plugin's `init`, as strings; the values of secret keys never print.
+    #[serde(default)]
+    pub config: Properties,
     /// The sandbox's limits for this plugin.
     #[serde(default)]
     pub limits: TransformLimits,
@@ -364,7 +364,7 @@ impl TransformConfig {
         sluice_transform::PluginSpec {
             name: self.name.clone(),
             path: self.plugin.clone(),
-            config: self.config.clone(),
+            config: self.config.expose().clone(),
             limits: sluice_transform::Limits {
                 memory_bytes: self.limits.memory.0,
                 timeout: self.limits.timeout.0,
@@ -379,8 +379,9 @@ impl TransformConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
-    /// `postgres://…`, `mysql://…` (MariaDB too) or `sqlite://FILE`.
-    pub url: String,
+    /// `postgres://…`, `mysql://…` (MariaDB too) or `sqlite://FILE`; it prints with its
+    /// password and secret query parameters as `***`.
+    pub url: SecretUrl,
     /// Table name, optionally `schema.table`.
     pub table: String,
     /// How rows are written.
@@ -541,21 +542,4 @@ pub enum Guarantee {
     /// Rows commit in the database, then offsets commit to the Kafka consumer group (the
     /// Kafka Connect way): a crash between the two writes that batch again on restart.
     AtLeastOnce,
-}
-
-/// librdkafka wants strings; YAML users write `10000` and `true`.
-fn string_map<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<BTreeMap<String, String>, D::Error> {
-    let raw = BTreeMap::<String, serde_json::Value>::deserialize(deserializer)?;
-    raw.into_iter()
-        .map(|(key, value)| match value {
-            serde_json::Value::String(text) => Ok((key, text)),
-            serde_json::Value::Number(n) => Ok((key, n.to_string())),
-            serde_json::Value::Bool(b) => Ok((key, b.to_string())),
-            other => Err(serde::de::Error::custom(format!(
-                "property {key} must be a string, number or boolean, not {other}"
-            ))),
-        })
-        .collect()
 }
