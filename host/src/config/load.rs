@@ -12,7 +12,7 @@ use super::problem::{Problem, render_path};
 use super::redact::Scrubber;
 use super::{
     ColumnConfig, Config, ConnectorConfig, DeadLetterDestination, ErrorPolicy, WriteMode,
-    interpolate::interpolate, is_secret_key,
+    interpolate::interpolate, is_secret_key, yaml,
 };
 
 /// The JSON Schema of `connectors.yaml`, compiled into the binary.
@@ -171,9 +171,11 @@ fn check_str(
     lookup: &dyn Fn(&str) -> Option<String>,
     scrubber: &mut Scrubber,
 ) -> Result<Config, Vec<Problem>> {
-    let mut document: Value = match serde_yaml_ng::from_str(text) {
-        Ok(Value::Null) => return Err(vec![Problem::new("", "the file is empty")]),
-        Ok(document) => document,
+    let parsed: serde_yaml_ng::Value = match serde_yaml_ng::from_str(text) {
+        Ok(serde_yaml_ng::Value::Null) => {
+            return Err(vec![Problem::new("", "the file is empty")]);
+        }
+        Ok(parsed) => parsed,
         Err(error) => {
             let message = match error.location() {
                 Some(at) => format!(
@@ -189,6 +191,9 @@ fn check_str(
     };
 
     let mut problems = Vec::new();
+    let Some(mut document) = yaml::to_json(parsed, &mut problems) else {
+        return Err(problems);
+    };
     scrubber.add_document(&document);
     interpolate(&mut document, &mut Vec::new(), lookup, &mut problems);
     scrubber.add_document(&document);
@@ -728,6 +733,51 @@ connectors:
             let shown = format!("{error} {error:?}");
             assert!(!shown.contains("hunter2"), "{bad}\n{shown}");
         }
+    }
+
+    #[test]
+    fn merge_keys_share_settings_and_unknown_fields_still_fail() {
+        let text = r#"
+kafka: { brokers: localhost:9092 }
+connectors:
+  - name: a
+    topics: [a]
+    sink: &sink
+      url: sqlite://x.db
+      table: a
+      columns: { uid: { from: /uid, type: bigint }, word: { from: /word, type: text } }
+  - name: b
+    topics: [b]
+    sink:
+      <<: *sink
+      table: b
+"#;
+        let config = load_str(text, &no_env).expect("valid");
+        let b = &config.connectors[1].sink;
+        assert_eq!(b.table, "b");
+        assert_eq!(b.url.expose(), "sqlite://x.db");
+        let names: Vec<&str> = b.columns.0.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["uid", "word"]);
+        assert_eq!(
+            problems(&text.replace("      table: b\n", "      table: b\n      tabel: c\n")),
+            vec!["connectors[1].sink: unknown field tabel"]
+        );
+        assert_eq!(
+            problems(&text.replace(
+                "      <<: *sink",
+                "      <<: 5\n      url: sqlite://y.db\n      columns: {}"
+            )),
+            vec![
+                "connectors[1].sink.<<: the merge key << takes a mapping or a list of mappings (an alias such as *defaults, or [*a, *b]), not a number"
+            ]
+        );
+    }
+
+    #[test]
+    fn syntax_errors_keep_their_line() {
+        let found = problems("kafka: { brokers: localhost:9092 }\nconnectors:\n  - name: [a\n");
+        assert_eq!(found.len(), 1);
+        assert!(found[0].starts_with("line "), "{found:?}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod load;
 mod problem;
 mod redact;
 pub mod units;
+mod yaml;
 
 use std::path::PathBuf;
 
