@@ -571,7 +571,20 @@ fn plugin(action: PluginAction) -> u8 {
                 config::units::parse_duration(&timeout),
                 config::units::parse_size(&memory),
             ) {
-                (Ok(t), Ok(m)) => (t, m),
+                (Ok(t), Ok(m)) => match (
+                    config::check_plugin_timeout(t),
+                    config::check_plugin_memory(m),
+                ) {
+                    (Ok(()), Ok(())) => (t, m),
+                    (Err(e), _) => {
+                        eprintln!("--timeout: {e}");
+                        return EXIT_INVALID;
+                    }
+                    (_, Err(e)) => {
+                        eprintln!("--memory: {e}");
+                        return EXIT_INVALID;
+                    }
+                },
                 (Err(e), _) => {
                     eprintln!("--timeout: {e}");
                     return EXIT_INVALID;

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::problem::{Problem, render_path};
 use super::redact::Scrubber;
 use super::{
-    ColumnConfig, Config, ConnectorConfig, DeadLetterDestination, ErrorPolicy, WriteMode,
+    ColumnConfig, Config, ConnectorConfig, DeadLetterDestination, ErrorPolicy, WriteMode, bounds,
     interpolate::interpolate, is_secret_key, yaml,
 };
 
@@ -425,6 +425,18 @@ fn semantic_problems(config: &Config) -> Vec<Problem> {
                     "must be at least 1",
                 ));
             }
+            if let Err(message) = check_plugin_timeout(transform.limits.timeout.0) {
+                problems.push(Problem::new(
+                    at(&format!("transforms[{t}].limits.timeout")),
+                    message,
+                ));
+            }
+            if let Err(message) = check_plugin_memory(transform.limits.memory.0) {
+                problems.push(Problem::new(
+                    at(&format!("transforms[{t}].limits.memory")),
+                    message,
+                ));
+            }
         }
         if sink.columns.0.is_empty() {
             problems.push(Problem::new(
@@ -539,6 +551,73 @@ fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> 
         ));
     }
     problems
+}
+
+/// A plugin's CPU deadline per call lies in [`bounds::PLUGIN_TIMEOUT_MIN`] ..=
+/// [`bounds::PLUGIN_TIMEOUT_MAX`].
+pub fn check_plugin_timeout(timeout: std::time::Duration) -> Result<(), String> {
+    let (min, max) = (bounds::PLUGIN_TIMEOUT_MIN, bounds::PLUGIN_TIMEOUT_MAX);
+    if timeout < min {
+        Err(format!(
+            "{} is shorter than {}, the shortest deadline sluice can keep (epoch ticks are milliseconds)",
+            human_duration(timeout),
+            human_duration(min)
+        ))
+    } else if timeout > max {
+        Err(format!(
+            "{} is longer than {}, the longest deadline of one call: a batch that computes longer holds its partitions through rebalances; make batches smaller (batch.max_records) instead",
+            human_duration(timeout),
+            human_duration(max)
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// A plugin's memory cap lies in [`bounds::PLUGIN_MEMORY_MIN`] ..=
+/// [`bounds::PLUGIN_MEMORY_MAX`].
+pub fn check_plugin_memory(bytes: u64) -> Result<(), String> {
+    let (min, max) = (bounds::PLUGIN_MEMORY_MIN, bounds::PLUGIN_MEMORY_MAX);
+    if bytes < min {
+        Err(format!(
+            "{} is less than {}, the least memory a component starts with",
+            human_size(bytes),
+            human_size(min)
+        ))
+    } else if bytes > max {
+        Err(format!(
+            "{} is more than {}, the most a 32-bit WebAssembly memory can hold",
+            human_size(bytes),
+            human_size(max)
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// `300s` -> `5m`, `1500ms` -> `1500ms`: the way the file writes durations.
+fn human_duration(duration: std::time::Duration) -> String {
+    let ms = duration.as_millis();
+    if !duration.subsec_nanos().is_multiple_of(1_000_000) {
+        return format!("{}ms", duration.as_secs_f64() * 1000.0);
+    }
+    for (factor, unit) in [(3_600_000, "h"), (60_000, "m"), (1000, "s")] {
+        if ms > 0 && ms.is_multiple_of(factor) {
+            return format!("{}{unit}", ms / factor);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// `4294967296` -> `4GiB`: the way the file writes sizes.
+fn human_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (factor, unit) in UNITS {
+        if bytes >= factor && bytes.is_multiple_of(factor) {
+            return format!("{}{unit}", bytes / factor);
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 fn source_problem(column: &ColumnConfig, at: &str, format: super::Format) -> Option<Problem> {
@@ -778,6 +857,45 @@ connectors:
         let found = problems("kafka: { brokers: localhost:9092 }\nconnectors:\n  - name: [a\n");
         assert_eq!(found.len(), 1);
         assert!(found[0].starts_with("line "), "{found:?}");
+    }
+
+    #[test]
+    fn plugin_limits_are_range_checked() {
+        let with = |limits: &str| {
+            GOOD.replace(
+                "    sink:",
+                &format!(
+                    "    transforms: [{{ name: t, plugin: t.wasm, limits: {limits} }}]\n    sink:"
+                ),
+            )
+        };
+        assert!(problems(&with("{ timeout: 1ms, memory: 1MiB }")).is_empty());
+        assert!(problems(&with("{ timeout: 5m, memory: 4GiB }")).is_empty());
+        assert_eq!(
+            problems(&with("{ timeout: 0.5ms }")),
+            vec![
+                "connectors[0].transforms[0].limits.timeout: 0.5ms is shorter than 1ms, the shortest deadline sluice can keep (epoch ticks are milliseconds)"
+            ]
+        );
+        let found = problems(&with("{ timeout: 301s, memory: 4097MiB }"));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0]
+                .starts_with("connectors[0].transforms[0].limits.timeout: 301s is longer than 5m"),
+            "{found:?}"
+        );
+        assert!(
+            found[1].starts_with(
+                "connectors[0].transforms[0].limits.memory: 4097MiB is more than 4GiB"
+            ),
+            "{found:?}"
+        );
+        assert_eq!(
+            problems(&with("{ memory: 1023KiB }")),
+            vec![
+                "connectors[0].transforms[0].limits.memory: 1023KiB is less than 1MiB, the least memory a component starts with"
+            ]
+        );
     }
 
     #[test]

@@ -15,7 +15,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer};
 
-pub use load::{ConfigError, load_file, load_str, plugin_problems};
+pub use load::{
+    ConfigError, check_plugin_memory, check_plugin_timeout, load_file, load_str, plugin_problems,
+};
 pub use problem::Problem;
 pub use redact::{Properties, Secret, SecretUrl, is_secret_key, redact_url};
 use units::{ByteSize, HumanDuration};
@@ -64,6 +66,22 @@ pub mod defaults {
     pub fn group(connector: &str) -> String {
         format!("sluice-{connector}")
     }
+}
+
+/// The ranges a value must lie in, where the type alone does not bound it.
+pub mod bounds {
+    use std::time::Duration;
+
+    /// Shortest CPU deadline of a plugin call: below it epoch interruption (ticks of a
+    /// few milliseconds) cannot keep time.
+    pub const PLUGIN_TIMEOUT_MIN: Duration = Duration::from_millis(1);
+    /// Longest CPU deadline of a plugin call: one batch that computes longer holds its
+    /// partitions and the group's patience (a rebalance waits for it).
+    pub const PLUGIN_TIMEOUT_MAX: Duration = Duration::from_secs(300);
+    /// Smallest memory cap of a plugin: a component needs a few 64 KiB pages to start.
+    pub const PLUGIN_MEMORY_MIN: u64 = 1024 * 1024;
+    /// Largest memory cap of a plugin: a 32-bit WebAssembly memory cannot grow past 4 GiB.
+    pub const PLUGIN_MEMORY_MAX: u64 = 4 * 1024 * 1024 * 1024;
 }
 
 /// The whole file.
