@@ -550,6 +550,19 @@ fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> 
             format!("must be at least initial ({:?})", retry.initial.0),
         ));
     }
+    let isolation = &errors.isolation;
+    if isolation.max_time.0.is_zero() {
+        problems.push(Problem::new(
+            at("errors.isolation.max_time"),
+            "must be more than 0: it is the time allowed to find the records that fail a batch",
+        ));
+    }
+    if isolation.max_failed_calls == 0 {
+        problems.push(Problem::new(
+            at("errors.isolation.max_failed_calls"),
+            "must be at least 1: the call that failed the batch counts",
+        ));
+    }
     problems
 }
 
@@ -895,6 +908,38 @@ connectors:
             vec![
                 "connectors[0].transforms[0].limits.memory: 1023KiB is less than 1MiB, the least memory a component starts with"
             ]
+        );
+    }
+
+    #[test]
+    fn isolation_defaults_and_checks() {
+        let config = load_str(GOOD, &no_env).expect("valid");
+        let isolation = &config.connectors[0].errors.isolation;
+        assert_eq!(isolation.max_time.0, std::time::Duration::from_secs(300));
+        assert_eq!(isolation.max_failed_calls, 64);
+        let with = |isolation: &str| format!("{GOOD}    errors: {{ isolation: {isolation} }}\n");
+        let config =
+            load_str(&with("{ max_time: 30s, max_failed_calls: 8 }"), &no_env).expect("valid");
+        let isolation = &config.connectors[0].errors.isolation;
+        assert_eq!(isolation.max_time.0, std::time::Duration::from_secs(30));
+        assert_eq!(isolation.max_failed_calls, 8);
+        assert_eq!(
+            problems(&with("{ max_time: 0s }")),
+            vec![
+                "connectors[0].errors.isolation.max_time: must be more than 0: it is the time allowed to find the records that fail a batch"
+            ]
+        );
+        let found = problems(&with("{ max_failed_calls: 0 }"));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with(
+                "connectors[0].errors.isolation.max_failed_calls: 0 is less than the minimum of 1"
+            ),
+            "{found:?}"
+        );
+        assert_eq!(
+            problems(&with("{ max_calls: 3 }")),
+            vec!["connectors[0].errors.isolation: unknown field max_calls"]
         );
     }
 

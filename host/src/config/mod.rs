@@ -62,6 +62,10 @@ pub mod defaults {
     pub const RETRY_MAX: Duration = Duration::from_secs(5);
     /// How long transient failures are retried before the task fails.
     pub const RETRY_MAX_ELAPSED: Duration = Duration::from_secs(300);
+    /// Wall-clock budget for isolating the failing records of one batch in a transform.
+    pub const ISOLATION_MAX_TIME: Duration = Duration::from_secs(300);
+    /// Failed transform calls allowed while isolating the failing records of one batch.
+    pub const ISOLATION_MAX_FAILED_CALLS: usize = 64;
     /// Group name: `sluice-<connector name>`.
     pub fn group(connector: &str) -> String {
         format!("sluice-{connector}")
@@ -171,6 +175,42 @@ pub struct ErrorsConfig {
     /// retried.
     #[serde(default)]
     pub retry: RetryConfig,
+    /// How far sluice goes to find the records that make a batch fail in a transform.
+    #[serde(default)]
+    pub isolation: IsolationConfig,
+}
+
+/// The budget for isolating the records that make a batch fail in a transform (a trap, a
+/// deadline, a memory or output limit). A batch that ran past its deadline is retried
+/// record by record, other failures by halves. Records still unresolved when either
+/// budget runs out become dead letters under `policy: dlq` (their cause says they were not
+/// isolated); under `skip` and `fail` the task fails instead, so an innocent record is never
+/// dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IsolationConfig {
+    /// Wall-clock budget of the whole search in one batch; more than 0.
+    #[serde(default = "isolation_max_time_default")]
+    pub max_time: HumanDuration,
+    /// Failed transform calls allowed while isolating one batch; at least 1.
+    #[serde(default = "isolation_max_failed_calls_default")]
+    pub max_failed_calls: usize,
+}
+
+fn isolation_max_time_default() -> HumanDuration {
+    HumanDuration(defaults::ISOLATION_MAX_TIME)
+}
+fn isolation_max_failed_calls_default() -> usize {
+    defaults::ISOLATION_MAX_FAILED_CALLS
+}
+
+impl Default for IsolationConfig {
+    fn default() -> Self {
+        Self {
+            max_time: isolation_max_time_default(),
+            max_failed_calls: isolation_max_failed_calls_default(),
+        }
+    }
 }
 
 /// What happens to a failing record.
