@@ -1,7 +1,7 @@
 //! `sluice validate` over a corpus of broken files: each exits 2, names the path of its
 //! problem on stderr, and none panics. The first line of each file says what stderr must
-//! contain: `# expect: <text>`. Good files (`good_*.yaml`, the default `connectors.yaml`)
-//! exit 0. No output of any of them shows a secret: the
+//! contain: `# expect: <text>`. Good files (`good_*.yaml`, the default `connectors.yaml`,
+//! the examples in `docs/examples`) exit 0. No output of any of them shows a secret: the
 //! corpus spells its secrets `hunter2…`.
 
 use std::path::Path;
@@ -37,6 +37,9 @@ fn validate(path: &Path) -> (Option<i32>, String, String) {
         .args(["validate", "--config"])
         .arg(path)
         .env("SLUICE_CORPUS_SET", "set")
+        // For the examples in docs/examples; a secret from the environment never prints.
+        .env("KAFKA_USER", "app")
+        .env("KAFKA_PASSWORD", "hunter2-from-the-environment")
         .env_remove("SLUICE_CORPUS_UNSET")
         .output()
         .expect("run sluice validate");
@@ -84,12 +87,45 @@ fn good_files_exit_0_with_a_summary() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut good = vec![root.join("connectors.yaml")];
     good.extend(corpus_files("good_"));
-    assert!(good.len() >= 3, "{good:?}");
+    let mut examples: Vec<_> = std::fs::read_dir(root.join("docs/examples"))
+        .expect("docs/examples")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    examples.sort();
+    assert!(!examples.is_empty());
+    good.extend(examples);
+    assert!(good.len() >= 5, "{good:?}");
     for path in &good {
         let (code, stdout, stderr) = validate(path);
         assert_eq!(code, Some(0), "{}: {stderr}", path.display());
         assert!(stdout.contains("valid"), "{stdout}");
         assert_no_secret(path, &stdout, &stderr);
+    }
+}
+
+#[test]
+fn good_files_name_their_schema_for_editors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = vec![root.join("connectors.yaml")];
+    files.extend(
+        std::fs::read_dir(root.join("docs/examples"))
+            .expect("docs/examples")
+            .map(|e| e.expect("entry").path()),
+    );
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("read");
+        let first = text.lines().next().unwrap_or_default();
+        let schema = first
+            .strip_prefix("# yaml-language-server: $schema=")
+            .unwrap_or_else(|| panic!("{}: first line is {first:?}", path.display()));
+        let schema = path.parent().expect("dir").join(schema);
+        assert!(
+            schema.ends_with("connectors.schema.json") && schema.is_file(),
+            "{}: {} is not the schema",
+            path.display(),
+            schema.display()
+        );
     }
 }
 
