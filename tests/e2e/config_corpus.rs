@@ -1,15 +1,45 @@
 //! `sluice validate` over a corpus of broken files: each exits 2, names the path of its
 //! problem on stderr, and none panics. The first line of each file says what stderr must
-//! contain: `# expect: <text>`.
+//! contain: `# expect: <text>`. Good files (`good_*.yaml`, the default `connectors.yaml`,
+//! the examples in `docs/examples`) exit 0. No output of any of them shows a secret: the
+//! corpus spells its secrets `hunter2…`.
 
 use std::path::Path;
 use std::process::Command;
+
+/// Every secret in the corpus contains this.
+const SECRET: &str = "hunter2";
+
+fn assert_no_secret(path: &Path, stdout: &str, stderr: &str) {
+    assert!(
+        !stdout.contains(SECRET) && !stderr.contains(SECRET),
+        "{}: a secret is shown:\n{stdout}\n{stderr}",
+        path.display()
+    );
+}
+
+fn corpus_files(prefix: &str) -> Vec<std::path::PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/config_corpus");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("corpus dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        })
+        .collect();
+    files.sort();
+    files
+}
 
 fn validate(path: &Path) -> (Option<i32>, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["validate", "--config"])
         .arg(path)
         .env("SLUICE_CORPUS_SET", "set")
+        // For the examples in docs/examples; a secret from the environment never prints.
+        .env("KAFKA_USER", "app")
+        .env("KAFKA_PASSWORD", "hunter2-from-the-environment")
         .env_remove("SLUICE_CORPUS_UNSET")
         .output()
         .expect("run sluice validate");
@@ -22,22 +52,10 @@ fn validate(path: &Path) -> (Option<i32>, String, String) {
 
 #[test]
 fn broken_files_exit_2_and_name_the_path() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/config_corpus");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("corpus dir")
-        .map(|e| e.expect("entry").path())
-        .collect();
-    files.sort();
-    let broken: Vec<_> = files
-        .iter()
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("bad_"))
-        })
-        .collect();
+    let broken = corpus_files("bad_");
     assert!(broken.len() >= 15, "corpus too small: {}", broken.len());
     let mut failures = Vec::new();
-    for path in broken {
+    for path in &broken {
         let text = std::fs::read_to_string(path).expect("read corpus file");
         let expect = text
             .lines()
@@ -46,7 +64,8 @@ fn broken_files_exit_2_and_name_the_path() {
             .unwrap_or_else(|| panic!("{} lacks `# expect:`", path.display()))
             .trim()
             .to_string();
-        let (code, _, stderr) = validate(path);
+        let (code, stdout, stderr) = validate(path);
+        assert_no_secret(path, &stdout, &stderr);
         if code != Some(2) || !stderr.contains(&expect) || stderr.contains("panicked") {
             failures.push(format!(
                 "{}: exit {code:?}, expected stderr to contain {expect:?}, got:\n{stderr}",
@@ -66,13 +85,64 @@ fn broken_files_exit_2_and_name_the_path() {
 #[test]
 fn good_files_exit_0_with_a_summary() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for path in [
-        root.join("connectors.yaml"),
-        root.join("tests/config_corpus/good_full.yaml"),
-    ] {
-        let (code, stdout, stderr) = validate(&path);
+    let mut good = vec![root.join("connectors.yaml")];
+    good.extend(corpus_files("good_"));
+    let mut examples: Vec<_> = std::fs::read_dir(root.join("docs/examples"))
+        .expect("docs/examples")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    examples.sort();
+    assert!(!examples.is_empty());
+    good.extend(examples);
+    assert!(good.len() >= 5, "{good:?}");
+    for path in &good {
+        let (code, stdout, stderr) = validate(path);
         assert_eq!(code, Some(0), "{}: {stderr}", path.display());
         assert!(stdout.contains("valid"), "{stdout}");
+        assert_no_secret(path, &stdout, &stderr);
+    }
+}
+
+#[test]
+fn good_files_name_their_schema_for_editors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = vec![root.join("connectors.yaml")];
+    files.extend(
+        std::fs::read_dir(root.join("docs/examples"))
+            .expect("docs/examples")
+            .map(|e| e.expect("entry").path()),
+    );
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("read");
+        let first = text.lines().next().unwrap_or_default();
+        let schema = first
+            .strip_prefix("# yaml-language-server: $schema=")
+            .unwrap_or_else(|| panic!("{}: first line is {first:?}", path.display()));
+        let schema = path.parent().expect("dir").join(schema);
+        assert!(
+            schema.ends_with("connectors.schema.json") && schema.is_file(),
+            "{}: {} is not the schema",
+            path.display(),
+            schema.display()
+        );
+    }
+}
+
+#[test]
+fn secrets_are_redacted_in_the_summary() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/config_corpus/good_secrets.yaml");
+    let (code, stdout, stderr) = validate(&path);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_no_secret(&path, &stdout, &stderr);
+    for shown in [
+        "sasl.password=***",
+        "sasl.username=app",
+        "postgres://app:***@localhost:5432/test?sslmode=require",
+        "?sslkey=/etc/sluice/key.pem&sslpassword=***&password=***",
+    ] {
+        assert!(stdout.contains(shown), "{shown} not in {stdout}");
     }
 }
 

@@ -9,9 +9,10 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use super::problem::{Problem, render_path};
+use super::redact::Scrubber;
 use super::{
-    ColumnConfig, Config, ConnectorConfig, DeadLetterDestination, ErrorPolicy, WriteMode,
-    interpolate::interpolate, redact_url,
+    ColumnConfig, Config, ConnectorConfig, DeadLetterDestination, ErrorPolicy, WriteMode, bounds,
+    interpolate::interpolate, is_secret_key, yaml,
 };
 
 /// The JSON Schema of `connectors.yaml`, compiled into the binary.
@@ -100,13 +101,14 @@ pub fn plugin_problems(
     config: &Config,
     engine: &sluice_transform::TransformEngine,
 ) -> Vec<Problem> {
+    let scrubber = config_scrubber(config);
     let mut problems = Vec::new();
     for (c, connector) in config.connectors.iter().enumerate() {
         for (t, transform) in connector.transforms.iter().enumerate() {
             if let Err(error) = sluice_transform::check_plugin(engine, &transform.spec()) {
                 problems.push(Problem::new(
                     format!("connectors[{c}].transforms[{t}].plugin"),
-                    error.to_string(),
+                    scrubber.scrub(&error.to_string()),
                 ));
             }
         }
@@ -114,15 +116,66 @@ pub fn plugin_problems(
     problems
 }
 
-/// Checks configuration text; `lookup` resolves `${VAR}`.
+/// The secrets of a loaded configuration, for messages built outside loading (a plugin's
+/// `init` may quote its config).
+fn config_scrubber(config: &Config) -> Scrubber {
+    let mut document = serde_json::Map::new();
+    let secrets = |map: &super::Properties| {
+        map.expose()
+            .iter()
+            .filter(|(key, _)| is_secret_key(key))
+            .map(|(key, value)| (key.clone(), Value::String(value.clone())))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    document.insert(
+        "kafka".into(),
+        Value::Object(secrets(&config.kafka.properties)),
+    );
+    let connectors = config
+        .connectors
+        .iter()
+        .map(|connector| {
+            let transforms: Vec<Value> = connector
+                .transforms
+                .iter()
+                .map(|t| Value::Object(secrets(&t.config)))
+                .collect();
+            serde_json::json!({
+                "url": connector.sink.url.expose(),
+                "transforms": transforms,
+            })
+        })
+        .collect();
+    document.insert("connectors".into(), Value::Array(connectors));
+    Scrubber::from_document(&Value::Object(document))
+}
+
+/// Checks configuration text; `lookup` resolves `${VAR}`. No message of the error quotes
+/// a secret of the file: URLs show as [`redact_url`] prints them, values of secret keys as
+/// `***`.
 pub fn load_str(
     text: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
-    let invalid = |problems| ConfigError::Invalid { problems };
-    let mut document: Value = match serde_yaml_ng::from_str(text) {
-        Ok(Value::Null) => return Err(invalid(vec![Problem::new("", "the file is empty")])),
-        Ok(document) => document,
+    let mut scrubber = Scrubber::default();
+    check_str(text, lookup, &mut scrubber).map_err(|problems| ConfigError::Invalid {
+        problems: problems
+            .into_iter()
+            .map(|p| Problem::new(p.path, scrubber.scrub(&p.message)))
+            .collect(),
+    })
+}
+
+fn check_str(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    scrubber: &mut Scrubber,
+) -> Result<Config, Vec<Problem>> {
+    let parsed: serde_yaml_ng::Value = match serde_yaml_ng::from_str(text) {
+        Ok(serde_yaml_ng::Value::Null) => {
+            return Err(vec![Problem::new("", "the file is empty")]);
+        }
+        Ok(parsed) => parsed,
         Err(error) => {
             let message = match error.location() {
                 Some(at) => format!(
@@ -133,29 +186,31 @@ pub fn load_str(
                 ),
                 None => format!("not valid YAML: {error}"),
             };
-            return Err(invalid(vec![Problem::new("", message)]));
+            return Err(vec![Problem::new("", message)]);
         }
     };
 
     let mut problems = Vec::new();
+    let Some(mut document) = yaml::to_json(parsed, &mut problems) else {
+        return Err(problems);
+    };
+    scrubber.add_document(&document);
     interpolate(&mut document, &mut Vec::new(), lookup, &mut problems);
+    scrubber.add_document(&document);
     if !problems.is_empty() {
-        return Err(invalid(problems));
+        return Err(problems);
     }
 
     problems.extend(schema_problems(&document));
     if !problems.is_empty() {
-        return Err(invalid(problems));
+        return Err(problems);
     }
 
     let config: Config = match serde_path_to_error::deserialize(&document) {
         Ok(config) => config,
         Err(error) => {
             let path = render_serde_path(error.path());
-            return Err(invalid(vec![Problem::new(
-                path,
-                error.into_inner().to_string(),
-            )]));
+            return Err(vec![Problem::new(path, error.into_inner().to_string())]);
         }
     };
 
@@ -163,7 +218,7 @@ pub fn load_str(
     if problems.is_empty() {
         Ok(config)
     } else {
-        Err(invalid(problems))
+        Err(problems)
     }
 }
 
@@ -237,6 +292,13 @@ fn schema_message(error: &jsonschema::ValidationError<'_>) -> String {
                 unexpected.join(", ")
             )
         }
+        // A mapping or a list of the wrong type said in full would bury the message (and
+        // could hold a secret): name its kind instead.
+        Kind::Type { .. } => match value.as_ref() {
+            Value::Object(_) => error.to_string().replace(&value.to_string(), "a mapping"),
+            Value::Array(_) => error.to_string().replace(&value.to_string(), "a list"),
+            _ => error.to_string(),
+        },
         _ => error.to_string(),
     }
 }
@@ -315,15 +377,15 @@ fn semantic_problems(config: &Config) -> Vec<Problem> {
             problems.push(Problem::new(at("batch.max_records"), "must be at least 1"));
         }
         let sink = &connector.sink;
-        match url_scheme(&sink.url) {
+        match url_scheme(sink.url.expose()) {
             Some("postgres" | "postgresql" | "mysql" | "mariadb" | "sqlite") => {}
             Some(other) => problems.push(Problem::new(
                 at("sink.url"),
-                format!("unsupported database \"{other}\" in {}: use postgres://, mysql:// or sqlite://", redact_url(&sink.url)),
+                format!("unsupported database \"{other}\" in {}: use postgres://, mysql:// or sqlite://", sink.url.redacted()),
             )),
             None => problems.push(Problem::new(
                 at("sink.url"),
-                format!("\"{}\" is not a database URL: use postgres://, mysql:// or sqlite://", redact_url(&sink.url)),
+                format!("\"{}\" is not a database URL: use postgres://, mysql:// or sqlite://", sink.url.redacted()),
             )),
         }
         if !valid_table_name(&sink.table) {
@@ -361,6 +423,18 @@ fn semantic_problems(config: &Config) -> Vec<Problem> {
                 problems.push(Problem::new(
                     at(&format!("transforms[{t}].limits.max_output_records")),
                     "must be at least 1",
+                ));
+            }
+            if let Err(message) = check_plugin_timeout(transform.limits.timeout.0) {
+                problems.push(Problem::new(
+                    at(&format!("transforms[{t}].limits.timeout")),
+                    message,
+                ));
+            }
+            if let Err(message) = check_plugin_memory(transform.limits.memory.0) {
+                problems.push(Problem::new(
+                    at(&format!("transforms[{t}].limits.memory")),
+                    message,
                 ));
             }
         }
@@ -476,7 +550,87 @@ fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> 
             format!("must be at least initial ({:?})", retry.initial.0),
         ));
     }
+    let isolation = &errors.isolation;
+    if isolation.max_time.0.is_zero() {
+        problems.push(Problem::new(
+            at("errors.isolation.max_time"),
+            "must be more than 0: it is the time allowed to find the records that fail a batch",
+        ));
+    }
+    if isolation.max_failed_calls == 0 {
+        problems.push(Problem::new(
+            at("errors.isolation.max_failed_calls"),
+            "must be at least 1: the call that failed the batch counts",
+        ));
+    }
     problems
+}
+
+/// A plugin's CPU deadline per call lies in [`bounds::PLUGIN_TIMEOUT_MIN`] ..=
+/// [`bounds::PLUGIN_TIMEOUT_MAX`].
+pub fn check_plugin_timeout(timeout: std::time::Duration) -> Result<(), String> {
+    let (min, max) = (bounds::PLUGIN_TIMEOUT_MIN, bounds::PLUGIN_TIMEOUT_MAX);
+    if timeout < min {
+        Err(format!(
+            "{} is shorter than {}, the shortest deadline sluice can keep (epoch ticks are milliseconds)",
+            human_duration(timeout),
+            human_duration(min)
+        ))
+    } else if timeout > max {
+        Err(format!(
+            "{} is longer than {}, the longest deadline of one call: a batch that computes longer holds its partitions through rebalances; make batches smaller (batch.max_records) instead",
+            human_duration(timeout),
+            human_duration(max)
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// A plugin's memory cap lies in [`bounds::PLUGIN_MEMORY_MIN`] ..=
+/// [`bounds::PLUGIN_MEMORY_MAX`].
+pub fn check_plugin_memory(bytes: u64) -> Result<(), String> {
+    let (min, max) = (bounds::PLUGIN_MEMORY_MIN, bounds::PLUGIN_MEMORY_MAX);
+    if bytes < min {
+        Err(format!(
+            "{} is less than {}, the least memory a component starts with",
+            human_size(bytes),
+            human_size(min)
+        ))
+    } else if bytes > max {
+        Err(format!(
+            "{} is more than {}, the most a 32-bit WebAssembly memory can hold",
+            human_size(bytes),
+            human_size(max)
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// `300s` -> `5m`, `1500ms` -> `1500ms`: the way the file writes durations.
+fn human_duration(duration: std::time::Duration) -> String {
+    let ms = duration.as_millis();
+    if !duration.subsec_nanos().is_multiple_of(1_000_000) {
+        return format!("{}ms", duration.as_secs_f64() * 1000.0);
+    }
+    for (factor, unit) in [(3_600_000, "h"), (60_000, "m"), (1000, "s")] {
+        if ms > 0 && ms.is_multiple_of(factor) {
+            return format!("{}{unit}", ms / factor);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// `4294967296` -> `4GiB`: the way the file writes sizes.
+fn human_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (factor, unit) in UNITS {
+        if bytes >= factor && bytes.is_multiple_of(factor) {
+            return format!("{}{unit}", bytes / factor);
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 fn source_problem(column: &ColumnConfig, at: &str, format: super::Format) -> Option<Problem> {
@@ -611,6 +765,182 @@ connectors:
         let text = GOOD.replace("sqlite://words.db", "oracle://u:hunter2@h/db");
         let found = problems(&text).join("\n");
         assert!(!found.contains("hunter2"), "{found}");
+    }
+
+    const SECRETS: &str = r#"
+kafka:
+  brokers: localhost:9092
+  properties: { sasl.username: app, sasl.password: hunter2-sasl, sasl.oauthbearer.client.secret: hunter2-oidc }
+connectors:
+  - name: words
+    topics: [words]
+    transforms:
+      - name: t
+        plugin: t.wasm
+        config: { api_token: hunter2-token, field: uid }
+    sink:
+      url: postgres://app:hunter2-userinfo@db/test?password=hunter2-query&sslmode=require
+      table: words
+      columns: { uid: { from: /uid, type: bigint } }
+"#;
+
+    #[test]
+    fn debug_of_a_config_shows_no_secret() {
+        let config = load_str(SECRETS, &no_env).expect("valid");
+        let shown = format!("{config:?} {config:#?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("postgres://app:***@db/test?password=***&sslmode=require"));
+        assert!(shown.contains("sasl.username") && shown.contains("field"));
+        // The values themselves are there for the clients that need them.
+        assert_eq!(config.kafka.properties["sasl.password"], "hunter2-sasl");
+        assert!(
+            config.connectors[0]
+                .sink
+                .url
+                .expose()
+                .contains("hunter2-userinfo")
+        );
+        assert_eq!(
+            config.connectors[0].transforms[0].spec().config["api_token"],
+            "hunter2-token"
+        );
+    }
+
+    #[test]
+    fn failed_loads_show_no_secret() {
+        for bad in [
+            SECRETS.replace("      table: words", "      table: words\n      tabel: x"),
+            SECRETS.replace("table: words", "table: \"no good\""),
+            SECRETS
+                .replace("columns: {", "columns: [")
+                .replace("bigint } }", "bigint } ]"),
+            SECRETS.replace("sslmode=require", "sslmode=${MODE"),
+            SECRETS.replace(
+                "sasl.password: hunter2-sasl",
+                "sasl.password: [hunter2-sasl]",
+            ),
+            SECRETS.replace("  - name: words", "  words:"),
+        ] {
+            let error = load_str(&bad, &no_env).expect_err(&bad);
+            let shown = format!("{error} {error:?}");
+            assert!(!shown.contains("hunter2"), "{bad}\n{shown}");
+        }
+    }
+
+    #[test]
+    fn merge_keys_share_settings_and_unknown_fields_still_fail() {
+        let text = r#"
+kafka: { brokers: localhost:9092 }
+connectors:
+  - name: a
+    topics: [a]
+    sink: &sink
+      url: sqlite://x.db
+      table: a
+      columns: { uid: { from: /uid, type: bigint }, word: { from: /word, type: text } }
+  - name: b
+    topics: [b]
+    sink:
+      <<: *sink
+      table: b
+"#;
+        let config = load_str(text, &no_env).expect("valid");
+        let b = &config.connectors[1].sink;
+        assert_eq!(b.table, "b");
+        assert_eq!(b.url.expose(), "sqlite://x.db");
+        let names: Vec<&str> = b.columns.0.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["uid", "word"]);
+        assert_eq!(
+            problems(&text.replace("      table: b\n", "      table: b\n      tabel: c\n")),
+            vec!["connectors[1].sink: unknown field tabel"]
+        );
+        assert_eq!(
+            problems(&text.replace(
+                "      <<: *sink",
+                "      <<: 5\n      url: sqlite://y.db\n      columns: {}"
+            )),
+            vec![
+                "connectors[1].sink.<<: the merge key << takes a mapping or a list of mappings (an alias such as *defaults, or [*a, *b]), not a number"
+            ]
+        );
+    }
+
+    #[test]
+    fn syntax_errors_keep_their_line() {
+        let found = problems("kafka: { brokers: localhost:9092 }\nconnectors:\n  - name: [a\n");
+        assert_eq!(found.len(), 1);
+        assert!(found[0].starts_with("line "), "{found:?}");
+    }
+
+    #[test]
+    fn plugin_limits_are_range_checked() {
+        let with = |limits: &str| {
+            GOOD.replace(
+                "    sink:",
+                &format!(
+                    "    transforms: [{{ name: t, plugin: t.wasm, limits: {limits} }}]\n    sink:"
+                ),
+            )
+        };
+        assert!(problems(&with("{ timeout: 1ms, memory: 1MiB }")).is_empty());
+        assert!(problems(&with("{ timeout: 5m, memory: 4GiB }")).is_empty());
+        assert_eq!(
+            problems(&with("{ timeout: 0.5ms }")),
+            vec![
+                "connectors[0].transforms[0].limits.timeout: 0.5ms is shorter than 1ms, the shortest deadline sluice can keep (epoch ticks are milliseconds)"
+            ]
+        );
+        let found = problems(&with("{ timeout: 301s, memory: 4097MiB }"));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0]
+                .starts_with("connectors[0].transforms[0].limits.timeout: 301s is longer than 5m"),
+            "{found:?}"
+        );
+        assert!(
+            found[1].starts_with(
+                "connectors[0].transforms[0].limits.memory: 4097MiB is more than 4GiB"
+            ),
+            "{found:?}"
+        );
+        assert_eq!(
+            problems(&with("{ memory: 1023KiB }")),
+            vec![
+                "connectors[0].transforms[0].limits.memory: 1023KiB is less than 1MiB, the least memory a component starts with"
+            ]
+        );
+    }
+
+    #[test]
+    fn isolation_defaults_and_checks() {
+        let config = load_str(GOOD, &no_env).expect("valid");
+        let isolation = &config.connectors[0].errors.isolation;
+        assert_eq!(isolation.max_time.0, std::time::Duration::from_secs(300));
+        assert_eq!(isolation.max_failed_calls, 64);
+        let with = |isolation: &str| format!("{GOOD}    errors: {{ isolation: {isolation} }}\n");
+        let config =
+            load_str(&with("{ max_time: 30s, max_failed_calls: 8 }"), &no_env).expect("valid");
+        let isolation = &config.connectors[0].errors.isolation;
+        assert_eq!(isolation.max_time.0, std::time::Duration::from_secs(30));
+        assert_eq!(isolation.max_failed_calls, 8);
+        assert_eq!(
+            problems(&with("{ max_time: 0s }")),
+            vec![
+                "connectors[0].errors.isolation.max_time: must be more than 0: it is the time allowed to find the records that fail a batch"
+            ]
+        );
+        let found = problems(&with("{ max_failed_calls: 0 }"));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with(
+                "connectors[0].errors.isolation.max_failed_calls: 0 is less than the minimum of 1"
+            ),
+            "{found:?}"
+        );
+        assert_eq!(
+            problems(&with("{ max_calls: 3 }")),
+            vec!["connectors[0].errors.isolation: unknown field max_calls"]
+        );
     }
 
     #[test]

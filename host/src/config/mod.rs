@@ -9,15 +9,17 @@ mod load;
 mod problem;
 mod redact;
 pub mod units;
+mod yaml;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer};
 
-pub use load::{ConfigError, load_file, load_str, plugin_problems};
+pub use load::{
+    ConfigError, check_plugin_memory, check_plugin_timeout, load_file, load_str, plugin_problems,
+};
 pub use problem::Problem;
-pub use redact::redact_url;
+pub use redact::{Properties, Secret, SecretUrl, is_secret_key, redact_url};
 use units::{ByteSize, HumanDuration};
 
 /// Every default value of `connectors.yaml`, in one place.
@@ -60,10 +62,30 @@ pub mod defaults {
     pub const RETRY_MAX: Duration = Duration::from_secs(5);
     /// How long transient failures are retried before the task fails.
     pub const RETRY_MAX_ELAPSED: Duration = Duration::from_secs(300);
+    /// Wall-clock budget for isolating the failing records of one batch in a transform.
+    pub const ISOLATION_MAX_TIME: Duration = Duration::from_secs(300);
+    /// Failed transform calls allowed while isolating the failing records of one batch.
+    pub const ISOLATION_MAX_FAILED_CALLS: usize = 64;
     /// Group name: `sluice-<connector name>`.
     pub fn group(connector: &str) -> String {
         format!("sluice-{connector}")
     }
+}
+
+/// The ranges a value must lie in, where the type alone does not bound it.
+pub mod bounds {
+    use std::time::Duration;
+
+    /// Shortest CPU deadline of a plugin call: below it epoch interruption (ticks of a
+    /// few milliseconds) cannot keep time.
+    pub const PLUGIN_TIMEOUT_MIN: Duration = Duration::from_millis(1);
+    /// Longest CPU deadline of a plugin call: one batch that computes longer holds its
+    /// partitions and the group's patience (a rebalance waits for it).
+    pub const PLUGIN_TIMEOUT_MAX: Duration = Duration::from_secs(300);
+    /// Smallest memory cap of a plugin: a component needs a few 64 KiB pages to start.
+    pub const PLUGIN_MEMORY_MIN: u64 = 1024 * 1024;
+    /// Largest memory cap of a plugin: a 32-bit WebAssembly memory cannot grow past 4 GiB.
+    pub const PLUGIN_MEMORY_MAX: u64 = 4 * 1024 * 1024 * 1024;
 }
 
 /// The whole file.
@@ -82,9 +104,10 @@ pub struct Config {
 pub struct KafkaConfig {
     /// `host:port[,host:port…]`, or `embedded` for an in-process mock cluster (demo, first run).
     pub brokers: String,
-    /// librdkafka properties passed as they are (`security.protocol`, `sasl.mechanism`, …).
-    #[serde(default, deserialize_with = "string_map")]
-    pub properties: BTreeMap<String, String>,
+    /// librdkafka properties passed as they are (`security.protocol`, `sasl.mechanism`, …);
+    /// the values of secret keys (`sasl.password`, …) never print.
+    #[serde(default)]
+    pub properties: Properties,
 }
 
 impl KafkaConfig {
@@ -152,6 +175,42 @@ pub struct ErrorsConfig {
     /// retried.
     #[serde(default)]
     pub retry: RetryConfig,
+    /// How far sluice goes to find the records that make a batch fail in a transform.
+    #[serde(default)]
+    pub isolation: IsolationConfig,
+}
+
+/// The budget for isolating the records that make a batch fail in a transform (a trap, a
+/// deadline, a memory or output limit). A batch that ran past its deadline is retried
+/// record by record, other failures by halves. Records still unresolved when either
+/// budget runs out become dead letters under `policy: dlq` (their cause says they were not
+/// isolated); under `skip` and `fail` the task fails instead, so an innocent record is never
+/// dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IsolationConfig {
+    /// Wall-clock budget of the whole search in one batch; more than 0.
+    #[serde(default = "isolation_max_time_default")]
+    pub max_time: HumanDuration,
+    /// Failed transform calls allowed while isolating one batch; at least 1.
+    #[serde(default = "isolation_max_failed_calls_default")]
+    pub max_failed_calls: usize,
+}
+
+fn isolation_max_time_default() -> HumanDuration {
+    HumanDuration(defaults::ISOLATION_MAX_TIME)
+}
+fn isolation_max_failed_calls_default() -> usize {
+    defaults::ISOLATION_MAX_FAILED_CALLS
+}
+
+impl Default for IsolationConfig {
+    fn default() -> Self {
+        Self {
+            max_time: isolation_max_time_default(),
+            max_failed_calls: isolation_max_failed_calls_default(),
+        }
+    }
 }
 
 /// What happens to a failing record.
@@ -308,9 +367,9 @@ pub struct TransformConfig {
     /// The component (`.wasm`, built for wasm32-wasip2); a relative path is read from the
     /// directory of the configuration file.
     pub plugin: PathBuf,
-    /// Passed to the plugin's `init`, as strings.
-    #[serde(default, deserialize_with = "string_map")]
-    pub config: BTreeMap<String, String>,
+    /// Passed to the plugin's `init`, as strings; the values of secret keys never print.
+    #[serde(default)]
+    pub config: Properties,
     /// The sandbox's limits for this plugin.
     #[serde(default)]
     pub limits: TransformLimits,
@@ -364,7 +423,7 @@ impl TransformConfig {
         sluice_transform::PluginSpec {
             name: self.name.clone(),
             path: self.plugin.clone(),
-            config: self.config.clone(),
+            config: self.config.expose().clone(),
             limits: sluice_transform::Limits {
                 memory_bytes: self.limits.memory.0,
                 timeout: self.limits.timeout.0,
@@ -379,8 +438,9 @@ impl TransformConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
-    /// `postgres://…`, `mysql://…` (MariaDB too) or `sqlite://FILE`.
-    pub url: String,
+    /// `postgres://…`, `mysql://…` (MariaDB too) or `sqlite://FILE`; it prints with its
+    /// password and secret query parameters as `***`.
+    pub url: SecretUrl,
     /// Table name, optionally `schema.table`.
     pub table: String,
     /// How rows are written.
@@ -541,21 +601,4 @@ pub enum Guarantee {
     /// Rows commit in the database, then offsets commit to the Kafka consumer group (the
     /// Kafka Connect way): a crash between the two writes that batch again on restart.
     AtLeastOnce,
-}
-
-/// librdkafka wants strings; YAML users write `10000` and `true`.
-fn string_map<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<BTreeMap<String, String>, D::Error> {
-    let raw = BTreeMap::<String, serde_json::Value>::deserialize(deserializer)?;
-    raw.into_iter()
-        .map(|(key, value)| match value {
-            serde_json::Value::String(text) => Ok((key, text)),
-            serde_json::Value::Number(n) => Ok((key, n.to_string())),
-            serde_json::Value::Bool(b) => Ok((key, b.to_string())),
-            other => Err(serde::de::Error::custom(format!(
-                "property {key} must be a string, number or boolean, not {other}"
-            ))),
-        })
-        .collect()
 }

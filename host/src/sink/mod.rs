@@ -126,7 +126,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 impl Sink {
     /// Connects to the connector's database. Nothing is created yet: see [`Sink::prepare`].
     pub async fn connect(connector: &ConnectorConfig) -> Result<Self, SinkError> {
-        let url = connector.sink.url.as_str();
+        let url = connector.sink.url.expose();
         let dialect = Dialect::from_url(url).ok_or_else(|| SinkError::UnsupportedUrl {
             url: redact_url(url),
         })?;
