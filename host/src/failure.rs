@@ -64,6 +64,10 @@ named_enum! {
         HeaderNotUtf8 => "header_not_utf8",
         /// A transform rejected the record, or trapped, timed out or ran out of memory on it.
         Transform => "transform",
+        /// A batch failed in a transform and the search for the records that make it fail
+        /// ran out of its budget (`errors.isolation`) before it reached this one: it was not
+        /// found to fail, only not told apart from those that do. Worth a redrive.
+        TransformNotIsolated => "transform_not_isolated",
         /// The connector's JSON Schema refused the transformed value.
         SchemaInvalid => "schema_invalid",
         /// The value is not JSON (or is nested too deep) where `format: json` needs it.

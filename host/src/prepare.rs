@@ -15,26 +15,24 @@ use crate::map::{MapError, RowMapper, RowOp};
 use crate::record::{Incoming, Record, RecordExt};
 use crate::validate::{self, RecordSchema};
 
-/// A failing plugin costs a call per split when its failures are isolated: at least this
-/// many failed calls are allowed in one batch, or a quarter of its records if that is
-/// more (1 % of records that trap needs about `n / 100 × log2(100)` calls). A batch that
-/// runs out is a plugin failing everything: the task fails rather than pass good records
-/// to the error policy.
-const MIN_FAILED_TRANSFORM_CALLS: usize = 256;
-
 /// Why a batch could not be prepared.
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
     #[error(transparent)]
     Transform(#[from] sluice_transform::TransformError),
+    /// The search for a batch's failing records ran out of its budget, and the error
+    /// policy is not `dlq`: the records not told apart cannot be skipped or failed one by
+    /// one without dropping innocent ones, so the task fails.
     #[error(
-        "transform {plugin} failed on so many records of a batch that they could not be told apart ({failed_calls} failed calls): {message}"
+        "transform {plugin} failed on records of a batch that could not be told apart within `errors.isolation` ({message}); raise `errors.isolation`, fix the plugin, or use `errors.policy: dlq` to keep such records as dead letters"
     )]
-    NotIsolated {
-        plugin: String,
-        failed_calls: usize,
-        message: String,
-    },
+    NotIsolated { plugin: String, message: String },
+    /// The task's transform thread could not be started.
+    #[error("cannot start the transform thread: {0}")]
+    WorkerStart(std::io::Error),
+    /// The task's transform thread ended while the task ran (a panic in it).
+    #[error("the transform thread ended unexpectedly (see the log above for its panic)")]
+    WorkerGone,
 }
 
 /// A prepared batch.
@@ -96,6 +94,8 @@ pub struct Preparer {
     format: Format,
     max_record_bytes: u64,
     keep_originals: bool,
+    policy: ErrorPolicy,
+    isolation: sluice_transform::Isolation,
 }
 
 impl Preparer {
@@ -113,6 +113,11 @@ impl Preparer {
             format: connector.format,
             max_record_bytes: connector.max_record_bytes.0,
             keep_originals: connector.errors.policy == ErrorPolicy::Dlq,
+            policy: connector.errors.policy,
+            isolation: sluice_transform::Isolation {
+                max_failed_calls: connector.errors.isolation.max_failed_calls,
+                max_time: connector.errors.isolation.max_time.0,
+            },
         }
     }
 
@@ -135,6 +140,11 @@ impl Preparer {
             _ => None,
         };
         Ok(Self::new(connector, chain, schema))
+    }
+
+    /// Whether batches go through a transform chain.
+    pub fn has_transforms(&self) -> bool {
+        self.chain.is_some()
     }
 
     /// Keeps (or not) the input records for dead letters; `dlq redrive` needs them always.
@@ -193,8 +203,7 @@ impl Preparer {
         let outputs: Vec<(usize, Record)> = match self.chain.as_mut() {
             None => passing_index.into_iter().zip(passing).collect(),
             Some(chain) => {
-                let budget = MIN_FAILED_TRANSFORM_CALLS.max(passing.len() / 4);
-                let outcomes = chain.process_isolating(passing, budget)?;
+                let outcomes = chain.process_isolating(passing, self.isolation)?;
                 let mut outputs = Vec::with_capacity(outcomes.len());
                 for (outcome, index) in outcomes.into_iter().zip(passing_index) {
                     match outcome {
@@ -205,11 +214,19 @@ impl Preparer {
                             ref plugin,
                             ref message,
                         } if let Some(cause) = message.strip_prefix(NOT_ISOLATED_PREFIX) => {
-                            return Err(PrepareError::NotIsolated {
-                                plugin: plugin.clone(),
-                                failed_calls: budget,
-                                message: cause.to_string(),
-                            });
+                            if self.policy != ErrorPolicy::Dlq {
+                                return Err(PrepareError::NotIsolated {
+                                    plugin: plugin.clone(),
+                                    message: cause.to_string(),
+                                });
+                            }
+                            failed[index] = true;
+                            failures.push(prepared.failure(
+                                index,
+                                Stage::Transform,
+                                FailureClass::TransformNotIsolated,
+                                format!("transform {plugin}: {message}"),
+                            ));
                         }
                         sluice_transform::Outcome::Failed { plugin, message } => {
                             failed[index] = true;

@@ -1,12 +1,15 @@
 //! A connector task's chain of plugin instances.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use wasmtime::{Store, Trap};
 
 use crate::engine::{EPOCH_TICK, Loaded, TransformEngine};
-use crate::host::{HostState, bindings};
-use crate::{Limits, Outcome, PluginSpec, Record, TransformError};
+use crate::host::{HostState, LogWindow, bindings, sanitize};
+use crate::{
+    HEADER_OVERHEAD_BYTES, Limits, MAX_ERROR_MESSAGE_BYTES, MAX_HEADERS_PER_RECORD, Outcome,
+    PluginSpec, RECORD_OVERHEAD_BYTES, Record, TransformError,
+};
 
 type WitRecord = bindings::sluice::transform::types::Record;
 type WitOutcome = bindings::sluice::transform::types::Outcome;
@@ -38,6 +41,8 @@ struct Stage {
     /// `None` after a failed call: the next call re-instantiates.
     live: Option<Live>,
     stats: PluginStats,
+    /// The plugin's log rate limit, kept across its instances.
+    log_window: Arc<Mutex<LogWindow>>,
 }
 
 /// Counters of one plugin of a chain, since the chain was created (for metrics).
@@ -90,6 +95,7 @@ impl TransformChain {
                 loaded,
                 engine: engine.clone(),
                 live: None,
+                log_window: Arc::default(),
                 stats: PluginStats {
                     plugin: spec.name.clone(),
                     ..PluginStats::default()
@@ -198,8 +204,55 @@ impl TransformChain {
 }
 
 /// How [`TransformChain::process_isolating`] starts the message of records it ran out of
-/// failed calls for: they were not found to fail, only not told apart from those that do.
+/// budget for: they were not found to fail, only not told apart from those that do.
 pub const NOT_ISOLATED_PREFIX: &str = "not isolated: ";
+
+/// What one batch's search for the records that make a plugin fail may cost
+/// ([`TransformChain::process_isolating`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Isolation {
+    /// Failed calls allowed (every trap, deadline, memory or output limit counts).
+    pub max_failed_calls: usize,
+    /// Wall-clock time allowed for the whole search, the first call included.
+    pub max_time: std::time::Duration,
+}
+
+impl Default for Isolation {
+    /// 64 failed calls and 5 minutes: a few spinning records in a batch cost a few
+    /// deadlines (2 s each by default), and a plugin that fails on everything is given up
+    /// on well before Kafka's 5-minute poll interval would matter.
+    fn default() -> Self {
+        Isolation {
+            max_failed_calls: 64,
+            max_time: std::time::Duration::from_secs(300),
+        }
+    }
+}
+
+/// The budget of one search, as it is spent.
+struct Search {
+    failed_calls_left: usize,
+    deadline: std::time::Instant,
+    limits: Isolation,
+}
+
+impl Search {
+    fn exhausted(&self) -> Option<String> {
+        if self.failed_calls_left == 0 {
+            Some(format!(
+                "{} failed calls spent isolating the batch's failing records",
+                self.limits.max_failed_calls
+            ))
+        } else if std::time::Instant::now() >= self.deadline {
+            Some(format!(
+                "{:?} spent isolating the batch's failing records",
+                self.limits.max_time
+            ))
+        } else {
+            None
+        }
+    }
+}
 
 impl TransformChain {
     /// Per-plugin counters, in chain order.
@@ -208,55 +261,75 @@ impl TransformChain {
     }
 
     /// Like [`process`](Self::process), but a batch failure (trap, timeout, memory,
-    /// malformed or oversized output) is isolated by splitting the batch in halves until
-    /// the records that cause it are found; those become [`Outcome::Failed`] with the
-    /// error text, the others are transformed normally.
+    /// malformed or oversized output) is isolated: the records that cause it become
+    /// [`Outcome::Failed`] with the error text, the others are transformed normally.
     ///
-    /// A hostile plugin that fails on every record would cost one failed call per
-    /// record, each up to its CPU deadline; after `max_failed_calls` failed calls the
-    /// records not yet isolated are all reported `Failed` with the last error
-    /// (prefixed [`NOT_ISOLATED_PREFIX`]), so the pipeline never stalls for long. The batch is
-    /// cloned once up front (to retry halves), a few percent of the call's cost.
+    /// A batch that ran out of its CPU deadline is retried record by record, so each
+    /// record that spins costs one deadline (halving would pay a deadline at every level);
+    /// other failures are cheap and the batch is split in halves. Every failed call counts
+    /// against `budget.max_failed_calls` and the whole search against `budget.max_time`;
+    /// when either runs out, the records not yet resolved are all `Failed` with a message
+    /// that starts with [`NOT_ISOLATED_PREFIX`] (they were not found to fail), so the
+    /// pipeline never stalls for long.
     ///
-    /// `Err` only for errors that splitting cannot help (a plugin that can no longer be
-    /// instantiated or whose `init` now fails).
+    /// `Err` only for errors that splitting cannot help: a plugin that can no longer be
+    /// instantiated, or whose `init` now fails ([`TransformError::is_chain_failure`]).
     pub fn process_isolating(
         &mut self,
         batch: Vec<Record>,
-        max_failed_calls: usize,
+        budget: Isolation,
     ) -> Result<Vec<Outcome>, TransformError> {
-        let mut budget = max_failed_calls;
-        self.isolate(batch, &mut budget)
+        let mut search = Search {
+            failed_calls_left: budget.max_failed_calls.max(1),
+            deadline: std::time::Instant::now() + budget.max_time,
+            limits: budget,
+        };
+        self.isolate(batch, &mut search, None)
     }
 
     fn isolate(
         &mut self,
         batch: Vec<Record>,
-        budget: &mut usize,
+        search: &mut Search,
+        last: Option<&TransformError>,
     ) -> Result<Vec<Outcome>, TransformError> {
+        if let (Some(why), Some(last)) = (search.exhausted(), last) {
+            return Ok(not_isolated(&why, last, batch.len()));
+        }
         let error = match self.process(batch.clone()) {
             Ok(outcomes) => return Ok(outcomes),
             Err(e) if e.is_batch_failure() => e,
             Err(e) => return Err(e),
         };
-        let failed = |prefix: &str, n: usize| {
-            let plugin = error.plugin().unwrap_or_default().to_owned();
-            let message = format!("{prefix}{error}");
-            vec![Outcome::Failed { plugin, message }; n]
-        };
+        search.failed_calls_left = search.failed_calls_left.saturating_sub(1);
         if batch.len() <= 1 {
-            return Ok(failed("", batch.len()));
+            let plugin = error.plugin().unwrap_or_default().to_owned();
+            let message = error.to_string();
+            return Ok(vec![Outcome::Failed { plugin, message }; batch.len()]);
         }
-        *budget = budget.saturating_sub(1);
-        if *budget == 0 {
-            return Ok(failed(NOT_ISOLATED_PREFIX, batch.len()));
+        if let Some(why) = search.exhausted() {
+            return Ok(not_isolated(&why, &error, batch.len()));
         }
-        let mut first = batch;
-        let second = first.split_off(first.len() / 2);
-        let mut out = self.isolate(first, budget)?;
-        out.extend(self.isolate(second, budget)?);
+        let mut out = Vec::with_capacity(batch.len());
+        if matches!(error, TransformError::Timeout { .. }) {
+            for record in batch {
+                out.extend(self.isolate(vec![record], search, Some(&error))?);
+            }
+        } else {
+            let mut first = batch;
+            let second = first.split_off(first.len() / 2);
+            out.extend(self.isolate(first, search, Some(&error))?);
+            out.extend(self.isolate(second, search, Some(&error))?);
+        }
         Ok(out)
     }
+}
+
+/// `n` records that the search ran out of budget for.
+fn not_isolated(why: &str, last: &TransformError, n: usize) -> Vec<Outcome> {
+    let plugin = last.plugin().unwrap_or_default().to_owned();
+    let message = format!("{NOT_ISOLATED_PREFIX}{why}; the last failure: {last}");
+    vec![Outcome::Failed { plugin, message }; n]
 }
 
 /// Loads a plugin, checks that it implements the `sluice:transform@0.1.0` world and
@@ -282,9 +355,13 @@ impl Stage {
             self.connector.clone(),
             self.name.clone(),
             self.limits.memory_bytes,
+            self.log_window.clone(),
         );
         let mut store = Store::new(&self.engine.inner.engine, state);
         store.limiter(|s| &mut s.limiter);
+        // What the host copies out of the guest in one call (a log line, `init`'s answer)
+        // is at most about the guest's own memory.
+        store.set_hostcall_fuel(usize::try_from(self.limits.memory_bytes).unwrap_or(usize::MAX));
         store.epoch_deadline_trap();
         store.set_epoch_deadline(self.deadline_ticks());
         store.data_mut().begin_call();
@@ -302,7 +379,7 @@ impl Stage {
             }
             Ok(Err(message)) => Err(TransformError::Init {
                 plugin: self.name.to_string(),
-                message,
+                message: sanitize(&message, MAX_ERROR_MESSAGE_BYTES),
             }),
             Err(e) => Err(self.classify(e, &store, "init")),
         }
@@ -323,13 +400,16 @@ impl Stage {
             });
         };
         live.store.set_epoch_deadline(self.deadline_ticks());
+        live.store.set_hostcall_fuel(self.output_fuel(batch.len()));
         live.store.data_mut().begin_call();
         let started = std::time::Instant::now();
         let result = live.instance.call_process(&mut live.store, batch);
         self.stats.busy += started.elapsed();
         live.store.data_mut().end_call();
         let checked = match result {
-            Ok(outcomes) => self.check_output(batch.len(), &outcomes).map(|()| outcomes),
+            Ok(mut outcomes) => self
+                .check_output(batch.len(), &mut outcomes)
+                .map(|()| outcomes),
             Err(e) => Err(self.classify(e, &live.store, "process")),
         };
         let outcomes = match checked {
@@ -351,7 +431,29 @@ impl Stage {
         Ok(outcomes)
     }
 
-    fn check_output(&self, inputs: usize, outcomes: &[WitOutcome]) -> Result<(), TransformError> {
+    /// The host-call budget of one `process` call: wasmtime counts, while it lifts the
+    /// answer out of the guest, the host memory it allocates (each list element's host
+    /// size, each string's and byte list's length) and stops at this budget. It is
+    /// `max_output_bytes` (which counts the same things, see [`RECORD_OVERHEAD_BYTES`])
+    /// plus the list of one outcome per input, so no answer that passes the caps is
+    /// refused, and no answer makes the host allocate much more than the caps, however
+    /// many times a guest points at the same bytes.
+    fn output_fuel(&self, inputs: usize) -> usize {
+        let outcomes = inputs.saturating_mul(std::mem::size_of::<WitOutcome>());
+        usize::try_from(self.limits.max_output_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_add(outcomes)
+            .saturating_add(OUTPUT_FUEL_SLACK)
+    }
+
+    /// Checks the answer against the contract and the caps, counting every record and
+    /// header at its host overhead; cuts error messages to [`MAX_ERROR_MESSAGE_BYTES`] and
+    /// escapes their control characters.
+    fn check_output(
+        &self,
+        inputs: usize,
+        outcomes: &mut [WitOutcome],
+    ) -> Result<(), TransformError> {
         if outcomes.len() != inputs {
             return Err(TransformError::Malformed {
                 plugin: self.name.to_string(),
@@ -361,33 +463,44 @@ impl Stage {
                 ),
             });
         }
-        let (mut records, mut bytes) = (0u64, 0u64);
-        for outcome in outcomes {
-            match outcome {
-                WitOutcome::Records(rs) => {
-                    records += rs.len() as u64;
-                    bytes += rs
-                        .iter()
-                        .map(|r| {
-                            let opt = |v: &Option<Vec<u8>>| v.as_ref().map_or(0, Vec::len) as u64;
-                            opt(&r.key)
-                                + opt(&r.value)
-                                + r.headers
-                                    .iter()
-                                    .map(|(n, v)| n.len() as u64 + opt(v))
-                                    .sum::<u64>()
-                        })
-                        .sum::<u64>();
-                }
-                WitOutcome::Error(m) => bytes += m.len() as u64,
-            }
-        }
         let over = |what, limit: u64, got: u64| TransformError::OutputLimit {
             plugin: self.name.to_string(),
             what,
             limit,
-            got,
+            got: Some(got),
         };
+        let opt = |v: &Option<Vec<u8>>| v.as_ref().map_or(0, Vec::len) as u64;
+        let (mut records, mut bytes) = (0u64, 0u64);
+        for outcome in outcomes.iter_mut() {
+            match outcome {
+                WitOutcome::Records(rs) => {
+                    records += rs.len() as u64;
+                    for r in rs.iter() {
+                        if r.headers.len() > MAX_HEADERS_PER_RECORD {
+                            return Err(over(
+                                "headers in one record",
+                                MAX_HEADERS_PER_RECORD as u64,
+                                r.headers.len() as u64,
+                            ));
+                        }
+                        bytes += RECORD_OVERHEAD_BYTES
+                            + r.topic.len() as u64
+                            + opt(&r.key)
+                            + opt(&r.value)
+                            + r.headers
+                                .iter()
+                                .map(|(n, v)| HEADER_OVERHEAD_BYTES + n.len() as u64 + opt(v))
+                                .sum::<u64>();
+                    }
+                }
+                WitOutcome::Error(m) => {
+                    bytes += m.len() as u64;
+                    if m.len() > MAX_ERROR_MESSAGE_BYTES || m.contains(char::is_control) {
+                        *m = sanitize(m, MAX_ERROR_MESSAGE_BYTES);
+                    }
+                }
+            }
+        }
         let max_records = self.limits.max_output_records as u64;
         if records > max_records {
             return Err(over("records", max_records, records));
@@ -408,6 +521,15 @@ impl Stage {
         let plugin = self.name.to_string();
         let state = store.data();
         let trap = error.downcast_ref::<Trap>().copied();
+        if call == "process" && is_hostcall_fuel_exhausted(&error) {
+            // Lifting the answer stopped at the budget set from `max_output_bytes`.
+            return TransformError::OutputLimit {
+                plugin,
+                what: "bytes",
+                limit: self.limits.max_output_bytes,
+                got: None,
+            };
+        }
         if trap == Some(Trap::Interrupt) {
             return TransformError::Timeout {
                 plugin,
@@ -473,4 +595,17 @@ impl Stage {
             last_log: state.log.last_error.clone(),
         }
     }
+}
+
+/// Room in the host-call budget for what lifting counts beyond the output itself.
+const OUTPUT_FUEL_SLACK: usize = 64 << 10;
+
+/// wasmtime stopped copying data out of the guest at the store's host-call budget. Its
+/// error type is private; the message is what it exposes (a test of the output caps
+/// fails if a wasmtime upgrade changes it).
+fn is_hostcall_fuel_exhausted(error: &wasmtime::Error) -> bool {
+    error.chain().any(|c| {
+        c.to_string()
+            .contains("fuel allocated for hostcalls has been exhausted")
+    })
 }

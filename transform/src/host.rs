@@ -1,7 +1,7 @@
 //! Per-instance host state: the WASI context (nothing granted), the memory limiter and
 //! the `log` import.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
@@ -17,10 +17,15 @@ pub(crate) mod bindings {
 
 use bindings::sluice::transform::host::{Host, Level};
 
-/// A guest may log at most this many lines per call; the rest are counted and dropped.
-const MAX_LOG_LINES_PER_CALL: u32 = 500;
+/// A plugin may log at most this many lines per second (per task); the rest are counted,
+/// dropped and reported in one warning when the second is over.
+pub(crate) const MAX_LOG_LINES_PER_SECOND: u32 = 200;
 /// Longer log messages are truncated to this many bytes.
-const MAX_LOG_MESSAGE_BYTES: usize = 4096;
+pub(crate) const MAX_LOG_MESSAGE_BYTES: usize = 4096;
+/// Every resource a guest holds in the host (WASI streams, pollables) takes a slot of this
+/// table; a guest that leaks them (a loop of `get-stdout()`) fails instead of growing host
+/// memory. A plugin that behaves holds a handful.
+const MAX_HOST_RESOURCES: usize = 1024;
 
 /// Everything a plugin instance's `Store` holds.
 pub(crate) struct HostState {
@@ -31,7 +36,12 @@ pub(crate) struct HostState {
 }
 
 impl HostState {
-    pub(crate) fn new(connector: Arc<str>, plugin: Arc<str>, memory_bytes: u64) -> Self {
+    pub(crate) fn new(
+        connector: Arc<str>,
+        plugin: Arc<str>,
+        memory_bytes: u64,
+        window: Arc<Mutex<LogWindow>>,
+    ) -> Self {
         // The sandbox: the builder starts with no args, no env, no preopened dirs and
         // null stdio; we additionally shut the socket APIs. Clocks and random stay (the
         // Rust standard library needs them for `HashMap` seeds and `Instant`).
@@ -39,18 +49,21 @@ impl HostState {
         wasi.allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_HOST_RESOURCES);
         HostState {
             wasi: wasi.build(),
-            table: ResourceTable::new(),
+            table,
             limiter: MemoryLimiter {
                 limit: usize::try_from(memory_bytes).unwrap_or(usize::MAX),
+                memory: 0,
+                table_elements: 0,
                 hit: false,
             },
             log: GuestLog {
                 connector,
                 plugin,
-                lines: 0,
-                dropped: 0,
+                window,
                 last_error: None,
             },
         }
@@ -59,22 +72,12 @@ impl HostState {
     /// Reset the per-call bookkeeping before a guest call.
     pub(crate) fn begin_call(&mut self) {
         self.limiter.hit = false;
-        self.log.lines = 0;
-        self.log.dropped = 0;
         self.log.last_error = None;
     }
 
-    /// Report dropped log lines after a guest call.
+    /// Report dropped log lines after a guest call, if their second is over.
     pub(crate) fn end_call(&mut self) {
-        if self.log.dropped > 0 {
-            tracing::warn!(
-                target: "sluice::plugin",
-                connector = %self.log.connector,
-                plugin = %self.log.plugin,
-                dropped = self.log.dropped,
-                "plugin logged more than {MAX_LOG_LINES_PER_CALL} lines in one call; the rest were dropped"
-            );
-        }
+        self.log.report_dropped(std::time::Instant::now(), false);
     }
 }
 
@@ -87,50 +90,70 @@ impl WasiView for HostState {
     }
 }
 
-/// Caps linear memory (and table) growth of one instance; remembers that the cap was hit
-/// so that the resulting trap is reported as a memory limit, not a generic trap.
+/// Caps the memory of one plugin instance: all its linear memories together stay under
+/// `limits.memory`, all its tables together under [`MAX_TABLE_ELEMENTS`], and the counts of
+/// core instances, memories and tables are small. Remembers that the memory cap was hit so
+/// that the resulting trap is reported as a memory limit, not a generic trap.
 pub(crate) struct MemoryLimiter {
     limit: usize,
+    /// Bytes of all linear memories of the instance (they only grow).
+    memory: usize,
+    /// Elements of all tables of the instance.
+    table_elements: usize,
     pub(crate) hit: bool,
 }
 
-/// Tables hold function references; this many elements is far beyond any real plugin.
-const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+/// Tables hold function references (8 to 16 host bytes each): a Rust plugin's function
+/// table has a few thousand; this many in all tables together is far beyond any real one.
+pub(crate) const MAX_TABLE_ELEMENTS: usize = 1 << 17;
+/// Core instances of one plugin: a Rust component is a handful (its module, WASI shims).
+pub(crate) const MAX_INSTANCES: usize = 32;
+/// Linear memories of one plugin (components built by Rust have one).
+pub(crate) const MAX_MEMORIES: usize = 4;
+/// Tables of one plugin.
+pub(crate) const MAX_TABLES: usize = 16;
 
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.limit {
+        let total = (self.memory - current.min(self.memory)).saturating_add(desired);
+        if total > self.limit {
             self.hit = true;
             return Ok(false);
         }
+        self.memory = total;
         Ok(true)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
+        let total =
+            (self.table_elements - current.min(self.table_elements)).saturating_add(desired);
+        if total > MAX_TABLE_ELEMENTS {
+            return Ok(false);
+        }
+        self.table_elements = total;
+        Ok(true)
     }
 
     fn instances(&self) -> usize {
-        // A Rust plugin is a handful of core instances (the module plus WASI adapters).
-        100
+        MAX_INSTANCES
     }
 
     fn memories(&self) -> usize {
-        10
+        MAX_MEMORIES
     }
 
     fn tables(&self) -> usize {
-        100
+        MAX_TABLES
     }
 }
 
@@ -138,33 +161,103 @@ impl ResourceLimiter for MemoryLimiter {
 pub(crate) struct GuestLog {
     connector: Arc<str>,
     plugin: Arc<str>,
-    lines: u32,
-    dropped: u32,
+    /// The plugin's rate limit; shared by the instances of one plugin in one chain, so a
+    /// plugin re-instantiated after every failure is limited all the same.
+    window: Arc<Mutex<LogWindow>>,
     /// The last error-level message of the current call (the SDK logs panics there).
     pub(crate) last_error: Option<String>,
 }
 
-fn truncate(mut message: String) -> String {
-    if message.len() > MAX_LOG_MESSAGE_BYTES {
-        let mut cut = MAX_LOG_MESSAGE_BYTES;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
+/// One second of a plugin's log lines: how many were written and how many dropped.
+#[derive(Debug)]
+pub(crate) struct LogWindow {
+    started: std::time::Instant,
+    lines: u32,
+    dropped: u64,
+}
+
+impl Default for LogWindow {
+    fn default() -> Self {
+        LogWindow {
+            started: std::time::Instant::now(),
+            lines: 0,
+            dropped: 0,
         }
-        message.truncate(cut);
-        message.push_str("… [truncated]");
     }
-    message
+}
+
+impl GuestLog {
+    fn window(&self) -> std::sync::MutexGuard<'_, LogWindow> {
+        // Counters only: a panic elsewhere cannot leave them inconsistent.
+        self.window.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True if a line may be written now; counts it, or counts it dropped.
+    fn admit(&self, now: std::time::Instant) -> bool {
+        self.report_dropped(now, false);
+        let mut window = self.window();
+        if window.lines >= MAX_LOG_LINES_PER_SECOND {
+            window.dropped += 1;
+            return false;
+        }
+        window.lines += 1;
+        true
+    }
+
+    /// When the second is over (or `force`), reports the lines it dropped and opens the
+    /// next one.
+    fn report_dropped(&self, now: std::time::Instant, force: bool) {
+        let dropped = {
+            let mut window = self.window();
+            if !force && now.duration_since(window.started) < std::time::Duration::from_secs(1) {
+                return;
+            }
+            let dropped = window.dropped;
+            *window = LogWindow {
+                started: now,
+                lines: 0,
+                dropped: 0,
+            };
+            dropped
+        };
+        if dropped > 0 {
+            tracing::warn!(
+                target: "sluice::plugin",
+                connector = %self.connector,
+                plugin = %self.plugin,
+                dropped,
+                "plugin logged more than {MAX_LOG_LINES_PER_SECOND} lines in a second; the rest were dropped"
+            );
+        }
+    }
+}
+
+/// A guest's text as it may enter the host's logs and errors: at most `max` bytes, and
+/// control characters (CR, LF, ESC...) escaped, so a plugin cannot forge log lines or
+/// terminal output.
+pub(crate) fn sanitize(message: &str, max: usize) -> String {
+    let mut out = String::with_capacity(message.len().min(max) + 16);
+    for c in message.chars() {
+        if out.len() >= max {
+            out.push_str("… [truncated]");
+            break;
+        }
+        match c {
+            '\t' => out.push(c),
+            c if c.is_control() => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl Host for HostState {
     fn log(&mut self, level: Level, message: String) {
         let log = &mut self.log;
-        log.lines += 1;
-        if log.lines > MAX_LOG_LINES_PER_CALL {
-            log.dropped += 1;
+        if !log.admit(std::time::Instant::now()) {
             return;
         }
-        let message = truncate(message);
+        let message = sanitize(&message, MAX_LOG_MESSAGE_BYTES);
         let (c, p) = (&*log.connector, &*log.plugin);
         match level {
             Level::Trace => {
@@ -183,7 +276,7 @@ impl Host for HostState {
                 tracing::error!(target: "sluice::plugin", connector = c, plugin = p, level = "error", "{message}");
                 // Kept for the error of a trap that follows (the SDK logs panics here),
                 // on one line: errors are printed one per line.
-                let mut short = message.replace(['\n', '\r'], " ");
+                let mut short = message;
                 short.truncate(short.floor_char_boundary(512));
                 log.last_error = Some(short);
             }

@@ -56,7 +56,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use chain::{NOT_ISOLATED_PREFIX, PluginStats, TransformChain, check_plugin};
+pub use chain::{Isolation, NOT_ISOLATED_PREFIX, PluginStats, TransformChain, check_plugin};
 pub use engine::{EngineOptions, TransformEngine, default_cache_dir};
 pub use tools::{PluginTestCase, build_plugin, scaffold_plugin, test_plugin};
 
@@ -98,10 +98,13 @@ pub struct Limits {
     /// CPU deadline of one guest call (`init` or one `process` batch). Default 2 s.
     /// Enforced by epoch interruption with a 10 ms tick, so it is accurate to ~10 ms.
     pub timeout: Duration,
-    /// Maximum output records of one batch (all outcomes together). Default 1,000,000.
+    /// Maximum output records of one batch (all outcomes together). Default 1,000,000
+    /// (reachable with `max_output_bytes` of at least 1,000,000 × [`RECORD_OVERHEAD_BYTES`]).
     pub max_output_records: usize,
-    /// Maximum output bytes of one batch (keys, values, header names and values).
-    /// Default 64 MiB.
+    /// Maximum output bytes of one batch: keys, values, topics, header names and values,
+    /// error messages, plus [`RECORD_OVERHEAD_BYTES`] per record and
+    /// [`HEADER_OVERHEAD_BYTES`] per header. Default 64 MiB. It is also the budget of
+    /// host memory that lifting one batch's answer out of the guest may take.
     pub max_output_bytes: u64,
 }
 
@@ -293,19 +296,21 @@ pub enum TransformError {
         reason: String,
     },
 
-    /// The guest's output for one batch exceeded a cap.
-    #[error(
-        "plugin `{plugin}` produced {got} output {what} for one batch, over its limit of {limit}; raise `limits.max_output_{what}` or send smaller batches"
-    )]
+    /// The guest's output for one batch exceeded a cap. Checked while the output is lifted
+    /// out of the guest, before the host allocates more than the caps allow.
+    #[error("plugin `{plugin}` produced {} output {what} for one batch, over its limit of {limit}; {}",
+        got.map_or_else(|| "more".to_owned(), |g| g.to_string()),
+        output_limit_hint(what))]
     OutputLimit {
         /// Plugin name.
         plugin: String,
-        /// `records` or `bytes`.
+        /// `records`, `bytes` or `headers in one record`.
         what: &'static str,
         /// The cap.
         limit: u64,
-        /// What the plugin produced.
-        got: u64,
+        /// What the plugin produced, when it was counted to the end (lifting stops at the
+        /// cap, so an output far over it is only known to be over).
+        got: Option<u64>,
     },
 
     /// An I/O problem of the plugin tooling (scaffold, build, test input).
@@ -325,6 +330,25 @@ pub enum TransformError {
     #[error("{0}")]
     Usage(String),
 }
+
+fn output_limit_hint(what: &str) -> String {
+    match what {
+        "records" | "bytes" => format!(
+            "raise `limits.max_output_{what}` or send smaller batches (bytes count keys, values, topics, header names and values, error messages, and {RECORD_OVERHEAD_BYTES} bytes per record and {HEADER_OVERHEAD_BYTES} per header for the host's own structures)"
+        ),
+        _ => format!("a record may carry at most {MAX_HEADERS_PER_RECORD} headers"),
+    }
+}
+
+/// Host bytes counted for each output record on top of its payload (what the host's own
+/// structure of a record takes), against [`Limits::max_output_bytes`].
+pub const RECORD_OVERHEAD_BYTES: u64 = std::mem::size_of::<Record>() as u64;
+/// Host bytes counted for each output header on top of its name and value.
+pub const HEADER_OVERHEAD_BYTES: u64 = std::mem::size_of::<(String, Option<Vec<u8>>)>() as u64;
+/// Most headers one output record may carry.
+pub const MAX_HEADERS_PER_RECORD: usize = 4096;
+/// A plugin's error message for a record (and its `init` error) is cut to this many bytes.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
 
 impl TransformError {
     /// The plugin this error is about, if any.
@@ -346,16 +370,31 @@ impl TransformError {
 
     /// True for errors of one `process` call (trap, deadline, memory, malformed or
     /// oversized output): the chain stays usable, and splitting the batch can isolate the
-    /// record responsible. False for load/config errors.
+    /// record responsible. False for load and config errors, and for failures to create a
+    /// fresh instance (`instantiate` or `init` trapping or running out of time): those are
+    /// not a record's fault ([`is_chain_failure`](Self::is_chain_failure)).
     pub fn is_batch_failure(&self) -> bool {
-        matches!(
-            self,
-            TransformError::Timeout { .. }
-                | TransformError::MemoryLimit { .. }
-                | TransformError::Trap { .. }
-                | TransformError::Malformed { .. }
-                | TransformError::OutputLimit { .. }
-        )
+        match self {
+            TransformError::Timeout { call, .. }
+            | TransformError::MemoryLimit { call, .. }
+            | TransformError::Trap { call, .. } => *call == "process",
+            TransformError::Malformed { .. } | TransformError::OutputLimit { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// True when the chain could not be brought back after a failed call: a plugin that
+    /// loaded before can no longer be instantiated, or its `init` traps, runs out of time
+    /// or memory, or now rejects its config. Nothing a record did: the caller retries the
+    /// batch later (with backoff) rather than fail or dead-letter its records.
+    pub fn is_chain_failure(&self) -> bool {
+        match self {
+            TransformError::Timeout { call, .. }
+            | TransformError::MemoryLimit { call, .. }
+            | TransformError::Trap { call, .. } => *call != "process",
+            TransformError::Init { .. } => true,
+            _ => false,
+        }
     }
 }
 

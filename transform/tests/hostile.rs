@@ -196,7 +196,7 @@ fn too_many_output_records_hit_the_cap() {
             TransformError::OutputLimit {
                 what: "records",
                 limit: 1000,
-                got: 10000,
+                got: Some(10000),
                 ..
             }
         ),
@@ -284,6 +284,13 @@ fn bad_files_are_reported() {
     assert_engine_healthy();
 }
 
+fn budget(max_failed_calls: usize) -> Isolation {
+    Isolation {
+        max_failed_calls,
+        max_time: Duration::from_secs(120),
+    }
+}
+
 #[test]
 fn process_isolating_finds_the_poison_record() {
     let boom = "{\"uid\":2,\"word\":\"boom\",\"produced_at\":0}";
@@ -310,7 +317,7 @@ fn process_isolating_finds_the_poison_record() {
             r
         })
         .collect();
-    let out = chain.process_isolating(batch, 16).unwrap();
+    let out = chain.process_isolating(batch, budget(16)).unwrap();
     assert_eq!(out.len(), 8);
     for (i, o) in out.iter().enumerate() {
         if i == 5 {
@@ -336,7 +343,7 @@ fn process_isolating_finds_the_poison_record() {
         TransformChain::new(engine(), "hostile", &[fast_deadline(hostile("loop", &[]))]).unwrap();
     let started = Instant::now();
     let out = chain
-        .process_isolating((0..64).map(|i| rec(i, "x")).collect(), 3)
+        .process_isolating((0..64).map(|i| rec(i, "x")).collect(), budget(3))
         .unwrap();
     assert_eq!(out.len(), 64);
     assert!(out.iter().all(|o| matches!(o, Outcome::Failed { .. })));
@@ -435,4 +442,286 @@ fn a_hung_plugin_does_not_stall_other_chains() {
         "chain b finished at {b_done:?}, after the hung chain a ({a_done:?})"
     );
     assert!(a_done >= Duration::from_millis(1400), "{a_done:?}");
+}
+
+/// 1 % of a batch spins: a batch that ran out of its deadline is retried record by record,
+/// so each spinning record costs one deadline (halving paid one at every level).
+#[test]
+fn spinning_records_cost_one_deadline_each() {
+    let mut spinning = hostile("loop", &[("on", "spin")]);
+    spinning.limits.timeout = Duration::from_millis(200);
+    let mut chain = TransformChain::new(engine(), "hostile", &[spinning]).unwrap();
+    let batch: Vec<_> = (0..400)
+        .map(|i| rec(i, if i % 100 == 37 { "spin" } else { "ok" }))
+        .collect();
+    let started = Instant::now();
+    let out = chain
+        .process_isolating(batch, Isolation::default())
+        .unwrap();
+    let elapsed = started.elapsed();
+    let stats = chain.stats();
+    println!(
+        "SPIN-1PCT 400 records, 4 spinning, deadline 200 ms: {elapsed:?}, {} failed calls, {} calls",
+        stats[0].batch_failures,
+        stats[0].calls + stats[0].batch_failures
+    );
+    for (i, o) in out.iter().enumerate() {
+        if i % 100 == 37 {
+            assert!(
+                matches!(o, Outcome::Failed { message, .. } if message.contains("CPU deadline") && !message.starts_with(NOT_ISOLATED_PREFIX)),
+                "{i}: {o:?}"
+            );
+        } else {
+            assert_eq!(values(o), vec!["ok".to_string()], "{i}");
+        }
+    }
+    // The whole batch, then each spinning record alone: five deadlines.
+    assert_eq!(stats[0].batch_failures, 5, "{stats:?}");
+}
+
+/// The search has a wall-clock budget: a plugin that spins on everything is given up on
+/// after `max_time`, its records reported as not isolated.
+#[test]
+fn isolation_stops_at_its_time_budget() {
+    let mut spinning = hostile("loop", &[]);
+    spinning.limits.timeout = Duration::from_millis(100);
+    let mut chain = TransformChain::new(engine(), "hostile", &[spinning]).unwrap();
+    let budget = Isolation {
+        max_failed_calls: 10_000,
+        max_time: Duration::from_millis(700),
+    };
+    let out = chain
+        .process_isolating((0..50).map(|i| rec(i, "x")).collect(), budget)
+        .unwrap();
+    assert_eq!(out.len(), 50);
+    let not_isolated = out
+        .iter()
+        .filter(|o| matches!(o, Outcome::Failed { message, .. } if message.starts_with(NOT_ISOLATED_PREFIX)))
+        .count();
+    let failed_alone = out
+        .iter()
+        .filter(|o| matches!(o, Outcome::Failed { message, .. } if message.contains("CPU deadline") && !message.starts_with(NOT_ISOLATED_PREFIX)))
+        .count();
+    assert_eq!(not_isolated + failed_alone, 50, "{out:?}");
+    assert!(not_isolated >= 40, "most were not reached: {not_isolated}");
+    assert!(
+        matches!(&out[49], Outcome::Failed { message, .. } if message.contains("spent isolating")),
+        "{:?}",
+        out[49]
+    );
+    // Failed calls bounded by the time budget: the batch, then one per record until it ran out.
+    assert!(chain.stats()[0].batch_failures <= 10, "{:?}", chain.stats());
+}
+
+/// A plugin whose `init` starts to spin (on re-instantiation after a trap) is a chain
+/// failure: not a record's fault, so it is not isolated or dead-lettered.
+#[test]
+fn init_that_spins_later_is_a_chain_failure() {
+    let after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 1000;
+    let mut spec = hostile(
+        "init-loop-after",
+        &[("after", &after.to_string()), ("on", "boom")],
+    );
+    spec.limits.timeout = Duration::from_millis(200);
+    let mut chain = TransformChain::new(engine(), "hostile", &[spec]).expect("init runs in time");
+    std::thread::sleep(Duration::from_millis(1100));
+    let err = chain
+        .process_isolating(vec![rec(0, "boom"), rec(1, "ok")], Isolation::default())
+        .expect_err("re-instantiation times out in init");
+    assert!(
+        matches!(err, TransformError::Timeout { call: "init", .. }),
+        "{err}"
+    );
+    assert!(err.is_chain_failure() && !err.is_batch_failure(), "{err}");
+}
+
+/// A plugin that keeps a little more memory at every batch reaches its cap; the chain
+/// comes back with a fresh instance.
+#[test]
+fn memory_grown_slowly_across_batches_hits_the_cap() {
+    let mut spec = hostile("grow", &[("size", &(4 << 20).to_string())]);
+    spec.limits.memory_bytes = 32 << 20;
+    let mut chain = TransformChain::new(engine(), "hostile", &[spec]).unwrap();
+    let mut calls = 0;
+    let err = loop {
+        calls += 1;
+        assert!(calls < 20, "never reached the cap");
+        match chain.process(vec![rec(calls, "x")]) {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(
+            err,
+            TransformError::MemoryLimit {
+                call: "process",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(calls >= 3, "the cap was hit after {calls} calls");
+    chain
+        .process(vec![rec(100, "x")])
+        .expect("a fresh instance serves the next batch");
+}
+
+#[test]
+fn a_bad_cabi_realloc_fails_the_batch_not_the_host() {
+    use common::handmade::{Answer, HandMade};
+    let dir = tempfile::tempdir().unwrap();
+    let mut made = HandMade::new(Answer::Empty);
+    made.bad_realloc = Some(0xFFFF_FF00);
+    let spec = handmade_spec("bad-realloc", made.write(dir.path(), "bad_realloc"));
+    let err = batch_error(spec);
+    assert!(matches!(err, TransformError::Malformed { .. }), "{err}");
+}
+
+#[test]
+fn a_trap_in_post_return_fails_the_batch() {
+    use common::handmade::{Answer, HandMade};
+    let dir = tempfile::tempdir().unwrap();
+    let mut made = HandMade::new(Answer::Empty);
+    made.trap_in_post_return = true;
+    let spec = handmade_spec("post-trap", made.write(dir.path(), "post_trap"));
+    let err = batch_error(spec);
+    assert!(matches!(err, TransformError::Trap { .. }), "{err}");
+}
+
+#[test]
+fn a_well_behaved_handmade_plugin_works() {
+    use common::handmade::{Answer, HandMade};
+    let dir = tempfile::tempdir().unwrap();
+    let spec = handmade_spec(
+        "empty",
+        HandMade::new(Answer::Empty).write(dir.path(), "empty"),
+    );
+    let mut chain = TransformChain::new(engine(), "hostile", &[spec]).unwrap();
+    let out = chain.process(vec![rec(0, "a"), rec(1, "b")]).unwrap();
+    assert_eq!(out.len(), 2);
+    assert!(matches!(&out[0], Outcome::Records(r) if r.len() == 1 && r[0].offset == 0));
+}
+
+/// Millions of empty headers on one record, or a million empty records: each counts at
+/// its host overhead, so both are output limits rather than hundreds of MB of host heap.
+#[test]
+fn empty_headers_and_empty_records_count() {
+    use common::handmade::{Answer, HandMade};
+    let dir = tempfile::tempdir().unwrap();
+
+    let spec = handmade_spec(
+        "headers",
+        HandMade::new(Answer::EmptyHeaders { headers: 3_000_000 }).write(dir.path(), "headers"),
+    );
+    let err = batch_error(spec);
+    assert!(
+        matches!(err, TransformError::OutputLimit { what: "bytes", .. }),
+        "{err}"
+    );
+
+    let spec = handmade_spec(
+        "some-headers",
+        HandMade::new(Answer::EmptyHeaders {
+            headers: MAX_HEADERS_PER_RECORD as u32 + 1,
+        })
+        .write(dir.path(), "some_headers"),
+    );
+    let err = batch_error(spec);
+    assert!(
+        matches!(
+            err,
+            TransformError::OutputLimit {
+                what: "headers in one record",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    let records =
+        HandMade::new(Answer::EmptyRecords { records: 1_000_000 }).write(dir.path(), "records");
+    let err = batch_error(handmade_spec("records", records.clone()));
+    assert!(
+        matches!(err, TransformError::OutputLimit { what: "bytes", .. }),
+        "{err}"
+    );
+
+    // The documented record cap is reachable: with room for a million records' host
+    // structures, a million empty records pass, and one more is over the record cap.
+    let mut roomy = handmade_spec("records", records);
+    roomy.limits.max_output_bytes = 1_000_001 * RECORD_OVERHEAD_BYTES + (1 << 20);
+    let mut chain = TransformChain::new(engine(), "hostile", &[roomy.clone()]).unwrap();
+    let out = chain
+        .process(vec![rec(0, "a")])
+        .expect("a million records fit");
+    assert!(matches!(&out[0], Outcome::Records(r) if r.len() == 1_000_000));
+    drop(out);
+    let over = HandMade::new(Answer::EmptyRecords { records: 1_000_001 })
+        .write(dir.path(), "records_over");
+    let mut spec = roomy;
+    spec.path = over;
+    let mut chain = TransformChain::new(engine(), "hostile", &[spec]).unwrap();
+    let err = chain
+        .process(vec![rec(0, "a")])
+        .expect_err("over the record cap");
+    assert!(
+        matches!(
+            err,
+            TransformError::OutputLimit {
+                what: "records",
+                limit: 1_000_000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// All linear memories of a plugin together stay under `limits.memory`.
+#[test]
+fn memories_are_capped_together() {
+    use common::handmade::{Answer, HandMade};
+    let dir = tempfile::tempdir().unwrap();
+    let mut made = HandMade::new(Answer::Empty);
+    // The answer's structures need about 18 MiB; a second memory of 12 MiB is within the
+    // cap alone, not together.
+    made.extra_memory_pages = Some(192);
+    let mut spec = handmade_spec("two-memories", made.write(dir.path(), "two_memories"));
+    spec.limits.memory_bytes = made.pages_needed() as u64 * 65536 + (4 << 20);
+    let err = TransformChain::new(engine(), "hostile", &[spec]).expect_err("over the cap");
+    assert!(matches!(err, TransformError::MemoryLimit { .. }), "{err}");
+}
+
+/// A wait on the clock is denied whatever WASI 0.2 patch version the plugin was built
+/// against (the linker matches 0.2.x imports to the version wasmtime-wasi links; the
+/// denial must be on that one).
+#[test]
+fn waiting_on_the_clock_is_denied_at_other_wasi_versions() {
+    use common::handmade::{Answer, HandMade};
+    let dir = tempfile::tempdir().unwrap();
+    for version in ["0.2.0", "0.2.3", "0.2.6"] {
+        let mut made = HandMade::new(Answer::Empty);
+        made.wait_on_clock = Some(version);
+        let name = format!("waits-{}", version.replace('.', "_"));
+        let mut spec = handmade_spec(&name, made.write(dir.path(), &name));
+        spec.limits.timeout = Duration::from_millis(500);
+        let mut chain = TransformChain::new(engine(), "hostile", &[spec]).expect("loads");
+        let started = Instant::now();
+        let err = chain
+            .process(vec![rec(0, "a")])
+            .expect_err("the wait is denied");
+        assert!(
+            matches!(&err, TransformError::Trap { trap, .. } if trap.contains("sleep or wait")),
+            "{version}: {err}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{version}: waited"
+        );
+    }
 }

@@ -1,4 +1,5 @@
-//! Guest `log` calls reach `tracing` with connector, plugin and level fields, capped per call.
+//! Guest `log` calls reach `tracing` with connector, plugin and level fields, limited per
+//! second per plugin, with control characters escaped.
 
 mod common;
 
@@ -45,21 +46,27 @@ impl Subscriber for Capture {
 }
 
 #[test]
-fn guest_logs_are_tagged_and_capped() {
+fn guest_logs_are_tagged_and_limited_per_second() {
     let capture = Capture::default();
     let events = capture.0.clone();
     tracing::subscriber::with_default(capture, || {
         let mut chain = TransformChain::new(
             engine(),
             "words",
-            &[hostile("log-spam", &[("count", "700")])],
+            &[hostile("log-spam", &[("count", "150")])],
         )
         .unwrap();
+        // Two calls in the same second: 300 lines, 200 kept. A re-instantiated plugin
+        // (after a failure) would share the same limit: it is the chain's, not the store's.
         chain.process(vec![rec(0, "a")]).unwrap();
+        chain.process(vec![rec(1, "b")]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        // The next second: the drop is reported, and 150 more lines are kept.
+        chain.process(vec![rec(2, "c")]).unwrap();
     });
     let events = events.lock().unwrap();
     let guest: Vec<_> = events.iter().filter(|e| e.contains("spam line")).collect();
-    assert_eq!(guest.len(), 500, "capped at 500 lines per call");
+    assert_eq!(guest.len(), 350, "200 in the first second, 150 in the next");
     for part in [
         "sluice::plugin WARN",
         "message=hostile: spam line 0",
@@ -76,11 +83,37 @@ fn guest_logs_are_tagged_and_capped() {
     assert!(
         events
             .iter()
-            .any(|e| e.contains("dropped=200") && e.contains("plugin=hostile-log-spam")),
+            .any(|e| e.contains("dropped=100") && e.contains("plugin=hostile-log-spam")),
         "{:?}",
         events
             .iter()
             .filter(|e| !e.contains("spam line"))
             .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn guest_logs_cannot_forge_lines() {
+    let capture = Capture::default();
+    let events = capture.0.clone();
+    let forged = "benign\nsluice::plugin ERROR forged connector=other\r\u{1b}[31mred";
+    tracing::subscriber::with_default(capture, || {
+        let mut chain =
+            TransformChain::new(engine(), "words", &[hostile("log-text", &[("on", forged)])])
+                .unwrap();
+        chain.process(vec![rec(0, "a")]).unwrap();
+    });
+    let events = events.lock().unwrap();
+    let line = events
+        .iter()
+        .find(|e| e.contains("benign"))
+        .expect("the plugin's line");
+    assert!(
+        !line.contains('\n') && !line.contains('\r') && !line.contains('\u{1b}'),
+        "{line:?}"
+    );
+    assert!(
+        line.contains(r"benign\nsluice::plugin ERROR forged"),
+        "{line:?}"
     );
 }

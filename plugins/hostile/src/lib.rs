@@ -7,7 +7,10 @@
 //! | mode          | `process` does                                                    |
 //! |---------------|-------------------------------------------------------------------|
 //! | `echo`        | returns every record unchanged (the well-behaved control)         |
-//! | `loop`        | spins forever (CPU deadline)                                      |
+//! | `loop`        | spins forever (CPU deadline); with `on = X` only when a record's value is `X` |
+//! | `log-text`    | logs config `on` at warn level, then echoes                       |
+//! | `grow`        | keeps `size` more bytes (default 1 MiB) at every call, then echoes |
+//! | `init-loop-after` | `init` spins forever once the clock passes `after` (Unix ms); `process` as `panic` |
 //! | `memory`      | allocates until the memory limit (OOM)                            |
 //! | `panic`       | panics (a trap); with `on = X` only when a record's value is `X`  |
 //! | `unreachable` | executes the `unreachable` instruction                            |
@@ -43,6 +46,8 @@ struct Settings {
 
 thread_local! {
     static SETTINGS: RefCell<Settings> = RefCell::new(Settings::default());
+    /// What `grow` keeps across calls.
+    static HOARD: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
 struct Hostile;
@@ -67,18 +72,32 @@ impl Guest for Hostile {
             "init-loop" => loop {
                 black_box(0);
             },
+            "init-loop-after" => {
+                let after: u128 = get("after")
+                    .ok_or("config `after` is required")?
+                    .parse()
+                    .map_err(|e| format!("config `after`: {e}"))?;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_err(|e| e.to_string())?
+                    .as_millis();
+                while now >= after {
+                    black_box(0);
+                }
+            }
             "echo" | "loop" | "memory" | "panic" | "unreachable" | "recursion" | "file" | "env"
             | "socket" | "flood" | "big" | "short" | "print" | "log-spam" | "sleep" | "exit"
-            | "rewrite-meta" => {}
+            | "rewrite-meta" | "grow" | "init-loop-after" | "log-text" => {}
             other => return Err(format!("config `mode`: unknown mode {other:?}")),
         }
+        let default_size = if mode == "grow" { 1 << 20 } else { 8 << 20 };
         let settings = Settings {
             mode,
             on: get("on"),
             path: get("path").unwrap_or_else(|| "/etc/passwd".into()),
             addr: get("addr").unwrap_or_else(|| "127.0.0.1:5432".into()),
             count: num("count", 100_000)?,
-            size: num("size", 8 << 20)?,
+            size: num("size", default_size)?,
         };
         SETTINGS.with(|s| *s.borrow_mut() = settings);
         Ok(())
@@ -106,9 +125,23 @@ fn recurse(depth: u64) -> u64 {
 
 fn run(s: &Settings, batch: Vec<Record>) -> Vec<WitOutcome> {
     match s.mode.as_str() {
-        "loop" => loop {
-            black_box(&batch);
-        },
+        "loop" => {
+            let trigger = s.on.as_deref();
+            if trigger.is_none()
+                || batch
+                    .iter()
+                    .any(|r| r.value.as_deref() == trigger.map(str::as_bytes))
+            {
+                loop {
+                    black_box(&batch);
+                }
+            }
+            echo(batch)
+        }
+        "grow" => {
+            HOARD.with(|h| h.borrow_mut().push(vec![1u8; s.size]));
+            echo(batch)
+        }
         "memory" => {
             let mut hoard: Vec<Vec<u8>> = Vec::new();
             loop {
@@ -116,7 +149,11 @@ fn run(s: &Settings, batch: Vec<Record>) -> Vec<WitOutcome> {
                 black_box(&hoard);
             }
         }
-        "panic" => {
+        "log-text" => {
+            sluice_plugin_sdk::log::warn(s.on.as_deref().unwrap_or_default());
+            echo(batch)
+        }
+        "panic" | "init-loop-after" => {
             let trigger = s.on.as_deref();
             if trigger.is_none()
                 || batch

@@ -65,3 +65,19 @@ pub fn assert_engine_healthy() {
         vec![r#"{"uid":1,"word":"ok","produced_at":2}"#]
     );
 }
+
+pub mod handmade;
+
+/// A spec for a hand-made plugin at `path`, with generous memory (its structures sit at
+/// fixed addresses up to tens of MiB).
+pub fn handmade_spec(name: &str, path: std::path::PathBuf) -> PluginSpec {
+    PluginSpec {
+        name: name.to_owned(),
+        path,
+        config: BTreeMap::new(),
+        limits: Limits {
+            memory_bytes: 256 << 20,
+            ..Limits::default()
+        },
+    }
+}
