@@ -669,3 +669,159 @@ async fn deferred_constraints_are_checked_by_the_probe(db: Backend) {
     sink.close().await;
 }
 for_each_database!(deferred_constraints_are_checked_by_the_probe: postgres = Postgres);
+
+/// A plugin that spins on 2 % of the records, with a deadline that makes the isolation of
+/// one batch last longer than the consumer's `max.poll.interval.ms`: transforms run off the
+/// polling thread, so the consumer stays in its group; each spinning record costs one
+/// deadline and becomes a dead letter, and every other record lands once.
+async fn spinning_records_are_dead_letters_and_the_consumer_stays(db: Backend) {
+    const N: u64 = 1000;
+    let spins = |uid: u64| uid % 50 == 37;
+    let run = PoisonRun::new(db, 1).await;
+    let dlq = unique("dead");
+    let errors = format!("{{ policy: dlq, dlq: {{ table: {dlq} }} }}");
+    let config = run.config(
+        &unique("conn"),
+        &errors,
+        false,
+        "    max.poll.interval.ms: 6000\n",
+    );
+    let transform = format!(
+        "    transforms:\n      - name: spin\n        plugin: {}\n        config: {{ mode: loop, on: SPIN }}\n        limits: {{ timeout: 1s }}\n",
+        sluice_transform::example_plugin_path("hostile").display()
+    );
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        text.replace("    sink:\n", &format!("{transform}    sink:\n")),
+    )
+    .expect("config");
+    run.broker
+        .produce_with(&run.topic, 0..N, |uid| {
+            if spins(uid) {
+                "SPIN".to_string()
+            } else {
+                format!("{{\"uid\":{uid},\"word\":\"w\"}}")
+            }
+        })
+        .await;
+    let spinning = (0..N).filter(|&u| spins(u)).count() as i64;
+    let started = Instant::now();
+    let sluice = harness::SluiceProcess::start(&config);
+    let (stats, dead) = run
+        .wait_for(&config, N as i64 - spinning, spinning, 180)
+        .await;
+    let elapsed = started.elapsed();
+    let log_path = sluice.log.clone();
+    let status = sluice.terminate();
+    println!(
+        "SPIN-E2E db={} records={N} spinning={spinning} deadline=1s drained in {elapsed:?}",
+        run.db.name()
+    );
+    assert!(status.success(), "sluice exited with {status}");
+    assert_eq!(stats.rows, N as i64 - spinning, "{stats:?}");
+    assert_eq!(stats.duplicates(), 0, "{stats:?}");
+    assert_eq!(dead, spinning, "one dead letter per spinning record");
+    let log = std::fs::read_to_string(&log_path).expect("sluice log");
+    assert!(
+        !log.contains("maximum poll interval"),
+        "the consumer was thrown out of its group: {}",
+        log_path.display()
+    );
+}
+for_each_database!(spinning_records_are_dead_letters_and_the_consumer_stays: postgres = Postgres, sqlite = Sqlite);
+
+/// A search for failing records that runs out of its budget (`errors.isolation`): under
+/// `dlq`, the records it did not reach are dead letters of class `transform_not_isolated`
+/// (nothing lost, nothing dropped); under `fail`, the task fails saying why.
+async fn records_not_isolated_are_dead_letters_under_dlq(db: Backend) {
+    const N: u64 = 500;
+    let run = PoisonRun::new(db, 1).await;
+    let dlq = unique("dead");
+    let errors =
+        format!("{{ policy: dlq, dlq: {{ table: {dlq} }}, isolation: {{ max_failed_calls: 2 }} }}");
+    let config = run.config(&unique("conn"), &errors, false, "");
+    with_hostile(&config, "trap", "{ mode: panic, on: TRAP }");
+    let traps = |uid: u64| uid % 100 == 17;
+    run.broker
+        .produce_with(&run.topic, 0..N, |uid| {
+            if traps(uid) {
+                "TRAP".to_string()
+            } else {
+                format!("{{\"uid\":{uid},\"word\":\"w\"}}")
+            }
+        })
+        .await;
+    let sluice = harness::SluiceProcess::start(&config);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (stats, dead) = loop {
+        let (stats, dead) = run.stats(&config).await;
+        if stats.rows + dead >= N as i64 || Instant::now() > deadline {
+            break (stats, dead);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let status = sluice.terminate();
+    assert!(status.success(), "sluice exited with {status}");
+    assert_eq!(
+        stats.rows + dead,
+        N as i64,
+        "every record is a row or a dead letter"
+    );
+    assert_eq!(stats.duplicates(), 0, "{stats:?}");
+    assert_eq!(
+        db,
+        Backend::Sqlite,
+        "the classes are read with SQLite's driver"
+    );
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(run.db.url.trim_start_matches("sqlite://"));
+    let pool = sqlx::SqlitePool::connect_with(options)
+        .await
+        .expect("connect");
+    let classes: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT error_class, COUNT(*) FROM {dlq} GROUP BY error_class ORDER BY error_class"
+    )))
+    .fetch_all(&pool)
+    .await
+    .expect("dead-letter classes");
+    pool.close().await;
+    assert!(
+        classes.iter().any(|(c, _)| c == "transform_not_isolated"),
+        "{classes:?}"
+    );
+    assert!(
+        classes
+            .iter()
+            .all(|(c, _)| c == "transform" || c == "transform_not_isolated"),
+        "{classes:?}"
+    );
+
+    // The same under `fail`: the task fails, naming the budget.
+    let run = PoisonRun::new(db, 1).await;
+    let config = run.config(
+        &unique("conn"),
+        "{ policy: fail, isolation: { max_failed_calls: 2 } }",
+        false,
+        "",
+    );
+    with_hostile(&config, "trap", "{ mode: panic, on: TRAP }");
+    run.broker
+        .produce_with(&run.topic, 0..N, |uid| {
+            if traps(uid) {
+                "TRAP".to_string()
+            } else {
+                format!("{{\"uid\":{uid},\"word\":\"w\"}}")
+            }
+        })
+        .await;
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run sluice");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("errors.isolation"), "{stderr}");
+}
+for_each_database!(records_not_isolated_are_dead_letters_under_dlq: sqlite = Sqlite);

@@ -11,14 +11,16 @@ use tokio::sync::watch;
 
 use super::handle::{Control, TaskSpec, TaskStatus};
 use super::in_flight::{InFlight, Settle};
-use super::partitions::JumpedStart;
+use super::partitions::{JumpedStart, queue_reassign};
 use super::state::{TaskEvent, TaskState};
+use super::transforming::{Transforming, Worker};
 use super::{Inner, Shared, TaskError};
 use crate::config::Guarantee;
 use crate::deliver::{Job, Plan};
 use crate::kafka::consumer::{self, PollError, RebalanceListener, SourceConsumer};
-use crate::prepare::Preparer;
+use crate::prepare::{PrepareError, Preparer};
 use crate::record::{Incoming, Partition};
+use crate::retry::Retrying;
 use crate::sink::{OffsetAdvance, SinkError};
 
 /// Longest single poll: the loop checks control messages and writes this often.
@@ -30,10 +32,15 @@ const BACKPRESSURE_BATCHES: usize = 4;
 pub(super) struct Actor {
     spec: TaskSpec,
     shared: Arc<Shared>,
-    /// Transforms (instantiated for this task: its own stores), schema and mapping.
-    preparer: Option<Preparer>,
+    /// The thread that runs the transforms (instantiated for this task: its own stores),
+    /// schema and mapping.
+    worker: Option<Worker>,
     state: TaskState,
     status: watch::Sender<TaskStatus>,
+    /// The transform chain could not be brought back (a plugin that no longer
+    /// instantiates, an `init` that now traps or spins): not a record's fault, so the
+    /// batch waits in the buffer and is tried again with `errors.retry`'s backoff.
+    chain_retrying: Option<crate::retry::Retrying>,
 }
 
 impl Actor {
@@ -45,9 +52,10 @@ impl Actor {
         Self {
             spec,
             shared,
-            preparer: None,
+            worker: None,
             state: TaskState::Subscribing,
             status,
+            chain_retrying: None,
         }
     }
 
@@ -73,11 +81,18 @@ impl Actor {
     }
 
     pub(super) fn run(&mut self, control: mpsc::Receiver<Control>) -> Result<(), TaskError> {
-        self.preparer = Some(Preparer::for_connector(
+        let preparer = Preparer::for_connector(
             &self.spec.connector,
             self.spec.engine.as_ref(),
             self.spec.schema.clone(),
-        )?);
+        )?;
+        self.worker = Some(
+            Worker::start(
+                preparer,
+                format!("{}-{}-transform", self.spec.connector.name, self.spec.task),
+            )
+            .map_err(PrepareError::WorkerStart)?,
+        );
         let listener: Arc<dyn RebalanceListener> = self.shared.clone();
         let consumer = consumer::subscribe(
             &self.spec.kafka,
@@ -185,6 +200,9 @@ impl Actor {
             let shared = self.shared.clone();
             let mut inner = shared.lock();
             self.shared.settle_in_flight(&mut inner, Settle::Finish);
+            if inner.transforming.take().is_some() {
+                tracing::info!("stopping: the batch being transformed is left to be read again");
+            }
             if !inner.buffer.is_empty() {
                 tracing::info!("stopping: buffered records are left to be read again");
             }
@@ -196,6 +214,7 @@ impl Actor {
         }
         self.commit_to_kafka(&consumer);
         drop(consumer);
+        self.worker = None;
         self.transition(TaskEvent::Closed)?;
         Ok(())
     }
@@ -232,19 +251,23 @@ impl Actor {
             self.shared.reassign(consumer, &partitions)?;
             inner = shared.lock();
         }
+        self.collect_transformed(&mut inner)?;
+        self.deliver_transformed(&mut inner);
         let full = inner.buffer.holds(1, max_records, max_bytes);
         let due = inner.buffer.lingered(linger);
-        if inner.in_flight.is_none() && !inner.buffer.is_empty() && (full || due) {
+        let chain_due = self.chain_retrying.is_none_or(|r| r.is_due());
+        if inner.transforming.is_none() && !inner.buffer.is_empty() && (full || due) && chain_due {
             self.submit(&mut inner, max_records, max_bytes)?;
         }
         // Pausing purges librdkafka's prefetched records and costs a fetch round trip on
         // resume, so the buffer may run BACKPRESSURE_BATCHES batches ahead before it does.
         // While a transient failure is retried, the partitions pause too: polling goes on,
         // so the consumer stays in its group.
-        let retrying = inner
-            .in_flight
-            .as_ref()
-            .is_some_and(|f| f.retrying.is_some());
+        let retrying = self.chain_retrying.is_some()
+            || inner
+                .in_flight
+                .as_ref()
+                .is_some_and(|f| f.retrying.is_some());
         let full = retrying
             || inner
                 .buffer
@@ -311,9 +334,9 @@ impl Actor {
         inner.buffer.push(incoming);
     }
 
-    /// Transforms and maps the buffered records and starts writing them with their
-    /// offsets. Every consumed record advances its partition's offset: it leaves as rows, a
-    /// delete, a transform's decision to drop it, or a counted skip.
+    /// Cuts a batch from the buffer and hands it to the transform thread. Every consumed
+    /// record advances its partition's offset: it leaves as rows, a delete, a transform's
+    /// decision to drop it, or a counted skip.
     fn submit(
         &mut self,
         inner: &mut Inner,
@@ -330,12 +353,122 @@ impl Actor {
             *entry = (*entry).max(record.offset);
         }
         let consumed = records.len() as u64;
-        let Some(preparer) = self.preparer.as_mut() else {
+        let Some(worker) = self.worker.as_ref() else {
             return Err(TaskError::Sink(SinkError::Internal(
                 "batch submitted before the task started".into(),
             )));
         };
-        let mut prepared = preparer.prepare(records)?;
+        worker.send(records)?;
+        inner.transforming = Some(Transforming {
+            last,
+            records: consumed,
+            stale: Vec::new(),
+            ready: None,
+        });
+        Ok(())
+    }
+
+    /// Takes the transform thread's answer, if it is there. A chain failure (the chain
+    /// cannot be brought back: not a record's fault) puts the batch back in the buffer,
+    /// tried again with `errors.retry`'s backoff; other failures fail the task.
+    fn collect_transformed(&mut self, inner: &mut Inner) -> Result<(), TaskError> {
+        if inner
+            .transforming
+            .as_ref()
+            .is_none_or(|t| t.ready.is_some())
+        {
+            return Ok(());
+        }
+        let Some(worker) = self.worker.as_ref() else {
+            return Ok(());
+        };
+        let Some(answer) = worker.try_answer()? else {
+            return Ok(());
+        };
+        match answer {
+            Ok(prepared) => {
+                if let Some(retrying) = self.chain_retrying.take() {
+                    tracing::info!(
+                        attempts = retrying.attempts(),
+                        "the transform chain runs again"
+                    );
+                }
+                if let Some(transforming) = inner.transforming.as_mut() {
+                    transforming.ready = Some(prepared);
+                }
+                Ok(())
+            }
+            Err((PrepareError::Transform(error), Some(batch))) if error.is_chain_failure() => {
+                let stale = inner
+                    .transforming
+                    .take()
+                    .map(|t| t.stale)
+                    .unwrap_or_default();
+                let Ok(wait) =
+                    Retrying::failed(&mut self.chain_retrying, &self.spec.connector.errors.retry)
+                else {
+                    // Past `errors.retry.max_elapsed`: the task fails with the cause.
+                    return Err(PrepareError::Transform(error).into());
+                };
+                if self.chain_retrying.is_some_and(|r| r.attempts() == 1) {
+                    tracing::warn!(%error, ?wait,
+                        "the transform chain cannot run; the batch waits and is tried again (errors.retry)");
+                } else {
+                    tracing::debug!(%error, ?wait, "the transform chain still cannot run");
+                }
+                // Records of partitions that moved meanwhile are read again from their
+                // stored offsets; the rest go back to the front of the buffer.
+                let batch = batch
+                    .into_iter()
+                    .filter(|i| {
+                        !stale
+                            .iter()
+                            .any(|(t, p)| *t == i.record.topic && *p == i.record.partition)
+                    })
+                    .collect();
+                inner.buffer.put_back(batch);
+                Ok(())
+            }
+            Err((error, _)) => Err(error.into()),
+        }
+    }
+
+    /// Starts writing the transformed batch once the write before it has settled, with the
+    /// offsets that committed; throws it away if its partitions moved meanwhile.
+    fn deliver_transformed(&mut self, inner: &mut Inner) {
+        let Some(transforming) = inner.transforming.as_ref() else {
+            return;
+        };
+        if transforming.ready.is_none() {
+            return;
+        }
+        if !transforming.stale.is_empty() {
+            // Its partitions moved while it was transformed: nothing of it is written, and
+            // the partitions that did not move are read again from their stored offsets
+            // as well (their positions are past the batch).
+            let unmoved = transforming.unmoved();
+            tracing::info!(
+                records = transforming.records,
+                moved = ?transforming.stale,
+                "partitions moved while their batch was transformed: it is read again"
+            );
+            inner.transforming = None;
+            inner.drop_buffered(&unmoved);
+            queue_reassign(inner, unmoved);
+            return;
+        }
+        if inner.in_flight.is_some() {
+            return;
+        }
+        let Some(Transforming {
+            last,
+            records: consumed,
+            ready: Some(mut prepared),
+            ..
+        }) = inner.transforming.take()
+        else {
+            return;
+        };
         let skipped = prepared.skipped;
         let next_offsets: Vec<(Partition, i64)> =
             last.into_iter().map(|(p, o)| (p, o + 1)).collect();
@@ -356,14 +489,13 @@ impl Actor {
             Vec::new()
         };
         let partitions = next_offsets.iter().map(|(p, _)| p.clone()).collect();
-        let plan = Plan::new(
+        let mut plan = Plan::new(
             self.shared.policy.policy,
             self.shared.policy.dlq_table,
             &mut prepared,
             offsets,
             next_offsets,
         );
-        let mut plan = plan;
         plan.batch.cluster = self.shared.cluster();
         let job = Arc::new(Job {
             plan: tokio::sync::Mutex::new(plan),
@@ -378,7 +510,6 @@ impl Actor {
             skipped,
             retrying: None,
         });
-        Ok(())
     }
 
     /// The broker does not know a topic or partition: fatal when it is one the task holds

@@ -58,6 +58,24 @@ impl Buffer {
         batch
     }
 
+    /// Puts a batch back at the front, in its order (its transform chain could not run;
+    /// the batch is tried again once the chain is back).
+    pub(super) fn put_back(&mut self, mut batch: Vec<Incoming>) {
+        if batch.is_empty() {
+            return;
+        }
+        self.bytes += batch
+            .iter()
+            .map(|i| i.record.payload_bytes() as usize)
+            .sum::<usize>();
+        batch.append(&mut self.records);
+        self.records = batch;
+        self.started = Some(
+            self.started
+                .map_or_else(Instant::now, |s| s.min(Instant::now())),
+        );
+    }
+
     /// Drops every record of `partitions` (they are read again from the stored offsets).
     pub(super) fn drop_partitions(&mut self, partitions: &[Partition]) {
         let before = self.records.len();

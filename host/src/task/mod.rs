@@ -3,14 +3,16 @@
 //!
 //! The task thread polls Kafka without pause, so the consumer stays in its group however
 //! slow the database is. A batch is cut when it reaches `max_records` or `max_bytes`, or
-//! `linger` after its first record; it is mapped on the task thread and written on the
-//! tokio runtime while the next batch fills. When the next batch is full before the write
+//! `linger` after its first record; it is transformed and mapped on a thread of its own
+//! (so polling goes on however long a plugin takes) and written on the tokio runtime while
+//! the next batch fills and is transformed. When the next batch is full before the write
 //! ends, the partitions are paused (backpressure) and polling goes on.
 //!
 //! The rooms of a task:
 //! - [`handle`]: the supervisor's side: spec, control messages, status, metrics.
 //! - [`actor`]: the loop on the task thread.
 //! - [`buffer`]: records waiting for their batch.
+//! - [`transforming`]: the batch being transformed, on the task's transform thread.
 //! - [`in_flight`]: the batch being written, and what its result does.
 //! - [`partitions`]: where each partition stands; moving partitions to stored offsets.
 //! - [`rebalance`]: what an assignment or a revocation does.
@@ -27,6 +29,7 @@ mod in_flight;
 mod partitions;
 mod rebalance;
 pub mod state;
+mod transforming;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -118,6 +121,8 @@ struct Inner {
     partitions: HashMap<Partition, partitions::PartitionState>,
     buffer: buffer::Buffer,
     in_flight: Option<in_flight::InFlight>,
+    /// The batch on the transform thread, or transformed and waiting for `in_flight`.
+    transforming: Option<transforming::Transforming>,
     /// An error the callback met; the loop fails the task with it.
     fatal: Option<TaskError>,
     /// Partitions to move to their stored offsets: after a conflict, or assigned while the
@@ -162,6 +167,7 @@ impl Shared {
                 partitions: HashMap::new(),
                 buffer: buffer::Buffer::default(),
                 in_flight: None,
+                transforming: None,
                 fatal: None,
                 reassign: Vec::new(),
                 reassign_retrying: None,

@@ -64,6 +64,9 @@ impl Inner {
     /// stored offsets say.
     pub(super) fn drop_buffered(&mut self, partitions: &[Partition]) {
         self.buffer.drop_partitions(partitions);
+        if let Some(transforming) = self.transforming.as_mut() {
+            transforming.moved(partitions);
+        }
         for partition in partitions {
             if let Some(state) = self.partitions.get_mut(partition) {
                 state.position = state.committed;

@@ -1,0 +1,130 @@
+//! The batch being transformed: the preparer (transform chain, schema, mapping) runs on a
+//! thread of its own, so the task thread goes on polling Kafka while a plugin works, or
+//! while the search for a batch's failing records spends its deadlines. The consumer stays
+//! in its group however long a batch takes; its partitions pause when the buffer is full
+//! behind it (backpressure).
+//!
+//! One batch is transformed at a time, and it may be transformed while the batch before it
+//! is being written. Its result waits (`ready`) until that write settles; the compare-and-
+//! set offsets are taken then, from what committed.
+//!
+//! A batch whose partitions moved while it was transformed (revoked, or sent back to their
+//! stored offsets after a conflict or a given-up write) is *stale* for them: its result is
+//! thrown away, and its other partitions are read again from their stored offsets too, so
+//! no record is skipped or written twice.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+
+use crate::prepare::{PrepareError, Prepared, Preparer};
+use crate::record::{Incoming, Partition};
+
+/// What the worker answers for one batch. On a chain failure (not a record's fault) the
+/// batch comes back, to be tried again.
+pub(super) type Answer = Result<Prepared, (PrepareError, Option<Vec<Incoming>>)>;
+
+/// The thread that owns the task's [`Preparer`].
+pub(super) struct Worker {
+    batches: Option<mpsc::Sender<Vec<Incoming>>>,
+    answers: mpsc::Receiver<Answer>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Starts the worker thread, in the caller's span (the task's).
+    pub(super) fn start(mut preparer: Preparer, name: String) -> std::io::Result<Self> {
+        let (batches, requests) = mpsc::channel::<Vec<Incoming>>();
+        let (answer, answers) = mpsc::channel::<Answer>();
+        let span = tracing::Span::current();
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            let _entered = span.entered();
+            for batch in requests {
+                // Kept to be tried again if the chain cannot run (cloned only with
+                // transforms: without them nothing fails that is not a record's).
+                let copy = preparer.has_transforms().then(|| batch.clone());
+                let result = preparer.prepare(batch).map_err(|error| {
+                    let chain_failure =
+                        matches!(&error, PrepareError::Transform(e) if e.is_chain_failure());
+                    (error, if chain_failure { copy } else { None })
+                });
+                if answer.send(result).is_err() {
+                    // The task ended and does not want the answer.
+                    break;
+                }
+            }
+        })?;
+        Ok(Worker {
+            batches: Some(batches),
+            answers,
+            thread: Some(thread),
+        })
+    }
+
+    /// Hands a batch over.
+    pub(super) fn send(&self, batch: Vec<Incoming>) -> Result<(), PrepareError> {
+        self.batches
+            .as_ref()
+            .and_then(|b| b.send(batch).ok())
+            .ok_or_else(Self::gone)
+    }
+
+    /// The answer for the batch handed over, if it is there.
+    pub(super) fn try_answer(&self) -> Result<Option<Answer>, PrepareError> {
+        match self.answers.try_recv() {
+            Ok(answer) => Ok(Some(answer)),
+            Err(mpsc::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::TryRecvError::Disconnected) => Err(Self::gone()),
+        }
+    }
+
+    fn gone() -> PrepareError {
+        PrepareError::WorkerGone
+    }
+}
+
+impl Drop for Worker {
+    /// Closes the worker's queue; a batch it is still transforming is abandoned (its
+    /// records are read again from the stored offsets), and the thread ends when it is
+    /// done with it. Not joined: a stop must not wait for a plugin's deadline.
+    fn drop(&mut self) {
+        self.batches = None;
+        if let Some(thread) = self.thread.take()
+            && thread.is_finished()
+        {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The batch handed to the worker, from when it is cut until it is written.
+pub(super) struct Transforming {
+    /// The last offset of each partition in the batch.
+    pub(super) last: HashMap<Partition, i64>,
+    /// Records in the batch.
+    pub(super) records: u64,
+    /// Partitions that moved since the batch was cut: the result is stale for them.
+    pub(super) stale: Vec<Partition>,
+    /// The worker's answer, waiting for the write before it to settle.
+    pub(super) ready: Option<Prepared>,
+}
+
+impl Transforming {
+    /// Marks the batch stale for those of `partitions` that it holds.
+    pub(super) fn moved(&mut self, partitions: &[Partition]) {
+        for partition in partitions {
+            if self.last.contains_key(partition) && !self.stale.contains(partition) {
+                self.stale.push(partition.clone());
+            }
+        }
+    }
+
+    /// Its partitions that did not move (they must be read again if the batch is thrown
+    /// away).
+    pub(super) fn unmoved(&self) -> Vec<Partition> {
+        self.last
+            .keys()
+            .filter(|p| !self.stale.contains(p))
+            .cloned()
+            .collect()
+    }
+}
