@@ -825,3 +825,76 @@ async fn records_not_isolated_are_dead_letters_under_dlq(db: Backend) {
     assert!(stderr.contains("errors.isolation"), "{stderr}");
 }
 for_each_database!(records_not_isolated_are_dead_letters_under_dlq: sqlite = Sqlite);
+
+/// A plugin whose `init` starts to spin when it is instantiated again (after a trap) is not
+/// a record's fault: the batch waits and is tried again with `errors.retry`, nothing is
+/// dead-lettered or skipped for it, and past `max_elapsed` the task fails naming `init`.
+async fn a_chain_that_cannot_restart_is_retried_not_blamed_on_records(db: Backend) {
+    let run = PoisonRun::new(db, 1).await;
+    let dlq = unique("dead");
+    let errors = format!(
+        "{{ policy: dlq, dlq: {{ table: {dlq} }}, retry: {{ initial: 100ms, max: 500ms, max_elapsed: 3s }} }}"
+    );
+    let config = run.config(&unique("conn"), &errors, false, "");
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis()
+    };
+    // `init` runs in time when the task starts, and spins once this moment has passed.
+    let after = now_ms() + 8000;
+    let transform = format!(
+        "    transforms:\n      - name: flaky\n        plugin: {}\n        config: {{ mode: init-loop-after, after: \"{after}\", on: TRAP }}\n        limits: {{ timeout: 300ms }}\n",
+        sluice_transform::example_plugin_path("hostile").display()
+    );
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        text.replace("    sink:\n", &format!("{transform}    sink:\n")),
+    )
+    .expect("config");
+    let good = |uid: u64| format!("{{\"uid\":{uid},\"word\":\"w\"}}");
+    run.broker.produce_with(&run.topic, 0..100, good).await;
+    let sluice = harness::SluiceProcess::start(&config);
+    let (stats, _) = run.wait_for(&config, 100, 0, 60).await;
+    assert_eq!(stats.rows, 100, "{stats:?}");
+    while now_ms() < after + 500 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A trap makes the chain start a fresh instance, whose `init` now spins.
+    run.broker
+        .produce_with(&run.topic, 100..110, |uid| {
+            if uid == 100 {
+                "TRAP".to_string()
+            } else {
+                good(uid)
+            }
+        })
+        .await;
+    let log_path = sluice.log.clone();
+    let status = sluice.wait_for_exit(Duration::from_secs(60));
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "the task fails once retries are spent"
+    );
+    let log = std::fs::read_to_string(&log_path).expect("sluice log");
+    assert!(
+        log.contains("the transform chain cannot run"),
+        "{}",
+        log_path.display()
+    );
+    assert!(
+        log.contains("CPU deadline") && log.contains("in init"),
+        "{}",
+        log_path.display()
+    );
+    let (stats, dead) = run.stats(&config).await;
+    assert_eq!(
+        stats.rows, 100,
+        "nothing of the batch was written: {stats:?}"
+    );
+    assert_eq!(dead, 0, "no record is blamed for the chain");
+}
+for_each_database!(a_chain_that_cannot_restart_is_retried_not_blamed_on_records: sqlite = Sqlite);

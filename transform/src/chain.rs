@@ -561,6 +561,27 @@ impl Stage {
                 last_log: state.log.last_error.clone(),
             };
         }
+        let table_full = |e: &(dyn std::error::Error + 'static)| {
+            matches!(
+                e.downcast_ref::<wasmtime::component::ResourceTableError>(),
+                Some(wasmtime::component::ResourceTableError::Full)
+            )
+        };
+        if matches!(
+            error.downcast_ref::<wasmtime::component::ResourceTableError>(),
+            Some(wasmtime::component::ResourceTableError::Full)
+        ) || error.chain().any(table_full)
+        {
+            return TransformError::Trap {
+                plugin,
+                call,
+                trap: format!(
+                    "the plugin held more than {} host resources (WASI streams, pollables) at once; drop them when done",
+                    crate::host::MAX_HOST_RESOURCES
+                ),
+                last_log: state.log.last_error.clone(),
+            };
+        }
         if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
             return TransformError::Trap {
                 plugin,

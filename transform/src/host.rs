@@ -25,7 +25,7 @@ pub(crate) const MAX_LOG_MESSAGE_BYTES: usize = 4096;
 /// Every resource a guest holds in the host (WASI streams, pollables) takes a slot of this
 /// table; a guest that leaks them (a loop of `get-stdout()`) fails instead of growing host
 /// memory. A plugin that behaves holds a handful.
-const MAX_HOST_RESOURCES: usize = 1024;
+pub(crate) const MAX_HOST_RESOURCES: usize = 1024;
 
 /// Everything a plugin instance's `Store` holds.
 pub(crate) struct HostState {

@@ -590,7 +590,10 @@ fn a_trap_in_post_return_fails_the_batch() {
     made.trap_in_post_return = true;
     let spec = handmade_spec("post-trap", made.write(dir.path(), "post_trap"));
     let err = batch_error(spec);
-    assert!(matches!(err, TransformError::Trap { .. }), "{err}");
+    assert!(
+        matches!(&err, TransformError::Trap { trap, .. } if trap.contains("1024 host resources")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -724,4 +727,20 @@ fn waiting_on_the_clock_is_denied_at_other_wasi_versions() {
             "{version}: waited"
         );
     }
+}
+
+/// Every WASI resource a plugin holds takes a slot in the host: a loop of `get-stdout()`
+/// that drops none of the streams fails at the cap instead of growing host memory.
+#[test]
+fn leaked_host_resources_hit_the_cap() {
+    use common::handmade::{Answer, HandMade};
+    let dir = tempfile::tempdir().unwrap();
+    let mut made = HandMade::new(Answer::Empty);
+    made.leak_stdout = Some(1_000_000);
+    let spec = handmade_spec("leaks", made.write(dir.path(), "leaks"));
+    let err = batch_error(spec);
+    assert!(
+        matches!(&err, TransformError::Trap { trap, .. } if trap.contains("1024 host resources")),
+        "{err}"
+    );
 }

@@ -52,6 +52,9 @@ pub struct HandMade {
     /// `process` first calls `wasi:clocks/monotonic-clock@VERSION`'s `subscribe-duration`
     /// (a wait the CPU deadline cannot see), imported at this WASI 0.2 patch version.
     pub wait_on_clock: Option<&'static str>,
+    /// `process` first calls `wasi:cli/stdout@0.2.0`'s `get-stdout` this many times,
+    /// dropping none of the streams it gets.
+    pub leak_stdout: Option<u32>,
 }
 
 impl HandMade {
@@ -63,6 +66,7 @@ impl HandMade {
             trap_in_post_return: false,
             extra_memory_pages: None,
             wait_on_clock: None,
+            leak_stdout: None,
         }
     }
 
@@ -72,15 +76,26 @@ impl HandMade {
         let mut module = wat::parse_str(&wat).expect("hand-made WAT parses");
         let transform_wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/wit");
         let mut resolve = wit_parser::Resolve::default();
-        let (package, world) = match self.wait_on_clock {
-            None => (
+        let (package, world) = match (self.wait_on_clock, self.leak_stdout) {
+            (None, Some(_)) => {
+                let wit = dir.join(format!("{name}-wit"));
+                stdout_world(&wit, &transform_wit);
+                (
+                    resolve
+                        .push_dir(&wit)
+                        .expect("the stdout world's WIT parses")
+                        .0,
+                    "leaks",
+                )
+            }
+            (None, None) => (
                 resolve
                     .push_dir(&transform_wit)
                     .expect("the world's WIT parses")
                     .0,
                 "transform",
             ),
-            Some(version) => {
+            (Some(version), _) => {
                 let wit = dir.join(format!("{name}-wit"));
                 clock_world(&wit, &transform_wit, version);
                 (
@@ -199,7 +214,24 @@ impl HandMade {
                 ),
                 "(drop (call $subscribe (i64.const 3600000000000)))",
             ),
-            None => (String::new(), ""),
+            None => match self.leak_stdout {
+                Some(times) => (
+                    r#"(import "wasi:cli/stdout@0.2.0" "get-stdout" (func $stdout (result i32)))"#
+                        .to_owned(),
+                    Box::leak(
+                        format!(
+                            r#"(local.set $i (i32.const 0))
+    (block $done (loop $leak
+      (br_if $done (i32.ge_u (local.get $i) (i32.const {times})))
+      (drop (call $stdout))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $leak)))"#
+                        )
+                        .into_boxed_str(),
+                    ) as &str,
+                ),
+                None => (String::new(), ""),
+            },
         };
         let extra_memory = self
             .extra_memory_pages
@@ -296,4 +328,33 @@ fn clock_world(dir: &Path, transform_wit: &Path, version: &str) {
         ),
     )
     .expect("waits.wit");
+}
+
+/// A package whose world is the transform world plus `wasi:cli/stdout@0.2.0` (with the
+/// bits of `wasi:io/streams` it uses), written under `dir`.
+fn stdout_world(dir: &Path, transform_wit: &Path) {
+    let deps = dir.join("deps");
+    for sub in ["transform", "cli", "io"] {
+        std::fs::create_dir_all(deps.join(sub)).expect("wit dirs");
+    }
+    std::fs::copy(
+        transform_wit.join("transform.wit"),
+        deps.join("transform/transform.wit"),
+    )
+    .expect("copy transform.wit");
+    std::fs::write(
+        deps.join("io/streams.wit"),
+        "package wasi:io@0.2.0;\ninterface streams {\n  resource output-stream;\n}\n",
+    )
+    .expect("streams.wit");
+    std::fs::write(
+        deps.join("cli/stdout.wit"),
+        "package wasi:cli@0.2.0;\ninterface stdout {\n  use wasi:io/streams@0.2.0.{output-stream};\n  get-stdout: func() -> output-stream;\n}\n",
+    )
+    .expect("stdout.wit");
+    std::fs::write(
+        dir.join("leaks.wit"),
+        "package test:leaks;\nworld leaks {\n  include sluice:transform/transform@0.1.0;\n  import wasi:cli/stdout@0.2.0;\n}\n",
+    )
+    .expect("leaks.wit");
 }
