@@ -329,6 +329,17 @@ pub enum TransformError {
     /// Bad input to the plugin tooling (a name, a JSON-lines test file...).
     #[error("{0}")]
     Usage(String),
+
+    /// The plugin is over a load limit: its file size or the time to compile it.
+    #[error("plugin `{plugin}`: cannot load {path}: {reason}")]
+    LoadLimit {
+        /// Plugin name.
+        plugin: String,
+        /// The file.
+        path: PathBuf,
+        /// Which limit, and by how much.
+        reason: String,
+    },
 }
 
 fn output_limit_hint(what: &str) -> String {
@@ -364,6 +375,7 @@ impl TransformError {
             | Trap { plugin, .. }
             | Malformed { plugin, .. }
             | OutputLimit { plugin, .. } => Some(plugin),
+            LoadLimit { plugin, .. } => Some(plugin),
             Engine(_) | Io { .. } | Build(_) | Usage(_) => None,
         }
     }
