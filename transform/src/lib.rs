@@ -45,6 +45,7 @@
 //! # }
 //! ```
 
+mod cache;
 mod chain;
 mod engine;
 mod host;
