@@ -7,8 +7,6 @@
 
 use std::sync::Arc;
 
-use sluice_transform::NOT_ISOLATED_PREFIX;
-
 use crate::config::{ConnectorConfig, ErrorPolicy, Format};
 use crate::failure::{Failure, FailureClass, Stage};
 use crate::map::{MapError, RowMapper, RowOp};
@@ -142,6 +140,14 @@ impl Preparer {
         Ok(Self::new(connector, chain, schema))
     }
 
+    /// A flag that, once raised, ends a search for a batch's failing records early (the
+    /// owner is stopping and will not use the answer).
+    pub fn set_cancel(&mut self, cancel: Arc<std::sync::atomic::AtomicBool>) {
+        if let Some(chain) = self.chain.as_mut() {
+            chain.set_cancel(cancel);
+        }
+    }
+
     /// Whether batches go through a transform chain.
     pub fn has_transforms(&self) -> bool {
         self.chain.is_some()
@@ -210,14 +216,11 @@ impl Preparer {
                         sluice_transform::Outcome::Records(records) => {
                             outputs.extend(records.into_iter().map(|r| (index, r)));
                         }
-                        sluice_transform::Outcome::Failed {
-                            ref plugin,
-                            ref message,
-                        } if let Some(cause) = message.strip_prefix(NOT_ISOLATED_PREFIX) => {
+                        sluice_transform::Outcome::NotIsolated { plugin, reason } => {
                             if self.policy != ErrorPolicy::Dlq {
                                 return Err(PrepareError::NotIsolated {
-                                    plugin: plugin.clone(),
-                                    message: cause.to_string(),
+                                    plugin,
+                                    message: reason,
                                 });
                             }
                             failed[index] = true;
@@ -225,7 +228,7 @@ impl Preparer {
                                 index,
                                 Stage::Transform,
                                 FailureClass::TransformNotIsolated,
-                                format!("transform {plugin}: {message}"),
+                                format!("transform {plugin}: not isolated: {reason}"),
                             ));
                         }
                         sluice_transform::Outcome::Failed { plugin, message } => {

@@ -100,7 +100,7 @@ fn count(outcomes: &[Outcome]) -> usize {
         .iter()
         .map(|o| match o {
             Outcome::Records(r) => r.len(),
-            Outcome::Failed { .. } => 0,
+            Outcome::Failed { .. } | Outcome::NotIsolated { .. } => 0,
         })
         .sum()
 }

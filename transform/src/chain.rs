@@ -20,6 +20,9 @@ type WitOutcome = bindings::sluice::transform::types::Outcome;
 /// one [`Outcome`] per input record. The chain is `Send`: run it on the task's thread.
 pub struct TransformChain {
     stages: Vec<Stage>,
+    /// Raised by the owner to end a search for failing records early
+    /// ([`set_cancel`](Self::set_cancel)).
+    cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl std::fmt::Debug for TransformChain {
@@ -104,7 +107,18 @@ impl TransformChain {
             stage.instantiate()?;
             stages.push(stage);
         }
-        Ok(TransformChain { stages })
+        Ok(TransformChain {
+            stages,
+            cancel: None,
+        })
+    }
+
+    /// A flag that, once raised, ends a search for failing records
+    /// ([`process_isolating`](Self::process_isolating)) before its next call: what it
+    /// did not reach is [`Outcome::NotIsolated`]. For an owner that is stopping and will
+    /// not use the answer.
+    pub fn set_cancel(&mut self, cancel: Arc<std::sync::atomic::AtomicBool>) {
+        self.cancel = Some(cancel);
     }
 
     /// The plugin names, in chain order.
@@ -203,10 +217,6 @@ impl TransformChain {
     }
 }
 
-/// How [`TransformChain::process_isolating`] starts the message of records it ran out of
-/// budget for: they were not found to fail, only not told apart from those that do.
-pub const NOT_ISOLATED_PREFIX: &str = "not isolated: ";
-
 /// What one batch's search for the records that make a plugin fail may cost
 /// ([`TransformChain::process_isolating`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,11 +244,18 @@ struct Search {
     failed_calls_left: usize,
     deadline: std::time::Instant,
     limits: Isolation,
+    cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Search {
     fn exhausted(&self) -> Option<String> {
-        if self.failed_calls_left == 0 {
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            Some("the search was cancelled (the task is stopping)".to_owned())
+        } else if self.failed_calls_left == 0 {
             Some(format!(
                 "{} failed calls spent isolating the batch's failing records",
                 self.limits.max_failed_calls
@@ -268,8 +285,8 @@ impl TransformChain {
     /// record that spins costs one deadline (halving would pay a deadline at every level);
     /// other failures are cheap and the batch is split in halves. Every failed call counts
     /// against `budget.max_failed_calls` and the whole search against `budget.max_time`;
-    /// when either runs out, the records not yet resolved are all `Failed` with a message
-    /// that starts with [`NOT_ISOLATED_PREFIX`] (they were not found to fail), so the
+    /// when either runs out (or the chain's cancel flag is raised), the records not yet
+    /// resolved are all [`Outcome::NotIsolated`] (they were not found to fail), so the
     /// pipeline never stalls for long.
     ///
     /// `Err` only for errors that splitting cannot help: a plugin that can no longer be
@@ -283,6 +300,7 @@ impl TransformChain {
             failed_calls_left: budget.max_failed_calls.max(1),
             deadline: std::time::Instant::now() + budget.max_time,
             limits: budget,
+            cancel: self.cancel.clone(),
         };
         self.isolate(batch, &mut search, None)
     }
@@ -328,8 +346,8 @@ impl TransformChain {
 /// `n` records that the search ran out of budget for.
 fn not_isolated(why: &str, last: &TransformError, n: usize) -> Vec<Outcome> {
     let plugin = last.plugin().unwrap_or_default().to_owned();
-    let message = format!("{NOT_ISOLATED_PREFIX}{why}; the last failure: {last}");
-    vec![Outcome::Failed { plugin, message }; n]
+    let reason = format!("{why}; the last failure: {last}");
+    vec![Outcome::NotIsolated { plugin, reason }; n]
 }
 
 /// Loads a plugin, checks that it implements the `sluice:transform@0.1.0` world and

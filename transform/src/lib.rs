@@ -57,7 +57,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use chain::{Isolation, NOT_ISOLATED_PREFIX, PluginStats, TransformChain, check_plugin};
+pub use chain::{Isolation, PluginStats, TransformChain, check_plugin};
 pub use engine::{EngineOptions, TransformEngine, default_cache_dir};
 pub use tools::{PluginTestCase, build_plugin, scaffold_plugin, test_plugin};
 
@@ -187,6 +187,16 @@ pub enum Outcome {
         plugin: String,
         /// The plugin's message.
         message: String,
+    },
+    /// The record was in a batch that failed in `plugin`, and the search for the records
+    /// that make it fail ran out of its budget ([`Isolation`]) before it reached this one:
+    /// it was not found to fail, only not told apart from those that do. (Its own variant,
+    /// so that no text a plugin returns can pass for it.)
+    NotIsolated {
+        /// The plugin the batch failed in.
+        plugin: String,
+        /// Which budget ran out, and the last failure.
+        reason: String,
     },
 }
 

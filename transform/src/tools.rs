@@ -318,6 +318,9 @@ impl std::fmt::Display for PluginTestCase {
                 }
             }
             Outcome::Failed { plugin, message } => write!(f, "FAILED in {plugin}: {message}")?,
+            Outcome::NotIsolated { plugin, reason } => {
+                write!(f, "NOT ISOLATED in {plugin}: {reason}")?
+            }
         }
         write!(f, " ({:.2} ms)", self.elapsed.as_secs_f64() * 1000.0)
     }

@@ -346,10 +346,11 @@ fn process_isolating_finds_the_poison_record() {
         .process_isolating((0..64).map(|i| rec(i, "x")).collect(), budget(3))
         .unwrap();
     assert_eq!(out.len(), 64);
-    assert!(out.iter().all(|o| matches!(o, Outcome::Failed { .. })));
-    assert!(out.iter().any(
-        |o| matches!(o, Outcome::Failed { message, .. } if message.starts_with("not isolated: "))
-    ));
+    assert!(
+        out.iter()
+            .all(|o| matches!(o, Outcome::Failed { .. } | Outcome::NotIsolated { .. }))
+    );
+    assert!(out.iter().any(|o| matches!(o, Outcome::NotIsolated { .. })));
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -468,7 +469,7 @@ fn spinning_records_cost_one_deadline_each() {
     for (i, o) in out.iter().enumerate() {
         if i % 100 == 37 {
             assert!(
-                matches!(o, Outcome::Failed { message, .. } if message.contains("CPU deadline") && !message.starts_with(NOT_ISOLATED_PREFIX)),
+                matches!(o, Outcome::Failed { message, .. } if message.contains("CPU deadline")),
                 "{i}: {o:?}"
             );
         } else {
@@ -477,6 +478,37 @@ fn spinning_records_cost_one_deadline_each() {
     }
     // The whole batch, then each spinning record alone: five deadlines.
     assert_eq!(stats[0].batch_failures, 5, "{stats:?}");
+
+    // The baseline, in the same run: the search sluice did before, halving every failing
+    // batch (no budget reached here), on a fresh chain of the same plugin.
+    let mut spinning = hostile("loop", &[("on", "spin")]);
+    spinning.limits.timeout = Duration::from_millis(200);
+    let mut chain = TransformChain::new(engine(), "hostile", &[spinning]).unwrap();
+    let batch: Vec<_> = (0..400)
+        .map(|i| rec(i, if i % 100 == 37 { "spin" } else { "ok" }))
+        .collect();
+    let started = Instant::now();
+    let halved = halving(&mut chain, batch);
+    println!(
+        "SPIN-1PCT baseline (halving): {:?}, {} failed calls",
+        started.elapsed(),
+        chain.stats()[0].batch_failures
+    );
+    assert_eq!(halved, out.len());
+}
+
+/// The isolation sluice did before: split every failing batch in halves down to single
+/// records. Returns how many outcomes it found.
+fn halving(chain: &mut TransformChain, batch: Vec<Record>) -> usize {
+    match chain.process(batch.clone()) {
+        Ok(outcomes) => outcomes.len(),
+        Err(_) if batch.len() <= 1 => batch.len(),
+        Err(_) => {
+            let mut first = batch;
+            let second = first.split_off(first.len() / 2);
+            halving(chain, first) + halving(chain, second)
+        }
+    }
 }
 
 /// The search has a wall-clock budget: a plugin that spins on everything is given up on
@@ -496,16 +528,18 @@ fn isolation_stops_at_its_time_budget() {
     assert_eq!(out.len(), 50);
     let not_isolated = out
         .iter()
-        .filter(|o| matches!(o, Outcome::Failed { message, .. } if message.starts_with(NOT_ISOLATED_PREFIX)))
+        .filter(|o| matches!(o, Outcome::NotIsolated { .. }))
         .count();
     let failed_alone = out
         .iter()
-        .filter(|o| matches!(o, Outcome::Failed { message, .. } if message.contains("CPU deadline") && !message.starts_with(NOT_ISOLATED_PREFIX)))
+        .filter(
+            |o| matches!(o, Outcome::Failed { message, .. } if message.contains("CPU deadline")),
+        )
         .count();
     assert_eq!(not_isolated + failed_alone, 50, "{out:?}");
     assert!(not_isolated >= 40, "most were not reached: {not_isolated}");
     assert!(
-        matches!(&out[49], Outcome::Failed { message, .. } if message.contains("spent isolating")),
+        matches!(&out[49], Outcome::NotIsolated { reason, .. } if reason.contains("spent isolating")),
         "{:?}",
         out[49]
     );
@@ -590,10 +624,7 @@ fn a_trap_in_post_return_fails_the_batch() {
     made.trap_in_post_return = true;
     let spec = handmade_spec("post-trap", made.write(dir.path(), "post_trap"));
     let err = batch_error(spec);
-    assert!(
-        matches!(&err, TransformError::Trap { trap, .. } if trap.contains("1024 host resources")),
-        "{err}"
-    );
+    assert!(matches!(err, TransformError::Trap { .. }), "{err}");
 }
 
 #[test]
@@ -743,4 +774,76 @@ fn leaked_host_resources_hit_the_cap() {
         matches!(&err, TransformError::Trap { trap, .. } if trap.contains("1024 host resources")),
         "{err}"
     );
+}
+
+/// Tables are capped too (all of a plugin's tables together): a table of millions of
+/// elements is refused when the plugin is instantiated.
+#[test]
+fn huge_tables_are_refused() {
+    use common::handmade::{Answer, HandMade};
+    let dir = tempfile::tempdir().unwrap();
+    let mut made = HandMade::new(Answer::Empty);
+    made.table_elements = Some(4_000_000);
+    let spec = handmade_spec("big-table", made.write(dir.path(), "big_table"));
+    let err = TransformChain::new(engine(), "hostile", &[spec]).expect_err("over the cap");
+    assert!(
+        matches!(
+            &err,
+            TransformError::Trap {
+                call: "instantiate",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// A plugin's own error text cannot pass for a record the search did not reach: "not
+/// isolated" is its own outcome, never a message.
+#[test]
+fn a_plugin_error_cannot_pose_as_not_isolated() {
+    use common::handmade::{Answer, HandMade};
+    let dir = tempfile::tempdir().unwrap();
+    let spec = handmade_spec(
+        "spoof",
+        HandMade::new(Answer::Error("not isolated: spoofed by the plugin"))
+            .write(dir.path(), "spoof"),
+    );
+    let mut chain = TransformChain::new(engine(), "hostile", &[spec]).unwrap();
+    let out = chain
+        .process_isolating(vec![rec(0, "a"), rec(1, "b")], Isolation::default())
+        .unwrap();
+    for o in &out {
+        assert!(
+            matches!(o, Outcome::Failed { message, .. } if message == "not isolated: spoofed by the plugin"),
+            "{o:?}"
+        );
+    }
+}
+
+/// A search stops at the chain's cancel flag: what it did not reach is not isolated.
+#[test]
+fn isolation_stops_when_cancelled() {
+    let mut spinning = hostile("loop", &[]);
+    spinning.limits.timeout = Duration::from_millis(100);
+    let mut chain = TransformChain::new(engine(), "hostile", &[spinning]).unwrap();
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    chain.set_cancel(cancel.clone());
+    let raise = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(350));
+        cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let out = chain
+        .process_isolating(
+            (0..100).map(|i| rec(i, "x")).collect(),
+            Isolation::default(),
+        )
+        .unwrap();
+    raise.join().unwrap();
+    assert!(
+        matches!(&out[99], Outcome::NotIsolated { reason, .. } if reason.contains("cancelled")),
+        "{:?}",
+        out[99]
+    );
+    assert!(chain.stats()[0].batch_failures < 20, "{:?}", chain.stats());
 }

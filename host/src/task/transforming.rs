@@ -14,7 +14,8 @@
 //! no record is skipped or written twice.
 
 use std::collections::HashMap;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 
 use crate::prepare::{PrepareError, Prepared, Preparer};
 use crate::record::{Incoming, Partition};
@@ -26,6 +27,9 @@ pub(super) type Answer = Result<Prepared, (PrepareError, Option<Vec<Incoming>>)>
 /// The thread that owns the task's [`Preparer`].
 pub(super) struct Worker {
     batches: Option<mpsc::Sender<Vec<Incoming>>>,
+    /// Raised when the task no longer wants the answer: a search for failing records
+    /// stops at its next call instead of spending its whole budget.
+    cancel: Arc<AtomicBool>,
     answers: mpsc::Receiver<Answer>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -35,6 +39,8 @@ impl Worker {
     pub(super) fn start(mut preparer: Preparer, name: String) -> std::io::Result<Self> {
         let (batches, requests) = mpsc::channel::<Vec<Incoming>>();
         let (answer, answers) = mpsc::channel::<Answer>();
+        let cancel = Arc::new(AtomicBool::new(false));
+        preparer.set_cancel(cancel.clone());
         let span = tracing::Span::current();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             let _entered = span.entered();
@@ -55,6 +61,7 @@ impl Worker {
         })?;
         Ok(Worker {
             batches: Some(batches),
+            cancel,
             answers,
             thread: Some(thread),
         })
@@ -83,10 +90,12 @@ impl Worker {
 }
 
 impl Drop for Worker {
-    /// Closes the worker's queue; a batch it is still transforming is abandoned (its
-    /// records are read again from the stored offsets), and the thread ends when it is
-    /// done with it. Not joined: a stop must not wait for a plugin's deadline.
+    /// Closes the worker's queue and raises the cancel flag; a batch it is still
+    /// transforming is abandoned (its records are read again from the stored offsets), and
+    /// the thread ends after the guest call it is in (at most one deadline). Not joined: a
+    /// stop must not wait for a plugin's deadline.
     fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
         self.batches = None;
         if let Some(thread) = self.thread.take()
             && thread.is_finished()

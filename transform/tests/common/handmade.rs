@@ -36,6 +36,8 @@ pub enum Answer {
     EmptyRecords { records: u32 },
     /// One record per input, echoing nothing but an empty value (a well-behaved answer).
     Empty,
+    /// `error(TEXT)` for every input.
+    Error(&'static str),
 }
 
 /// Options of a hand-made plugin.
@@ -52,6 +54,8 @@ pub struct HandMade {
     /// `process` first calls `wasi:clocks/monotonic-clock@VERSION`'s `subscribe-duration`
     /// (a wait the CPU deadline cannot see), imported at this WASI 0.2 patch version.
     pub wait_on_clock: Option<&'static str>,
+    /// An unexported function table of this many elements.
+    pub table_elements: Option<u32>,
     /// `process` first calls `wasi:cli/stdout@0.2.0`'s `get-stdout` this many times,
     /// dropping none of the streams it gets.
     pub leak_stdout: Option<u32>,
@@ -67,6 +71,7 @@ impl HandMade {
             extra_memory_pages: None,
             wait_on_clock: None,
             leak_stdout: None,
+            table_elements: None,
         }
     }
 
@@ -170,6 +175,29 @@ impl HandMade {
     {}"#,
                 first_outcome_then_none(records)
             ),
+            Answer::Error(text) => format!(
+                r#"
+    ;; the error text at VALUE, then error(VALUE, len) for every input
+    {}
+    (local.set $i (i32.const 0))
+    (block $done (loop $out
+      (br_if $done (i32.ge_u (local.get $i) (local.get $len)))
+      (local.set $a (i32.add (i32.const {OUTCOMES}) (i32.mul (local.get $i) (i32.const 12))))
+      (i32.store8 (local.get $a) (i32.const 1))
+      (i32.store offset=4 (local.get $a) (i32.const {VALUE}))
+      (i32.store offset=8 (local.get $a) (i32.const {}))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $out)))"#,
+                text.bytes()
+                    .enumerate()
+                    .map(|(i, b)| format!(
+                        "(i32.store8 (i32.const {}) (i32.const {b}))",
+                        VALUE + i as u32
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                text.len()
+            ),
             Answer::Empty => format!(
                 r#"
     ;; one zeroed record per input
@@ -236,7 +264,11 @@ impl HandMade {
         let extra_memory = self
             .extra_memory_pages
             .map(|pages| format!("(memory $extra {pages})"))
-            .unwrap_or_default();
+            .unwrap_or_default()
+            + &self
+                .table_elements
+                .map(|n| format!("(table $big {n} funcref)"))
+                .unwrap_or_default();
         format!(
             r#"(module
   {clock_import}
@@ -276,6 +308,7 @@ impl HandMade {
             Answer::EmptyHeaders { headers } => VALUE + headers * 20,
             Answer::EmptyRecords { records } => RECORDS + records * 72,
             Answer::Empty => RECORDS + 72,
+            Answer::Error(text) => VALUE + text.len() as u32,
         };
         (end.max(VALUE) >> 20 << 20) + (1 << 20)
     }
@@ -300,61 +333,76 @@ fn first_outcome_then_none(n: u32) -> String {
 /// A package whose world is the transform world plus `wasi:clocks/monotonic-clock` at
 /// `version` (with the bits of `wasi:io/poll` it uses), written under `dir`.
 fn clock_world(dir: &Path, transform_wit: &Path, version: &str) {
-    let deps = dir.join("deps");
-    for sub in ["transform", "clocks", "io"] {
-        std::fs::create_dir_all(deps.join(sub)).expect("wit dirs");
-    }
-    std::fs::copy(
-        transform_wit.join("transform.wit"),
-        deps.join("transform/transform.wit"),
-    )
-    .expect("copy transform.wit");
-    std::fs::write(
-        deps.join("io/poll.wit"),
-        format!("package wasi:io@{version};\ninterface poll {{\n  resource pollable;\n}}\n"),
-    )
-    .expect("poll.wit");
-    std::fs::write(
-        deps.join("clocks/monotonic-clock.wit"),
-        format!(
-            "package wasi:clocks@{version};\ninterface monotonic-clock {{\n  use wasi:io/poll@{version}.{{pollable}};\n  type duration = u64;\n  subscribe-duration: func(when: duration) -> pollable;\n}}\n"
-        ),
-    )
-    .expect("monotonic-clock.wit");
-    std::fs::write(
-        dir.join("waits.wit"),
-        format!(
-            "package test:waits;\nworld waits {{\n  include sluice:transform/transform@0.1.0;\n  import wasi:clocks/monotonic-clock@{version};\n}}\n"
-        ),
-    )
-    .expect("waits.wit");
+    extended_world(
+        dir,
+        transform_wit,
+        "waits",
+        &format!("wasi:clocks/monotonic-clock@{version}"),
+        &[
+            (
+                "io/poll.wit",
+                format!(
+                    "package wasi:io@{version};\ninterface poll {{\n  resource pollable;\n}}\n"
+                ),
+            ),
+            (
+                "clocks/monotonic-clock.wit",
+                format!(
+                    "package wasi:clocks@{version};\ninterface monotonic-clock {{\n  use wasi:io/poll@{version}.{{pollable}};\n  type duration = u64;\n  subscribe-duration: func(when: duration) -> pollable;\n}}\n"
+                ),
+            ),
+        ],
+    );
 }
 
 /// A package whose world is the transform world plus `wasi:cli/stdout@0.2.0` (with the
 /// bits of `wasi:io/streams` it uses), written under `dir`.
 fn stdout_world(dir: &Path, transform_wit: &Path) {
-    let deps = dir.join("deps");
-    for sub in ["transform", "cli", "io"] {
-        std::fs::create_dir_all(deps.join(sub)).expect("wit dirs");
-    }
+    extended_world(
+        dir,
+        transform_wit,
+        "leaks",
+        "wasi:cli/stdout@0.2.0",
+        &[
+            (
+                "io/streams.wit",
+                "package wasi:io@0.2.0;\ninterface streams {\n  resource output-stream;\n}\n".into(),
+            ),
+            (
+                "cli/stdout.wit",
+                "package wasi:cli@0.2.0;\ninterface stdout {\n  use wasi:io/streams@0.2.0.{output-stream};\n  get-stdout: func() -> output-stream;\n}\n".into(),
+            ),
+        ],
+    );
+}
+
+/// Writes under `dir` a package `test:WORLD` whose world `WORLD` includes the transform
+/// world and imports `import`, with `deps` (path under `deps/`, WIT text) beside a copy of
+/// the transform package.
+fn extended_world(
+    dir: &Path,
+    transform_wit: &Path,
+    world: &str,
+    import: &str,
+    deps: &[(&str, String)],
+) {
+    let transform = dir.join("deps/transform");
+    std::fs::create_dir_all(&transform).expect("wit dirs");
     std::fs::copy(
         transform_wit.join("transform.wit"),
-        deps.join("transform/transform.wit"),
+        transform.join("transform.wit"),
     )
     .expect("copy transform.wit");
+    for (path, text) in deps {
+        let path = dir.join("deps").join(path);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("wit dirs");
+        std::fs::write(&path, text).expect("write wit");
+    }
     std::fs::write(
-        deps.join("io/streams.wit"),
-        "package wasi:io@0.2.0;\ninterface streams {\n  resource output-stream;\n}\n",
+        dir.join(format!("{world}.wit")),
+        format!(
+            "package test:{world};\nworld {world} {{\n  include sluice:transform/transform@0.1.0;\n  import {import};\n}}\n"
+        ),
     )
-    .expect("streams.wit");
-    std::fs::write(
-        deps.join("cli/stdout.wit"),
-        "package wasi:cli@0.2.0;\ninterface stdout {\n  use wasi:io/streams@0.2.0.{output-stream};\n  get-stdout: func() -> output-stream;\n}\n",
-    )
-    .expect("stdout.wit");
-    std::fs::write(
-        dir.join("leaks.wit"),
-        "package test:leaks;\nworld leaks {\n  include sluice:transform/transform@0.1.0;\n  import wasi:cli/stdout@0.2.0;\n}\n",
-    )
-    .expect("leaks.wit");
+    .expect("world wit");
 }

@@ -50,6 +50,9 @@ pub fn values(outcome: &Outcome) -> Vec<String> {
         Outcome::Failed { plugin, message } => {
             panic!("expected records, got failure in {plugin}: {message}")
         }
+        Outcome::NotIsolated { plugin, reason } => {
+            panic!("expected records, got not isolated in {plugin}: {reason}")
+        }
     }
 }
 
