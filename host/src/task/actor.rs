@@ -135,7 +135,15 @@ impl Actor {
                 Err(mpsc::TryRecvError::Empty) => {}
             }
 
-            self.step(&consumer, batch.max_records, max_bytes, batch.linger.0)?;
+            if let Err(error) = self.step(&consumer, batch.max_records, max_bytes, batch.linger.0) {
+                // The write in flight (of records before the failure) is finished first,
+                // and at-least-once offsets go to Kafka, so that a restart does not deliver
+                // them again.
+                let shared = self.shared.clone();
+                shared.settle_in_flight(&mut shared.lock(), Settle::Finish);
+                self.commit_to_kafka(&consumer);
+                return Err(error);
+            }
 
             // Poll: drain what is ready without blocking, then wait a little.
             let mut polled = 0;
@@ -439,7 +447,10 @@ impl Actor {
         let Some(transforming) = inner.transforming.as_ref() else {
             return;
         };
-        if transforming.ready.is_none() {
+        if transforming.ready.is_none() || inner.in_flight.is_some() {
+            // A stale batch waits too: reading its partitions again from the stored
+            // offsets while a write of theirs may still commit would read that write's
+            // records a second time.
             return;
         }
         if !transforming.stale.is_empty() {
@@ -455,9 +466,6 @@ impl Actor {
             inner.transforming = None;
             inner.drop_buffered(&unmoved);
             queue_reassign(inner, unmoved);
-            return;
-        }
-        if inner.in_flight.is_some() {
             return;
         }
         let Some(Transforming {

@@ -231,11 +231,11 @@ impl Shared {
                         .flatten()
                         .is_some_and(|f| !(low..=high).contains(&f)) =>
                 {
-                    self.move_to(consumer, partition, at)?;
+                    self.refetch(consumer, partition, at)?;
                     moved += 1;
                 }
                 None => {
-                    self.move_to(consumer, partition, at)?;
+                    self.refetch(consumer, partition, at)?;
                     moved += 1;
                 }
                 Some(_) => {}
@@ -332,6 +332,28 @@ impl Shared {
                 "stored offset not in the log: resuming as delivery.on_offset_out_of_range says; the offsets skipped are gone");
         }
         self.move_to(consumer, partition, to)
+    }
+
+    /// Has the consumer fetch a partition again from the task's own position `at`: what is
+    /// buffered of it, or on the transform thread, or being written, is all below `at` and
+    /// stays (dropping it would lose it: the position is past it). The first record must
+    /// then be at `at`.
+    fn refetch(
+        &self,
+        consumer: &SourceConsumer,
+        partition: Partition,
+        at: i64,
+    ) -> Result<(), TaskError> {
+        {
+            let mut inner = self.lock();
+            let Some(state) = inner.partitions.get_mut(&partition) else {
+                // Revoked meanwhile: its next owner starts from the stored offset.
+                return Ok(());
+            };
+            state.fresh = true;
+        }
+        consumer::reassign(consumer, &[(partition, Some(at))], self.fresh_start)?;
+        Ok(())
     }
 
     /// Moves a partition to `to`: what was buffered of it is dropped, the consumer fetches
