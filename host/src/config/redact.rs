@@ -41,25 +41,31 @@ pub fn redact_url(url: &str) -> String {
     };
     let prefix = &url[..scheme_end + 3];
     let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
+    // The userinfo ends at the *last* `@`: a password may hold `/`, `?`, `#` or `@`
+    // unencoded (a common mistake), and must be hidden all the same. An `@` further on (in
+    // a query value) makes this hide more than the password, never less.
+    let userinfo_end = rest
+        .rfind('@')
+        .filter(|&at| rest[..at].contains(':') || !rest[..at].contains(['/', '?', '#']));
+    let host_start = userinfo_end.map_or(0, |at| at);
+    let authority_end = host_start
+        + rest[host_start..]
+            .find(['/', '?', '#'])
+            .unwrap_or(rest.len() - host_start);
     let mut out = String::with_capacity(url.len());
     out.push_str(prefix);
-    match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            match userinfo.find(':') {
-                Some(colon) => {
-                    out.push_str(&userinfo[..colon]);
-                    out.push(':');
-                    out.push_str(MASK);
-                }
-                None => out.push_str(userinfo),
+    if let Some(at) = userinfo_end {
+        let userinfo = &rest[..at];
+        match userinfo.find(':') {
+            Some(colon) => {
+                out.push_str(&userinfo[..colon]);
+                out.push(':');
+                out.push_str(MASK);
             }
-            out.push_str(&authority[at..]);
+            None => out.push_str(userinfo),
         }
-        None => out.push_str(authority),
     }
+    out.push_str(&rest[host_start..authority_end]);
     let after = &rest[authority_end..];
     let (before_fragment, fragment) = match after.find('#') {
         Some(hash) => after.split_at(hash),
@@ -92,8 +98,10 @@ fn redact_key_values(text: &str) -> String {
     if !text.contains('=') {
         return text.to_string();
     }
+    // libpq allows spaces around `=` (`password = x`): without them, each pair is one token.
+    let text = &tight_equals(text);
     let mut out = String::with_capacity(text.len());
-    let mut rest = text;
+    let mut rest = text.as_str();
     while !rest.is_empty() {
         let token_end = rest.find(char::is_whitespace).unwrap_or(rest.len());
         let token = &rest[..token_end];
@@ -118,6 +126,38 @@ fn redact_key_values(text: &str) -> String {
             .unwrap_or(rest.len());
         out.push_str(&rest[..spaces]);
         rest = &rest[spaces..];
+    }
+    out
+}
+
+/// `key = value` -> `key=value`, outside single quotes.
+fn tight_equals(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut quoted = false;
+    let mut escaped = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if quoted && !escaped => {
+                escaped = true;
+                out.push(c);
+                continue;
+            }
+            '\'' if !escaped => quoted = !quoted,
+            '=' if !quoted => {
+                while out.ends_with(char::is_whitespace) {
+                    out.pop();
+                }
+                out.push('=');
+                while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                    chars.next();
+                }
+                continue;
+            }
+            _ => {}
+        }
+        escaped = false;
+        out.push(c);
     }
     out
 }
@@ -437,6 +477,38 @@ impl Scrubber {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hides_passwords_with_reserved_characters() {
+        for (url, shown) in [
+            (
+                "postgres://app:hun#ter2@db.example/prod",
+                "postgres://app:***@db.example/prod",
+            ),
+            (
+                "postgres://app:hun/ter?2@db.example:5432/prod?sslmode=require",
+                "postgres://app:***@db.example:5432/prod?sslmode=require",
+            ),
+            ("mysql://app:p@ss@db/prod", "mysql://app:***@db/prod"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("ter"), "{url}");
+        }
+        // An `@` in a query value is not a userinfo when no password precedes it.
+        assert_eq!(
+            redact_url("postgres://db/prod?application_name=a@b"),
+            "postgres://db/prod?application_name=a@b"
+        );
+    }
+
+    #[test]
+    fn hides_key_value_passwords_with_spaces_around_equals() {
+        let shown = redact_url("host=db user=app password = hunter2 dbname=prod");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert_eq!(shown, "host=db user=app password=*** dbname=prod");
+        let shown = redact_url("host=db password= 'hunter 2' dbname=prod");
+        assert!(!shown.contains("hunter"), "{shown}");
+    }
 
     #[test]
     fn hides_userinfo_passwords_only() {
