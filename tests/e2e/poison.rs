@@ -233,8 +233,16 @@ fn summary(
 /// Gives the connector of `config` (written by [`PoisonRun::config`] without transforms)
 /// one transform: the `hostile` plugin with `plugin_config`.
 fn with_hostile(config: &Path, name: &str, plugin_config: &str) {
+    with_hostile_limited(config, name, plugin_config, None);
+}
+
+/// [`with_hostile`] with the transform's `limits` (a YAML flow mapping).
+fn with_hostile_limited(config: &Path, name: &str, plugin_config: &str, limits: Option<&str>) {
+    let limits = limits
+        .map(|l| format!("        limits: {l}\n"))
+        .unwrap_or_default();
     let transform = format!(
-        "    transforms:\n      - name: {name}\n        plugin: {}\n        config: {plugin_config}\n",
+        "    transforms:\n      - name: {name}\n        plugin: {}\n        config: {plugin_config}\n{limits}",
         sluice_transform::example_plugin_path("hostile").display()
     );
     let text = std::fs::read_to_string(config).expect("config");
@@ -686,16 +694,12 @@ async fn spinning_records_are_dead_letters_and_the_consumer_stays(db: Backend) {
         false,
         "    max.poll.interval.ms: 6000\n",
     );
-    let transform = format!(
-        "    transforms:\n      - name: spin\n        plugin: {}\n        config: {{ mode: loop, on: SPIN }}\n        limits: {{ timeout: 1s }}\n",
-        sluice_transform::example_plugin_path("hostile").display()
-    );
-    let text = std::fs::read_to_string(&config).expect("config");
-    std::fs::write(
+    with_hostile_limited(
         &config,
-        text.replace("    sink:\n", &format!("{transform}    sink:\n")),
-    )
-    .expect("config");
+        "spin",
+        "{ mode: loop, on: SPIN }",
+        Some("{ timeout: 1s }"),
+    );
     run.broker
         .produce_with(&run.topic, 0..N, |uid| {
             if spins(uid) {
@@ -742,16 +746,14 @@ async fn records_not_isolated_are_dead_letters_under_dlq(db: Backend) {
         format!("{{ policy: dlq, dlq: {{ table: {dlq} }}, isolation: {{ max_failed_calls: 2 }} }}");
     let config = run.config(&unique("conn"), &errors, false, "");
     with_hostile(&config, "trap", "{ mode: panic, on: TRAP }");
-    let traps = |uid: u64| uid % 100 == 17;
-    run.broker
-        .produce_with(&run.topic, 0..N, |uid| {
-            if traps(uid) {
-                "TRAP".to_string()
-            } else {
-                format!("{{\"uid\":{uid},\"word\":\"w\"}}")
-            }
-        })
-        .await;
+    let value = |uid: u64| {
+        if uid % 100 == 17 {
+            "TRAP".to_string()
+        } else {
+            format!("{{\"uid\":{uid},\"word\":\"w\"}}")
+        }
+    };
+    run.broker.produce_with(&run.topic, 0..N, value).await;
     let sluice = harness::SluiceProcess::start(&config);
     let deadline = Instant::now() + Duration::from_secs(120);
     let (stats, dead) = loop {
@@ -806,15 +808,7 @@ async fn records_not_isolated_are_dead_letters_under_dlq(db: Backend) {
         "",
     );
     with_hostile(&config, "trap", "{ mode: panic, on: TRAP }");
-    run.broker
-        .produce_with(&run.topic, 0..N, |uid| {
-            if traps(uid) {
-                "TRAP".to_string()
-            } else {
-                format!("{{\"uid\":{uid},\"word\":\"w\"}}")
-            }
-        })
-        .await;
+    run.broker.produce_with(&run.topic, 0..N, value).await;
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["run", "--config"])
         .arg(&config)
@@ -844,16 +838,12 @@ async fn a_chain_that_cannot_restart_is_retried_not_blamed_on_records(db: Backen
     };
     // `init` runs in time when the task starts, and spins once this moment has passed.
     let after = now_ms() + 8000;
-    let transform = format!(
-        "    transforms:\n      - name: flaky\n        plugin: {}\n        config: {{ mode: init-loop-after, after: \"{after}\", on: TRAP }}\n        limits: {{ timeout: 300ms }}\n",
-        sluice_transform::example_plugin_path("hostile").display()
-    );
-    let text = std::fs::read_to_string(&config).expect("config");
-    std::fs::write(
+    with_hostile_limited(
         &config,
-        text.replace("    sink:\n", &format!("{transform}    sink:\n")),
-    )
-    .expect("config");
+        "flaky",
+        &format!("{{ mode: init-loop-after, after: \"{after}\", on: TRAP }}"),
+        Some("{ timeout: 300ms }"),
+    );
     let good = |uid: u64| format!("{{\"uid\":{uid},\"word\":\"w\"}}");
     run.broker.produce_with(&run.topic, 0..100, good).await;
     let sluice = harness::SluiceProcess::start(&config);
