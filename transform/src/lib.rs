@@ -79,7 +79,8 @@ pub fn sdk_path() -> PathBuf {
 }
 
 /// One plugin of a connector's transform chain (`transforms:` in `connectors.yaml`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Its `Debug` shows the config's keys, not their values (they may hold secrets).
+#[derive(Clone, PartialEq, Eq)]
 pub struct PluginSpec {
     /// The transform's name in the connector (`name:`); errors and logs carry it.
     pub name: String,
@@ -89,6 +90,17 @@ pub struct PluginSpec {
     pub config: BTreeMap<String, String>,
     /// Sandbox limits (`limits:`).
     pub limits: Limits,
+}
+
+impl std::fmt::Debug for PluginSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginSpec")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("config_keys", &self.config.keys().collect::<Vec<_>>())
+            .field("limits", &self.limits)
+            .finish()
+    }
 }
 
 /// Per-plugin sandbox limits.

@@ -847,3 +847,11 @@ fn isolation_stops_when_cancelled() {
     );
     assert!(chain.stats()[0].batch_failures < 20, "{:?}", chain.stats());
 }
+
+/// A plugin spec's `Debug` shows its config's keys, never their values.
+#[test]
+fn plugin_spec_debug_hides_config_values() {
+    let spec = spec("parse", "word_parse", &[("api_token", "hunter2")]);
+    let shown = format!("{spec:?}");
+    assert!(shown.contains("api_token") && !shown.contains("hunter2"), "{shown}");
+}

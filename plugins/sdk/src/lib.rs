@@ -392,14 +392,20 @@ impl Config {
     {
         match self.get(key) {
             None => Ok(None),
-            Some(raw) => raw
-                .parse()
-                .map(Some)
-                .map_err(|e| Error::new(format!("config key `{key}`: cannot parse {raw:?}: {e}"))),
+            Some(raw) => raw.parse().map(Some).map_err(|e| {
+                // A secret's value never goes into an error (errors reach the host's logs).
+                let shown = if looks_secret(key) {
+                    "***".to_owned()
+                } else {
+                    format!("{raw:?}")
+                };
+                Error::new(format!("config key `{key}`: cannot parse {shown}: {e}"))
+            }),
         }
     }
 
-    /// All entries, sorted by key.
+    /// All entries, sorted by key (values included: do not log them whole, see
+    /// [`looks_secret`]).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
@@ -595,9 +601,28 @@ macro_rules! debug {
     ($($arg:tt)*) => { $crate::log::debug(&::std::format!($($arg)*)) };
 }
 
+/// True when a config key's value must not be shown (in errors or logs): its name holds
+/// `password`, `passwd`, `secret`, `token` or `passphrase`, in any case. The host hides the
+/// same keys when it prints a connector's configuration.
+pub fn looks_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["password", "passwd", "secret", "token", "passphrase"]
+        .iter()
+        .any(|word| key.contains(word))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parse_errors_never_quote_a_secret() {
+        let config = Config::from_pairs([("api_token", "hunter2"), ("size", "big")]);
+        let err = config.parse::<u32>("api_token").unwrap_err().to_string();
+        assert!(!err.contains("hunter2") && err.contains("***"), "{err}");
+        let err = config.parse::<u32>("size").unwrap_err().to_string();
+        assert!(err.contains("\"big\""), "{err}");
+    }
 
     struct Double;
     impl Transform for Double {
