@@ -853,5 +853,8 @@ fn isolation_stops_when_cancelled() {
 fn plugin_spec_debug_hides_config_values() {
     let spec = spec("parse", "word_parse", &[("api_token", "hunter2")]);
     let shown = format!("{spec:?}");
-    assert!(shown.contains("api_token") && !shown.contains("hunter2"), "{shown}");
+    assert!(
+        shown.contains("api_token") && !shown.contains("hunter2"),
+        "{shown}"
+    );
 }
