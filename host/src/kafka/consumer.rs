@@ -187,9 +187,10 @@ impl ConsumerContext for SourceContext {
                 self.listener.on_revoke(&partitions);
                 let commits = self.listener.take_kafka_commits();
                 if !commits.is_empty()
-                    && let Err(e) = commit_offsets(consumer, &commits)
+                    && let Err(e) =
+                        commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Sync)
                 {
-                    tracing::warn!(error = %e, "committing offsets to Kafka before the revocation failed; those records will be delivered again");
+                    tracing::warn!(error = %e, "committing offsets to Kafka before the revocation failed (under at_least_once those records will be delivered again; under exactly_once only the group's shown progress lags)");
                 }
                 let result = if cooperative {
                     consumer.incremental_unassign(tpl)
@@ -442,12 +443,13 @@ pub fn fetch_positions(consumer: &SourceConsumer) -> Vec<(Partition, Option<i64>
 pub fn commit_offsets(
     consumer: &SourceConsumer,
     commits: &[(Partition, i64)],
+    mode: rdkafka::consumer::CommitMode,
 ) -> Result<(), KafkaError> {
     let mut tpl = TopicPartitionList::new();
     for ((topic, partition), next) in commits {
         tpl.add_partition_offset(topic, *partition, Offset::Offset(*next))?;
     }
-    consumer.commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+    consumer.commit(&tpl, mode)
 }
 
 /// Pauses (or resumes) every assigned partition.

@@ -547,14 +547,27 @@ impl Actor {
         Ok(())
     }
 
-    /// At-least-once: offsets go to the Kafka group once their rows are committed.
+    /// Offsets go to the Kafka group once their rows are committed. At-least-once: that is
+    /// where a restart resumes, so the commit is synchronous.
+    ///
+    /// Exactly-once: the database holds the offsets and sluice resumes from there only;
+    /// they also go to the Kafka group, asynchronously, so that the group shows its progress
+    /// and lag to `kafka-consumer-groups`, Burrow or KEDA. Never read back.
     fn commit_to_kafka(&self, consumer: &SourceConsumer) {
         let commits = self.shared.take_kafka_commits();
         if commits.is_empty() {
             return;
         }
-        if let Err(error) = consumer::commit_offsets(consumer, &commits) {
-            tracing::warn!(%error, "committing offsets to Kafka failed; those records will be delivered again");
+        if self.shared.guarantee == Guarantee::AtLeastOnce {
+            if let Err(error) =
+                consumer::commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Sync)
+            {
+                tracing::warn!(%error, "committing offsets to Kafka failed; those records will be delivered again");
+            }
+        } else if let Err(error) =
+            consumer::commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Async)
+        {
+            tracing::debug!(%error, "showing progress to the Kafka group failed (the database holds the offsets)");
         }
     }
 }

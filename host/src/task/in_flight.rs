@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::partitions::queue_reassign;
 use super::{Inner, Shared, TaskError};
-use crate::config::{ErrorPolicy, Guarantee};
+use crate::config::ErrorPolicy;
 use crate::deliver::{self, DeliverError, Delivered, Job};
 use crate::retry::Retrying;
 use crate::sink::SinkError;
@@ -207,9 +207,9 @@ impl Shared {
                 state.committed = Some(advance.next);
             }
         }
-        if self.guarantee == Guarantee::AtLeastOnce {
-            inner.kafka_commits.extend(delivered.next_offsets);
-        }
+        // At-least-once: the group's offsets are where a restart resumes. Exactly-once: they
+        // only show the group's progress (the database's offsets are the truth).
+        inner.kafka_commits.extend(delivered.next_offsets);
         self.metrics
             .committed
             .fetch_add(flight.records, Ordering::Relaxed);
