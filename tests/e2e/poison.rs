@@ -257,6 +257,19 @@ fn with_hostile_limited(config: &Path, name: &str, plugin_config: &str, limits: 
     .expect("config");
 }
 
+/// Runs `sluice run` on `config` until it exits by itself: its exit code and stderr.
+fn run_to_exit(config: &Path) -> (Option<i32>, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--config"])
+        .arg(config)
+        .output()
+        .expect("run sluice");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 fn poison_count(n: u64) -> i64 {
     (0..n).filter(|&u| is_poison(u)).count() as i64
 }
@@ -367,13 +380,8 @@ async fn fail_stops_at_the_first_poisoned_record(db: Backend) {
     let config = run.config(&unique("conn"), "{ policy: fail }", true, "");
     run.broker.produce_with(&run.topic, 0..300, value).await;
     for attempt in 0..2 {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["run", "--config"])
-            .arg(&config)
-            .output()
-            .expect("run sluice");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(1), "attempt {attempt}: {stderr}");
+        let (code, stderr) = run_to_exit(&config);
+        assert_eq!(code, Some(1), "attempt {attempt}: {stderr}");
         assert!(
             stderr.contains(&format!("{}/0@7", run.topic)) && stderr.contains("transform mask"),
             "attempt {attempt}: {stderr}"
@@ -382,7 +390,7 @@ async fn fail_stops_at_the_first_poisoned_record(db: Backend) {
         harness::record_summary(&format!(
             "{} exit={:?} attempt={attempt}",
             summary("poison_fail", &run, 300, &stats, 0),
-            output.status.code()
+            code
         ));
         assert_eq!(stats.rows, 7, "attempt {attempt}: {stats:?}");
         assert_eq!((stats.min, stats.max), (Some(0), Some(6)));
@@ -602,13 +610,8 @@ async fn plugin_failing_everything_fails_the_task_even_under_skip(db: Backend) {
             format!("{{\"uid\":{uid},\"word\":\"w\"}}")
         })
         .await;
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .output()
-        .expect("run sluice");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = run_to_exit(&config);
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("could not be told apart"), "{stderr}");
     let (stats, _) = run.stats(&config).await;
     assert_eq!(stats.rows, 0, "{stats:?}");
@@ -809,13 +812,8 @@ async fn records_not_isolated_are_dead_letters_under_dlq(db: Backend) {
     );
     with_hostile(&config, "trap", "{ mode: panic, on: TRAP }");
     run.broker.produce_with(&run.topic, 0..N, value).await;
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .output()
-        .expect("run sluice");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = run_to_exit(&config);
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("errors.isolation"), "{stderr}");
 }
 for_each_database!(records_not_isolated_are_dead_letters_under_dlq: sqlite = Sqlite);

@@ -585,11 +585,7 @@ impl Stage {
                 Some(wasmtime::component::ResourceTableError::Full)
             )
         };
-        if matches!(
-            error.downcast_ref::<wasmtime::component::ResourceTableError>(),
-            Some(wasmtime::component::ResourceTableError::Full)
-        ) || error.chain().any(table_full)
-        {
+        if error.chain().any(table_full) {
             return TransformError::Trap {
                 plugin,
                 call,

@@ -77,7 +77,7 @@ impl HostState {
 
     /// Report dropped log lines after a guest call, if their second is over.
     pub(crate) fn end_call(&mut self) {
-        self.log.report_dropped(std::time::Instant::now(), false);
+        self.log.report_dropped(std::time::Instant::now());
     }
 }
 
@@ -194,7 +194,7 @@ impl GuestLog {
 
     /// True if a line may be written now; counts it, or counts it dropped.
     fn admit(&self, now: std::time::Instant) -> bool {
-        self.report_dropped(now, false);
+        self.report_dropped(now);
         let mut window = self.window();
         if window.lines >= MAX_LOG_LINES_PER_SECOND {
             window.dropped += 1;
@@ -204,12 +204,11 @@ impl GuestLog {
         true
     }
 
-    /// When the second is over (or `force`), reports the lines it dropped and opens the
-    /// next one.
-    fn report_dropped(&self, now: std::time::Instant, force: bool) {
+    /// When the second is over, reports the lines it dropped and opens the next one.
+    fn report_dropped(&self, now: std::time::Instant) {
         let dropped = {
             let mut window = self.window();
-            if !force && now.duration_since(window.started) < std::time::Duration::from_secs(1) {
+            if now.duration_since(window.started) < std::time::Duration::from_secs(1) {
                 return;
             }
             let dropped = window.dropped;
@@ -312,5 +311,48 @@ impl From<bindings::sluice::transform::types::Record> for crate::Record {
             value: r.value,
             headers: r.headers,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_escapes_control_characters_and_cuts() {
+        assert_eq!(
+            sanitize("a\nb\rc\u{1b}[31md\te", 100),
+            "a\\nb\\rc\\u{1b}[31md\te"
+        );
+        let long = "é".repeat(3000);
+        let cut = sanitize(&long, MAX_LOG_MESSAGE_BYTES);
+        assert!(cut.ends_with("… [truncated]"), "{}", &cut[cut.len() - 20..]);
+        assert!(cut.len() <= MAX_LOG_MESSAGE_BYTES + "… [truncated]".len() + 2);
+    }
+
+    #[test]
+    fn memories_and_tables_count_together() {
+        let mut limiter = MemoryLimiter {
+            limit: 10 << 20,
+            memory: 0,
+            table_elements: 0,
+            hit: false,
+        };
+        assert!(limiter.memory_growing(0, 6 << 20, None).unwrap());
+        // A second memory of 6 MiB: within the cap alone, not together.
+        assert!(!limiter.memory_growing(0, 6 << 20, None).unwrap());
+        assert!(limiter.hit);
+        // The first one growing by 4 MiB still fits.
+        assert!(limiter.memory_growing(6 << 20, 10 << 20, None).unwrap());
+        assert!(
+            limiter
+                .table_growing(0, MAX_TABLE_ELEMENTS / 2, None)
+                .unwrap()
+        );
+        assert!(
+            !limiter
+                .table_growing(0, MAX_TABLE_ELEMENTS / 2 + 1, None)
+                .unwrap()
+        );
     }
 }

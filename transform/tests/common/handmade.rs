@@ -134,6 +134,8 @@ impl HandMade {
     }
 
     fn wat(&self) -> String {
+        let first_only =
+            |n: u32| format!("(select (i32.const {n}) (i32.const 0) (i32.eqz (local.get $i)))");
         let answer = match self.answer {
             Answer::Aliased {
                 records,
@@ -151,15 +153,8 @@ impl HandMade {
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $fill)))
     ;; every outcome is the same list of records
-    (local.set $i (i32.const 0))
-    (block $done (loop $out
-      (br_if $done (i32.ge_u (local.get $i) (local.get $len)))
-      (local.set $a (i32.add (i32.const {OUTCOMES}) (i32.mul (local.get $i) (i32.const 12))))
-      (i32.store8 (local.get $a) (i32.const 0))
-      (i32.store offset=4 (local.get $a) (i32.const {RECORDS}))
-      (i32.store offset=8 (local.get $a) (i32.const {records}))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br $out)))"#
+    {}"#,
+                each_outcome(0, RECORDS, &format!("(i32.const {records})"))
             ),
             Answer::EmptyHeaders { headers } => format!(
                 r#"
@@ -167,27 +162,15 @@ impl HandMade {
     (i32.store offset=64 (i32.const {RECORDS}) (i32.const {VALUE}))
     (i32.store offset=68 (i32.const {RECORDS}) (i32.const {headers}))
     {}"#,
-                first_outcome_then_none(1)
+                each_outcome(0, RECORDS, &first_only(1))
             ),
-            Answer::EmptyRecords { records } => format!(
-                r#"
-    ;; {records} zeroed records at RECORDS
-    {}"#,
-                first_outcome_then_none(records)
-            ),
+            // Zeroed records at RECORDS.
+            Answer::EmptyRecords { records } => each_outcome(0, RECORDS, &first_only(records)),
             Answer::Error(text) => format!(
                 r#"
     ;; the error text at VALUE, then error(VALUE, len) for every input
     {}
-    (local.set $i (i32.const 0))
-    (block $done (loop $out
-      (br_if $done (i32.ge_u (local.get $i) (local.get $len)))
-      (local.set $a (i32.add (i32.const {OUTCOMES}) (i32.mul (local.get $i) (i32.const 12))))
-      (i32.store8 (local.get $a) (i32.const 1))
-      (i32.store offset=4 (local.get $a) (i32.const {VALUE}))
-      (i32.store offset=8 (local.get $a) (i32.const {}))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br $out)))"#,
+    {}"#,
                 text.bytes()
                     .enumerate()
                     .map(|(i, b)| format!(
@@ -196,21 +179,10 @@ impl HandMade {
                     ))
                     .collect::<Vec<_>>()
                     .join(" "),
-                text.len()
+                each_outcome(1, VALUE, &format!("(i32.const {})", text.len()))
             ),
-            Answer::Empty => format!(
-                r#"
-    ;; one zeroed record per input
-    (local.set $i (i32.const 0))
-    (block $done (loop $out
-      (br_if $done (i32.ge_u (local.get $i) (local.get $len)))
-      (local.set $a (i32.add (i32.const {OUTCOMES}) (i32.mul (local.get $i) (i32.const 12))))
-      (i32.store8 (local.get $a) (i32.const 0))
-      (i32.store offset=4 (local.get $a) (i32.const {RECORDS}))
-      (i32.store offset=8 (local.get $a) (i32.const 1))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br $out)))"#
-            ),
+            // One zeroed record per input.
+            Answer::Empty => each_outcome(0, RECORDS, "(i32.const 1)"),
         };
         let realloc = match self.bad_realloc {
             // Bad only for a real allocation (the batch), so that `init` gets its (empty)
@@ -240,25 +212,22 @@ impl HandMade {
                 format!(
                     r#"(import "wasi:clocks/monotonic-clock@{version}" "subscribe-duration" (func $subscribe (param i64) (result i32)))"#
                 ),
-                "(drop (call $subscribe (i64.const 3600000000000)))",
+                "(drop (call $subscribe (i64.const 3600000000000)))".to_owned(),
             ),
             None => match self.leak_stdout {
                 Some(times) => (
                     r#"(import "wasi:cli/stdout@0.2.0" "get-stdout" (func $stdout (result i32)))"#
                         .to_owned(),
-                    Box::leak(
-                        format!(
-                            r#"(local.set $i (i32.const 0))
+                    format!(
+                        r#"(local.set $i (i32.const 0))
     (block $done (loop $leak
       (br_if $done (i32.ge_u (local.get $i) (i32.const {times})))
       (drop (call $stdout))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $leak)))"#
-                        )
-                        .into_boxed_str(),
-                    ) as &str,
+                    ),
                 ),
-                None => (String::new(), ""),
+                None => (String::new(), String::new()),
             },
         };
         let extra_memory = self
@@ -314,17 +283,18 @@ impl HandMade {
     }
 }
 
-/// The first outcome is `records(RECORDS, n)`, the rest `records([])`.
-fn first_outcome_then_none(n: u32) -> String {
+/// One outcome per input, each with tag `tag` (0 records, 1 error) and `(ptr, len)`, where
+/// `len` is a WAT expression (it may read the input's index `$i`).
+fn each_outcome(tag: u32, ptr: u32, len: &str) -> String {
     format!(
         r#"
     (local.set $i (i32.const 0))
     (block $done (loop $out
       (br_if $done (i32.ge_u (local.get $i) (local.get $len)))
       (local.set $a (i32.add (i32.const {OUTCOMES}) (i32.mul (local.get $i) (i32.const 12))))
-      (i32.store8 (local.get $a) (i32.const 0))
-      (i32.store offset=4 (local.get $a) (i32.const {RECORDS}))
-      (i32.store offset=8 (local.get $a) (select (i32.const {n}) (i32.const 0) (i32.eqz (local.get $i))))
+      (i32.store8 (local.get $a) (i32.const {tag}))
+      (i32.store offset=4 (local.get $a) (i32.const {ptr}))
+      (i32.store offset=8 (local.get $a) {len})
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br $out)))"#
     )
