@@ -6,6 +6,7 @@
 //! - [`config`]: `connectors.yaml`, checked; [`validate`] (arrival checks and the
 //!   connector's JSON Schema) is what the config check compiles and the pipeline applies.
 //! - [`retry`]: waiting out transient failures (`errors.retry`).
+//! - [`metrics`]: the process's Prometheus metrics (every stage counts into them).
 //! - [`map`]: a record's value and metadata to column values.
 //! - [`prepare`]: a batch through arrival checks, transforms, schema and mapping, failures
 //!   kept apart.
@@ -16,12 +17,16 @@
 //! - [`deliver`]: the error policy applied to a prepared batch and the batch written,
 //!   refused rows isolated; used by the task and by `sluice dlq redrive`.
 //! - [`task`]: the actor that drives one consumer through its state machine.
-//! - [`supervisor`]: the connectors and tasks of one process.
+//! - [`supervisor`]: the connectors of one process, each under a runner of its own that
+//!   restarts failed tasks and applies the operator's pause, resume, stop and restart.
+//! - [`admin`]: the admin HTTP server: Kafka Connect's REST API shapes, `/metrics`,
+//!   `/healthz`, `/readyz`, `/reload`.
 //! - [`logging`]: the process's log output (text, or JSON with span fields flattened).
 //! - [`cli`]: the `sluice` command line.
 //!
 //! `docs/architecture.md` says who owns which thread and where each guarantee is kept.
 
+pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod deliver;
@@ -29,6 +34,7 @@ pub mod failure;
 pub mod kafka;
 pub mod logging;
 pub mod map;
+pub mod metrics;
 pub mod prepare;
 pub mod record;
 pub mod retry;

@@ -44,6 +44,12 @@ pub struct Prepared {
     pub failures: Vec<Failure>,
     /// Inputs that mapped to nothing to write (a tombstone on a table without key).
     pub skipped: u64,
+    /// Inputs a transform dropped (answered with no record).
+    pub filtered: u64,
+    /// Time spent in the transform chain.
+    pub transform_time: std::time::Duration,
+    /// Time spent in schema checks and mapping.
+    pub map_time: std::time::Duration,
     /// The input records as they arrived, when dead letters may need them.
     pub originals: Option<Vec<Record>>,
     /// Each input's topic (an index into `topics`), partition and offset.
@@ -148,6 +154,13 @@ impl Preparer {
         }
     }
 
+    /// Tells `observer` of every plugin call (for metrics).
+    pub fn set_observer(&mut self, observer: sluice_transform::CallObserver) {
+        if let Some(chain) = self.chain.as_mut() {
+            chain.set_observer(observer);
+        }
+    }
+
     /// Whether batches go through a transform chain.
     pub fn has_transforms(&self) -> bool {
         self.chain.is_some()
@@ -209,11 +222,16 @@ impl Preparer {
         let outputs: Vec<(usize, Record)> = match self.chain.as_mut() {
             None => passing_index.into_iter().zip(passing).collect(),
             Some(chain) => {
+                let started = std::time::Instant::now();
                 let outcomes = chain.process_isolating(passing, self.isolation)?;
+                prepared.transform_time = started.elapsed();
                 let mut outputs = Vec::with_capacity(outcomes.len());
                 for (outcome, index) in outcomes.into_iter().zip(passing_index) {
                     match outcome {
                         sluice_transform::Outcome::Records(records) => {
+                            if records.is_empty() {
+                                prepared.filtered += 1;
+                            }
                             outputs.extend(records.into_iter().map(|r| (index, r)));
                         }
                         sluice_transform::Outcome::NotIsolated { plugin, reason } => {
@@ -247,6 +265,7 @@ impl Preparer {
         };
 
         // Schema and mapping, output by output.
+        let mapping = std::time::Instant::now();
         prepared.ops.reserve(outputs.len());
         prepared.origins.reserve(outputs.len());
         for (index, record) in &outputs {
@@ -281,6 +300,7 @@ impl Preparer {
             prepared.ops = ops;
             prepared.origins = origins;
         }
+        prepared.map_time = mapping.elapsed();
         Ok(prepared)
     }
 

@@ -6,6 +6,7 @@
 //! - [`offset_integrity`]: stored offsets the log no longer has, records that skip offsets.
 //! - [`offsets_cas`]: the compare-and-set on stored offsets, two writers racing.
 //! - [`faults`]: SIGKILLs, database and broker outages, a broker restart, a rebalance storm.
+//! - [`operate`]: the admin API (Kafka Connect's shapes), metrics, supervision, reload.
 //! - [`poison`]: poisoned records under each error policy, dead letters and their redrive.
 //! - [`schema`]: sluice's own tables migrated from an earlier version, a newer one refused.
 //! - [`config_corpus`]: `sluice validate` over a corpus of broken files.
@@ -24,6 +25,7 @@ mod faults;
 mod fuzz_decode_map;
 mod offset_integrity;
 mod offsets_cas;
+mod operate;
 mod pipeline;
 mod poison;
 mod schema;

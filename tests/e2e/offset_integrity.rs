@@ -8,7 +8,6 @@ use sluice::cli::demo::sequence_stats;
 use sluice::kafka::embedded::EmbeddedKafka;
 use sluice::sink::Sink;
 use sluice::supervisor::Supervisor;
-use sluice::task::TaskState;
 
 use crate::harness::{self, Backend, Scenario, TestDb};
 
@@ -95,14 +94,15 @@ async fn task_failure(kafka: &EmbeddedKafka, config: &sluice::config::Config) ->
     let supervisor = Supervisor::start(config, &kafka.bootstrap_servers())
         .await
         .expect("start");
-    tokio::time::timeout(Duration::from_secs(60), supervisor.finished())
+    tokio::time::timeout(Duration::from_secs(60), supervisor.all_failed())
         .await
-        .expect("the task ends");
-    let status = supervisor.connectors[0].tasks[0].status.borrow().clone();
-    assert_eq!(status.state, TaskState::Failed, "{status:?}");
+        .expect("the task fails for good");
+    let task = supervisor.connectors()[0].view().tasks[0].clone();
+    assert_eq!(task.state, "FAILED", "{task:?}");
+    assert!(!task.transient, "{task:?}");
     supervisor.shutdown().await;
     assert_eq!(rows(config).await, 0);
-    status.error.unwrap_or_default()
+    task.trace.unwrap_or_default()
 }
 
 /// Default (`fail`): the task fails, naming the topic, partition, stored offset and the
@@ -146,13 +146,9 @@ async fn out_of_range_latest_reads_what_comes_next(db: Backend) {
     let bootstrap = kafka.bootstrap_servers();
     let supervisor = Supervisor::start(&config, &bootstrap).await.expect("start");
     // New records are produced once the partition has been reset to the log's end.
-    let metrics = supervisor.connectors[0].metrics.clone();
+    let metrics = supervisor.connectors()[0].metrics.clone();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while metrics
-        .offset_resets
-        .load(std::sync::atomic::Ordering::Relaxed)
-        == 0
-    {
+    while metrics.offset_resets.get() == 0 {
         assert!(Instant::now() < deadline, "no reset within 60 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -168,10 +164,7 @@ async fn out_of_range_latest_reads_what_comes_next(db: Backend) {
     while rows(&config).await < 50 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let skipped = supervisor.connectors[0]
-        .metrics
-        .offsets_skipped
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let skipped = supervisor.connectors()[0].metrics.offsets_skipped.get();
     let failures = supervisor.shutdown().await;
     assert!(failures.is_empty(), "{failures:?}");
     let sink = Sink::connect(&config.connectors[0]).await.expect("connect");

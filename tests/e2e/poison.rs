@@ -820,12 +820,13 @@ for_each_database!(records_not_isolated_are_dead_letters_under_dlq: sqlite = Sql
 
 /// A plugin whose `init` starts to spin when it is instantiated again (after a trap) is not
 /// a record's fault: the batch waits and is tried again with `errors.retry`, nothing is
-/// dead-lettered or skipped for it, and past `max_elapsed` the task fails naming `init`.
+/// dead-lettered or skipped for it, and past `max_elapsed` the task fails naming `init`
+/// (a transient failure: it waits for its restart, `errors.restart`).
 async fn a_chain_that_cannot_restart_is_retried_not_blamed_on_records(db: Backend) {
     let run = PoisonRun::new(db, 1).await;
     let dlq = unique("dead");
     let errors = format!(
-        "{{ policy: dlq, dlq: {{ table: {dlq} }}, retry: {{ initial: 100ms, max: 500ms, max_elapsed: 3s }} }}"
+        "{{ policy: dlq, dlq: {{ table: {dlq} }}, retry: {{ initial: 100ms, max: 500ms, max_elapsed: 3s }}, restart: {{ initial: 10m, max: 10m }} }}"
     );
     let config = run.config(&unique("conn"), &errors, false, "");
     let now_ms = || {
@@ -860,13 +861,23 @@ async fn a_chain_that_cannot_restart_is_retried_not_blamed_on_records(db: Backen
             }
         })
         .await;
+    // Past `max_elapsed` the task fails, for a transient reason: it waits for its restart
+    // (errors.restart, ten minutes here) while the process stays up; a stop then exits 1.
     let log_path = sluice.log.clone();
-    let status = sluice.wait_for_exit(Duration::from_secs(60));
-    assert_eq!(
-        status.code(),
-        Some(1),
-        "the task fails once retries are spent"
-    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log_path)
+        .unwrap_or_default()
+        .contains("task failed for a transient reason")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the task does not fail: {}",
+            log_path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let status = sluice.terminate();
+    assert_eq!(status.code(), Some(1), "a stop after a failure exits 1");
     let log = std::fs::read_to_string(&log_path).expect("sluice log");
     assert!(
         log.contains("the transform chain cannot run"),

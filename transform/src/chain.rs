@@ -14,6 +14,10 @@ use crate::{
 type WitRecord = bindings::sluice::transform::types::Record;
 type WitOutcome = bindings::sluice::transform::types::Outcome;
 
+/// Told of every `process` call of a plugin: its name, the call's wall time, and when the
+/// call failed, the failure's kind ([`TransformError::kind`]). For metrics.
+pub type CallObserver = Arc<dyn Fn(&str, std::time::Duration, Option<&'static str>) + Send + Sync>;
+
 /// The plugins of one connector task, in order, each in its own `Store`.
 ///
 /// `process` sends one batch through every plugin (one guest call per plugin) and returns
@@ -46,6 +50,8 @@ struct Stage {
     stats: PluginStats,
     /// The plugin's log rate limit, kept across its instances.
     log_window: Arc<Mutex<LogWindow>>,
+    /// Told of every `process` call.
+    observer: Option<CallObserver>,
 }
 
 /// Counters of one plugin of a chain, since the chain was created (for metrics).
@@ -99,6 +105,7 @@ impl TransformChain {
                 engine: engine.clone(),
                 live: None,
                 log_window: Arc::default(),
+                observer: None,
                 stats: PluginStats {
                     plugin: spec.name.clone(),
                     ..PluginStats::default()
@@ -119,6 +126,13 @@ impl TransformChain {
     /// not use the answer.
     pub fn set_cancel(&mut self, cancel: Arc<std::sync::atomic::AtomicBool>) {
         self.cancel = Some(cancel);
+    }
+
+    /// Tells `observer` of every `process` call of every plugin of the chain.
+    pub fn set_observer(&mut self, observer: CallObserver) {
+        for stage in &mut self.stages {
+            stage.observer = Some(observer.clone());
+        }
     }
 
     /// The plugin names, in chain order.
@@ -430,6 +444,13 @@ impl Stage {
                 .map(|()| outcomes),
             Err(e) => Err(self.classify(e, &live.store, "process")),
         };
+        if let Some(observer) = &self.observer {
+            observer(
+                &self.name,
+                started.elapsed(),
+                checked.as_ref().err().map(|e| e.kind()),
+            );
+        }
         let outcomes = match checked {
             Ok(outcomes) => outcomes,
             Err(e) => {

@@ -57,7 +57,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use chain::{Isolation, PluginStats, TransformChain, check_plugin};
+pub use chain::{CallObserver, Isolation, PluginStats, TransformChain, check_plugin};
 pub use engine::{EngineOptions, TransformEngine, default_cache_dir};
 pub use tools::{PluginTestCase, build_plugin, scaffold_plugin, test_plugin};
 
@@ -415,6 +415,17 @@ impl TransformError {
             | TransformError::Trap { call, .. } => *call == "process",
             TransformError::Malformed { .. } | TransformError::OutputLimit { .. } => true,
             _ => false,
+        }
+    }
+
+    /// The kind of a failed call, as `sluice_plugin_failures_total` labels it: `timeout`,
+    /// `memory`, `output` (malformed or oversized output) or `trap` (anything else).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TransformError::Timeout { .. } => "timeout",
+            TransformError::MemoryLimit { .. } => "memory",
+            TransformError::Malformed { .. } | TransformError::OutputLimit { .. } => "output",
+            _ => "trap",
         }
     }
 

@@ -145,7 +145,7 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
             return EXIT_FAILURE;
         }
     };
-    let metrics = supervisor.connectors[0].metrics.clone();
+    let metrics = supervisor.connectors()[0].metrics.clone();
 
     let raw = !connector.transforms.is_empty();
     let produced = Arc::new(AtomicU64::new(0));
@@ -179,7 +179,7 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
     let mut last_progress = Instant::now();
     let interrupted = {
         let signal = shutdown_signal();
-        let finished = supervisor.finished();
+        let finished = supervisor.all_failed();
         tokio::pin!(signal, finished);
         loop {
             tokio::select! {
@@ -187,7 +187,7 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
                 _ = &mut finished => break false,
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
-            let committed = metrics.committed.load(Ordering::Relaxed);
+            let committed = metrics.committed.get();
             let made = produced.load(Ordering::Relaxed);
             let rate = (committed - last.1) as f64 / last.0.elapsed().as_secs_f64();
             if committed != last.1 {
@@ -224,7 +224,7 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
         }
     };
     sink.close().await;
-    let committed = metrics.committed.load(Ordering::Relaxed);
+    let committed = metrics.committed.get();
     println!(
         "demo: {committed} records committed in {:.1} s ({:.0} records/s)",
         elapsed.as_secs_f64(),

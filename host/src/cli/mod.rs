@@ -1,6 +1,7 @@
 //! The `sluice` command line. Exit codes: 0 ok, 1 runtime failure, 2 invalid configuration
 //! or usage. Errors go to stderr, one line per problem.
 
+mod control;
 pub mod demo;
 
 use std::io::Write;
@@ -9,6 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::admin::{AdminServer, ReloadRequest};
 use crate::config::{self, Config, ConfigError};
 use crate::kafka::embedded::EmbeddedKafka;
 use crate::sink::Sink;
@@ -46,7 +48,7 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run every connector until SIGINT or SIGTERM.
+    /// Run every connector until SIGINT or SIGTERM; SIGHUP re-reads the file.
     Run {
         #[arg(long, short, default_value = "connectors.yaml")]
         config: PathBuf,
@@ -82,6 +84,42 @@ enum Command {
     Plugin {
         #[command(subcommand)]
         action: PluginAction,
+    },
+    /// Show the connectors of a running sluice (admin API): states, tasks, lag, rows/s.
+    Status {
+        #[command(flatten)]
+        target: control::Target,
+    },
+    /// Pause a connector in every process: its consumers stay in the group, its
+    /// partitions pause; survives rebalances and restarts.
+    Pause {
+        name: String,
+        #[command(flatten)]
+        target: control::Target,
+    },
+    /// Resume a paused or stopped connector in every process.
+    Resume {
+        name: String,
+        #[command(flatten)]
+        target: control::Target,
+    },
+    /// Stop a connector's tasks in every process (its offsets may then be changed).
+    Stop {
+        name: String,
+        #[command(flatten)]
+        target: control::Target,
+    },
+    /// Restart a connector: a failed database connection, and with --tasks its tasks.
+    Restart {
+        name: String,
+        /// Restart the connector's tasks too.
+        #[arg(long)]
+        tasks: bool,
+        /// Only the failed ones.
+        #[arg(long)]
+        only_failed: bool,
+        #[command(flatten)]
+        target: control::Target,
     },
 }
 
@@ -193,6 +231,29 @@ pub fn main() -> ExitCode {
                 action: DlqAction::Redrive { config, connector },
             } => redrive(&config, &connector).await,
             Command::Plugin { action } => plugin(action),
+            Command::Status { target } => control::status(&target).await,
+            Command::Pause { name, target } => {
+                control::act(&target, &name, control::Action::Pause).await
+            }
+            Command::Resume { name, target } => {
+                control::act(&target, &name, control::Action::Resume).await
+            }
+            Command::Stop { name, target } => {
+                control::act(&target, &name, control::Action::Stop).await
+            }
+            Command::Restart {
+                name,
+                tasks,
+                only_failed,
+                target,
+            } => {
+                control::act(
+                    &target,
+                    &name,
+                    control::Action::Restart { tasks, only_failed },
+                )
+                .await
+            }
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
@@ -355,22 +416,55 @@ async fn run(path: &Path) -> u8 {
         Ok(resolved) => resolved,
         Err(code) => return code,
     };
-    let supervisor = match Supervisor::start(&config, &brokers).await {
-        Ok(supervisor) => supervisor,
+    let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+    let worker = crate::supervisor::worker_id(&config);
+    let supervisor = match Supervisor::start_with(&config, &brokers, metrics, worker).await {
+        Ok(supervisor) => std::sync::Arc::new(supervisor),
         Err(error) => {
             eprintln!("{error}");
             return EXIT_FAILURE;
         }
     };
-    supervisor.wait(shutdown_signal()).await;
+    let (reload_tx, mut reload_rx) = tokio::sync::mpsc::channel::<ReloadRequest>(4);
+    let mut admin = match start_admin(&config, &supervisor, &reload_tx).await {
+        Ok(admin) => admin,
+        Err(error) => {
+            eprintln!("{error}");
+            let _ = supervisor.shutdown().await;
+            return EXIT_FAILURE;
+        }
+    };
+    let mut hangups = hangup_signal();
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            () = supervisor.all_failed() => {
+                tracing::error!("every connector failed permanently; exiting");
+                break;
+            }
+            Some(()) = hangups.recv() => {
+                tracing::info!("SIGHUP: reloading the configuration");
+                // Its outcome is logged either way.
+                let _ = reload(path, &brokers, &supervisor, &mut admin, &reload_tx).await;
+            }
+            Some(request) = reload_rx.recv() => {
+                let result = reload(path, &brokers, &supervisor, &mut admin, &reload_tx).await;
+                let _ = request.reply.send(result);
+            }
+        }
+    }
     tracing::info!("stopping: finishing the batches in flight and leaving the group");
     // A stop that hangs (a broker or database that never answers a close) must not keep
     // the process: past the limit, or at a second signal, exit without the rest. Nothing is
     // lost: with exactly-once the batches not committed are read again from the stored
     // offsets; with at-least-once they are delivered again.
-    let failures = match bounded_stop(supervisor.shutdown(), shutdown_signal(), SHUTDOWN_LIMIT)
-        .await
-    {
+    let stopped = bounded_stop(supervisor.shutdown(), shutdown_signal(), SHUTDOWN_LIMIT).await;
+    if let Some(admin) = admin {
+        admin.stop().await;
+    }
+    let failures = match stopped {
         Stopped::Finished(failures) => failures,
         Stopped::SecondSignal => {
             tracing::error!("second signal: exiting without finishing the stop");
@@ -385,6 +479,109 @@ async fn run(path: &Path) -> u8 {
         eprintln!("{failure}");
     }
     if failures.is_empty() { 0 } else { EXIT_FAILURE }
+}
+
+/// Starts the admin server when the file asks for one.
+async fn start_admin(
+    config: &Config,
+    supervisor: &std::sync::Arc<Supervisor>,
+    reload: &tokio::sync::mpsc::Sender<ReloadRequest>,
+) -> Result<Option<AdminServer>, crate::admin::AdminError> {
+    match &config.admin {
+        Some(admin) => AdminServer::start(
+            &admin.listen,
+            admin.token.clone(),
+            supervisor.clone(),
+            Some(reload.clone()),
+        )
+        .await
+        .map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Re-reads the file and applies it: every problem of a file that does not load is
+/// logged and returned, and the running configuration stays. A change of `admin:`
+/// rebinds the listener.
+async fn reload(
+    path: &Path,
+    brokers: &str,
+    supervisor: &std::sync::Arc<Supervisor>,
+    admin: &mut Option<AdminServer>,
+    reload_tx: &tokio::sync::mpsc::Sender<ReloadRequest>,
+) -> Result<crate::supervisor::Reloaded, Vec<String>> {
+    let config = match config::load_file(path) {
+        Ok(config) => config,
+        Err(error) => {
+            let lines = error.lines(&path.display().to_string());
+            for line in &lines {
+                tracing::error!(problem = %line, "the new configuration is not valid; the old one runs on");
+            }
+            return Err(lines);
+        }
+    };
+    // The embedded cluster lives as long as the process: a file that still says
+    // `embedded` keeps it.
+    let brokers = if config.kafka.is_embedded() {
+        brokers.to_string()
+    } else {
+        config.kafka.brokers.clone()
+    };
+    let admin_changed = supervisor.config().admin != config.admin;
+    let new_admin = config.admin.clone();
+    let reloaded = supervisor
+        .reload(config, &brokers)
+        .await
+        .map_err(|e| vec![e.to_string()])?;
+    tracing::info!(started = ?reloaded.started, restarted = ?reloaded.restarted,
+        stopped = ?reloaded.stopped, unchanged = ?reloaded.unchanged, "configuration reloaded");
+    if admin_changed {
+        if let Some(old) = admin.take() {
+            old.stop().await;
+        }
+        if let Some(new) = new_admin {
+            match AdminServer::start(
+                &new.listen,
+                new.token,
+                supervisor.clone(),
+                Some(reload_tx.clone()),
+            )
+            .await
+            {
+                Ok(server) => *admin = Some(server),
+                Err(error) => {
+                    tracing::error!(%error, "the admin API could not move to its new address; it is off until the next reload")
+                }
+            }
+        }
+    }
+    Ok(reloaded)
+}
+
+/// SIGHUP, as a stream of reload requests (none where there are no signals).
+fn hangup_signal() -> tokio::sync::mpsc::Receiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangup) => {
+                tokio::spawn(async move {
+                    while hangup.recv().await.is_some() {
+                        if tx.send(()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGHUP; reload through POST /reload")
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    drop(tx);
+    rx
 }
 
 /// How a stop ended.
@@ -521,6 +718,28 @@ async fn offsets(action: OffsetsAction) -> u8 {
             }
         }
         sink.close().await;
+        // The group's committed offsets (a mirror for lag tools) go too; the embedded
+        // cluster of another process is not reachable from here.
+        if reset && !config.kafka.is_embedded() {
+            let (kafka, connector_config) = (config.kafka.clone(), connector.clone());
+            let moved = tokio::task::spawn_blocking(move || {
+                crate::kafka::group::reset_group_offsets(&kafka, &kafka.brokers, &connector_config)
+            })
+            .await
+            .unwrap_or_else(|_| Err(rdkafka::error::KafkaError::Canceled));
+            match moved {
+                Ok(n) => println!(
+                    "{}: moved the Kafka group {}'s committed offsets of {n} partition(s) to where the connector starts",
+                    connector.name,
+                    connector.group_id()
+                ),
+                Err(e) => eprintln!(
+                    "{}: the Kafka group {}'s committed offsets stay ({e}); stop the connector (sluice stop) and reset again to clear them",
+                    connector.name,
+                    connector.group_id()
+                ),
+            }
+        }
     }
     0
 }

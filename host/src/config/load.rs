@@ -206,7 +206,7 @@ fn check_str(
         return Err(problems);
     }
 
-    let config: Config = match serde_path_to_error::deserialize(&document) {
+    let mut config: Config = match serde_path_to_error::deserialize(&document) {
         Ok(config) => config,
         Err(error) => {
             let path = render_serde_path(error.path());
@@ -215,6 +215,7 @@ fn check_str(
     };
 
     problems.extend(semantic_problems(&config));
+    config.document = super::Document(document);
     if problems.is_empty() {
         Ok(config)
     } else {
@@ -360,6 +361,25 @@ fn semantic_problems(config: &Config) -> Vec<Problem> {
             format!(
                 "\"{reset}\": use earliest or latest (where a partition with no stored offset starts); a stored offset the log no longer has is delivery.on_offset_out_of_range's"
             ),
+        ));
+    }
+    if let Some(admin) = &config.admin
+        && admin.listen.parse::<std::net::SocketAddr>().is_err()
+    {
+        problems.push(Problem::new(
+            "admin.listen",
+            format!(
+                "\"{}\" is not an address and port (e.g. 127.0.0.1:8083, or 0.0.0.0:8083 to listen on every interface)",
+                admin.listen
+            ),
+        ));
+    }
+    if let Some(token) = config.admin.as_ref().and_then(|a| a.token.as_ref())
+        && token.expose().trim().is_empty()
+    {
+        problems.push(Problem::new(
+            "admin.token",
+            "is empty (an unset variable?): leave token out to serve without one",
         ));
     }
     for (index, connector) in config.connectors.iter().enumerate() {
@@ -561,6 +581,19 @@ fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> 
         problems.push(Problem::new(
             at("errors.isolation.max_failed_calls"),
             "must be at least 1: the call that failed the batch counts",
+        ));
+    }
+    let restart = &errors.restart;
+    if restart.initial.0.is_zero() {
+        problems.push(Problem::new(
+            at("errors.restart.initial"),
+            "must be more than 0",
+        ));
+    }
+    if restart.initial.0 > restart.max.0 {
+        problems.push(Problem::new(
+            at("errors.restart.max"),
+            format!("must be at least initial ({:?})", restart.initial.0),
         ));
     }
     problems

@@ -19,7 +19,7 @@ pub use load::{
     ConfigError, check_plugin_memory, check_plugin_timeout, load_file, load_str, plugin_problems,
 };
 pub use problem::Problem;
-pub use redact::{Properties, Secret, SecretUrl, is_secret_key, redact_url};
+pub use redact::{Properties, Secret, SecretUrl, is_secret_key, redact_document, redact_url};
 use units::{ByteSize, HumanDuration};
 
 /// Every default value of `connectors.yaml`, in one place.
@@ -66,6 +66,10 @@ pub mod defaults {
     pub const ISOLATION_MAX_TIME: Duration = Duration::from_secs(300);
     /// Failed transform calls allowed while isolating the failing records of one batch.
     pub const ISOLATION_MAX_FAILED_CALLS: usize = 64;
+    /// First wait before a task that failed for a transient reason is started again.
+    pub const RESTART_INITIAL: Duration = Duration::from_secs(1);
+    /// Longest wait between two restarts of a task that keeps failing transiently.
+    pub const RESTART_MAX: Duration = Duration::from_secs(300);
     /// Group name: `sluice-<connector name>`.
     pub fn group(connector: &str) -> String {
         format!("sluice-{connector}")
@@ -96,6 +100,56 @@ pub struct Config {
     pub kafka: KafkaConfig,
     /// The connectors this process runs.
     pub connectors: Vec<ConnectorConfig>,
+    /// The admin HTTP server (status, control, offsets, metrics, health); off when absent.
+    #[serde(default)]
+    pub admin: Option<AdminConfig>,
+    /// The file as checked, `${VAR}`s resolved: what a reload compares, and what the admin
+    /// API shows (redacted) as a connector's config.
+    #[serde(skip)]
+    pub document: Document,
+}
+
+/// The admin HTTP server.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// `address:port` to listen on, e.g. `127.0.0.1:8083` (`0.0.0.0:8083` in a container).
+    pub listen: String,
+    /// When set, every endpoint but `/healthz` and `/readyz` requires
+    /// `Authorization: Bearer <token>`.
+    #[serde(default)]
+    pub token: Option<Secret>,
+}
+
+/// A configuration file as checked (JSON, `${VAR}`s resolved). Its `Debug` prints nothing
+/// of it: it holds the secrets.
+#[derive(Clone, Default, PartialEq)]
+pub struct Document(pub serde_json::Value);
+
+impl std::fmt::Debug for Document {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Document(..)")
+    }
+}
+
+impl Config {
+    /// The section of connector `name` as the file has it (`${VAR}`s resolved, secrets
+    /// included): what a reload compares.
+    pub fn connector_section(&self, name: &str) -> Option<&serde_json::Value> {
+        self.document
+            .0
+            .get("connectors")?
+            .as_array()?
+            .iter()
+            .find(|c| c.get("name").and_then(serde_json::Value::as_str) == Some(name))
+    }
+
+    /// The section of connector `name` with its secrets shown as `***` (URL passwords,
+    /// secret query parameters, values of secret keys): what the admin API shows.
+    pub fn redacted_section(&self, name: &str) -> Option<serde_json::Value> {
+        let section = self.connector_section(name)?;
+        Some(redact::redact_document(section))
+    }
 }
 
 /// How to reach Kafka.
@@ -178,6 +232,50 @@ pub struct ErrorsConfig {
     /// How far sluice goes to find the records that make a batch fail in a transform.
     #[serde(default)]
     pub isolation: IsolationConfig,
+    /// How a task that failed for a transient reason (database or broker unreachable past
+    /// `retry.max_elapsed`) is started again.
+    #[serde(default)]
+    pub restart: RestartConfig,
+}
+
+/// Capped exponential backoff between restarts of a task that failed transiently.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartConfig {
+    /// First wait before a restart.
+    #[serde(default = "restart_initial_default")]
+    pub initial: HumanDuration,
+    /// Longest wait between restarts.
+    #[serde(default = "restart_max_default")]
+    pub max: HumanDuration,
+}
+
+fn restart_initial_default() -> HumanDuration {
+    HumanDuration(defaults::RESTART_INITIAL)
+}
+fn restart_max_default() -> HumanDuration {
+    HumanDuration(defaults::RESTART_MAX)
+}
+
+impl Default for RestartConfig {
+    fn default() -> Self {
+        Self {
+            initial: restart_initial_default(),
+            max: restart_max_default(),
+        }
+    }
+}
+
+impl RestartConfig {
+    /// The wait before restart `attempt + 1` (0-based), with up to 20 % jitter.
+    pub fn backoff(&self, attempt: u32) -> std::time::Duration {
+        let base = self
+            .initial
+            .0
+            .saturating_mul(2u32.saturating_pow(attempt.min(30)))
+            .min(self.max.0);
+        base + base.mul_f64(rand::random::<f64>() * 0.2)
+    }
 }
 
 /// The budget for isolating the records that make a batch fail in a transform (a trap, a

@@ -198,6 +198,34 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A copy of a parsed document with its secrets masked: values under secret keys become
+/// `***` (whatever their type), URL passwords and secret query parameters as
+/// [`redact_url`] prints them, and any other string that quotes one of those secrets.
+pub fn redact_document(document: &serde_json::Value) -> serde_json::Value {
+    let scrubber = Scrubber::from_document(document);
+    fn walk(value: &serde_json::Value, secret: bool, scrubber: &Scrubber) -> serde_json::Value {
+        use serde_json::Value;
+        match value {
+            Value::Null => Value::Null,
+            _ if secret => Value::String(MASK.to_string()),
+            Value::String(text) => Value::String(scrubber.scrub(&redact_url(text))),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|item| walk(item, false, scrubber))
+                    .collect(),
+            ),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(key, item)| (key.clone(), walk(item, is_secret_key(key), scrubber)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    walk(document, false, &scrubber)
+}
+
 /// A secret string (a token, a password): `Debug` and `Display` print `***`; the value
 /// itself only through [`Secret::expose`], at the one place that hands it on.
 #[derive(Clone, PartialEq, Eq, Default, Deserialize)]
@@ -477,6 +505,22 @@ impl Scrubber {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redacted_documents_hide_every_secret() {
+        let document = serde_json::json!({
+            "sink": {"url": "postgres://app:hunter2@db/x?sslpassword=s3cr3t"},
+            "transforms": [{"config": {"api_token": "tok-123456", "region": "eu"}}],
+            "note": "copied tok-123456 here",
+            "properties": {"sasl.password": 42}
+        });
+        let redacted = redact_document(&document).to_string();
+        for secret in ["hunter2", "s3cr3t", "tok-123456", "42"] {
+            assert!(!redacted.contains(secret), "{secret} shows in {redacted}");
+        }
+        assert!(redacted.contains("\"region\":\"eu\""), "{redacted}");
+        assert!(redacted.contains("postgres://app:***@db/x"), "{redacted}");
+    }
 
     #[test]
     fn hides_passwords_with_reserved_characters() {

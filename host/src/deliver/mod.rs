@@ -82,6 +82,10 @@ pub struct Delivered {
     pub fatal: Option<Failure>,
     pub handled: Vec<Failure>,
     pub dead_letters: usize,
+    /// Row operations the transaction wrote.
+    pub rows: usize,
+    /// How long the transaction's commit took.
+    pub commit_time: std::time::Duration,
 }
 
 /// Delivers a batch: dead letters to their topic, then one transaction; refused rows are
@@ -101,9 +105,11 @@ pub async fn deliver(
                 None => plan.to_produce.clear(),
             }
         }
-        let error = match sink.write(&plan.batch).await {
-            Ok(()) => {
+        let error = match sink.write_timed(&plan.batch).await {
+            Ok(commit_time) => {
                 return Ok(Delivered {
+                    rows: plan.batch.ops.len(),
+                    commit_time,
                     offsets: plan.batch.offsets.clone(),
                     next_offsets: plan.next_offsets.clone(),
                     fatal: plan.fatal.clone(),

@@ -269,6 +269,30 @@ pub fn fresh_start(kafka: &KafkaConfig, connector: &ConnectorConfig) -> Offset {
     }
 }
 
+/// The high watermark librdkafka last saw for a partition, from its fetch responses (no
+/// request is made, so it is as fresh as the last fetch), or `None` before the first.
+pub fn cached_high_watermark(
+    consumer: &SourceConsumer,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client handle lives as long as `consumer`, which is borrowed; the topic
+    // is a NUL-terminated string and the out pointers are live locals.
+    let error = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (error == rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0)
+        .then_some(high)
+}
+
 /// What an error returned by `poll` means for the task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PollError {

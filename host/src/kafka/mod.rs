@@ -1,7 +1,9 @@
 //! Everything that talks to Kafka: the task's consumer with its rebalance handling
 //! ([`consumer`]), the producer of the dead-letter topic ([`dead_letter_producer`]), and
-//! the embedded cluster of the first run and the demo ([`embedded`]).
+//! the embedded cluster of the first run and the demo ([`embedded`]), and the consumer
+//! group's committed offsets as lag tools see them ([`group`]).
 
 pub mod consumer;
 pub mod dead_letter_producer;
 pub mod embedded;
+pub mod group;

@@ -14,6 +14,7 @@
 //! written anything. Dropping the transaction on any error rolls it back.
 
 mod backend;
+pub mod control;
 pub mod dead_letters;
 pub mod dialect;
 mod error;
@@ -363,6 +364,11 @@ impl Sink {
     /// Writes one batch in one transaction: offsets (compare-and-set), then rows. On any
     /// error the transaction is rolled back and nothing of the batch is stored.
     pub async fn write(&self, batch: &WriteBatch) -> Result<(), SinkError> {
+        self.write_timed(batch).await.map(|_| ())
+    }
+
+    /// [`write`](Self::write), returning how long the commit itself took.
+    pub async fn write_timed(&self, batch: &WriteBatch) -> Result<std::time::Duration, SinkError> {
         tokio::time::timeout(WRITE_TIMEOUT, self.write_transaction(batch))
             .await
             .unwrap_or_else(|_| {
@@ -374,14 +380,19 @@ impl Sink {
             })
     }
 
-    async fn write_transaction(&self, batch: &WriteBatch) -> Result<(), SinkError> {
+    async fn write_transaction(
+        &self,
+        batch: &WriteBatch,
+    ) -> Result<std::time::Duration, SinkError> {
         each_pool!(self, pool, DB => {
             let mut tx = pool
                 .begin_with(self.dialect.begin())
                 .await
                 .map_err(self.db_error("begin"))?;
             self.write_in::<DB>(&mut tx, batch).await?;
-            tx.commit().await.map_err(self.db_error("commit"))
+            let committing = std::time::Instant::now();
+            tx.commit().await.map_err(self.db_error("commit"))?;
+            Ok(committing.elapsed())
         })
     }
 

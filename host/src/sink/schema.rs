@@ -14,6 +14,7 @@
 //! | 1 | `sluice_offsets` (connector, topic, partition, next_offset, updated_at) |
 //! | 2 | MySQL/MariaDB: `sluice_offsets` compares connector and topic names exactly (binary collation); before, `Orders` and `orders` shared one row |
 //! | 3 | `sluice_offsets.cluster_id`: the Kafka cluster an offset was read from |
+//! | 4 | `sluice_control` (a connector's target state and restart requests, set through the admin API) and `sluice_task_status` (each process's tasks, as heartbeats) |
 
 use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, Type};
 
@@ -21,7 +22,7 @@ use super::backend::{self, Backend};
 use super::{Dialect, Sink, SinkError, each_pool};
 
 /// The version of sluice's own tables this binary writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// An arbitrary key for PostgreSQL's advisory lock: "sluice" in ASCII.
 const PG_LOCK_KEY: i64 = 0x736c_7569_6365;
@@ -69,6 +70,25 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
             "ALTER TABLE sluice_offsets ADD COLUMN cluster_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL",
         ],
         (3, Dialect::Sqlite) => vec!["ALTER TABLE sluice_offsets ADD COLUMN cluster_id TEXT"],
+        (4, Dialect::MySql) => vec![
+            "CREATE TABLE IF NOT EXISTS sluice_control (\
+             connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, \
+             target VARCHAR(16) NOT NULL, restart_seq BIGINT NOT NULL, restart_tasks INT NOT NULL, \
+             restart_only_failed INT NOT NULL, updated_at BIGINT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS sluice_task_status (\
+             connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             worker VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, task INT NOT NULL, \
+             state VARCHAR(16) NOT NULL, trace TEXT NULL, updated_at BIGINT NOT NULL, \
+             PRIMARY KEY (connector, worker, task))",
+        ],
+        (4, _) => vec![
+            "CREATE TABLE IF NOT EXISTS sluice_control (connector TEXT NOT NULL PRIMARY KEY, \
+             target TEXT NOT NULL, restart_seq BIGINT NOT NULL, restart_tasks INTEGER NOT NULL, \
+             restart_only_failed INTEGER NOT NULL, updated_at BIGINT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS sluice_task_status (connector TEXT NOT NULL, worker TEXT NOT NULL, \
+             task INTEGER NOT NULL, state TEXT NOT NULL, trace TEXT, updated_at BIGINT NOT NULL, \
+             PRIMARY KEY (connector, worker, task))",
+        ],
         _ => Vec::new(),
     }
 }
@@ -244,6 +264,7 @@ mod tests {
         assert!(!migration(Dialect::MySql, 2).is_empty());
         for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
             assert!(!migration(dialect, 3).is_empty(), "{dialect:?}");
+            assert_eq!(migration(dialect, 4).len(), 2, "{dialect:?}");
         }
     }
 

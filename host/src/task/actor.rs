@@ -18,6 +18,7 @@ use super::{Inner, Shared, TaskError};
 use crate::config::Guarantee;
 use crate::deliver::{Job, Plan};
 use crate::kafka::consumer::{self, PollError, RebalanceListener, SourceConsumer};
+use crate::metrics::BatchStage;
 use crate::prepare::{PrepareError, Preparer};
 use crate::record::{Incoming, Partition};
 use crate::retry::Retrying;
@@ -27,6 +28,8 @@ use crate::sink::{OffsetAdvance, SinkError};
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How many batches may wait behind the one being written before the partitions pause.
 const BACKPRESSURE_BATCHES: usize = 4;
+/// How often the partitions' lag gauges are brought up to date.
+const LAG_INTERVAL: Duration = Duration::from_secs(2);
 
 /// The task's thread-side state.
 pub(super) struct Actor {
@@ -41,6 +44,10 @@ pub(super) struct Actor {
     /// instantiates, an `init` that now traps or spins): not a record's fault, so the
     /// batch waits in the buffer and is tried again with `errors.retry`'s backoff.
     chain_retrying: Option<crate::retry::Retrying>,
+    /// When the lag gauges were last set.
+    lag_updated: Option<Instant>,
+    /// The partitions whose lag gauges are set.
+    lag_partitions: Vec<Partition>,
 }
 
 impl Actor {
@@ -56,15 +63,67 @@ impl Actor {
             state: TaskState::Subscribing,
             status,
             chain_retrying: None,
+            lag_updated: None,
+            lag_partitions: Vec::new(),
         }
     }
 
-    /// Applies a transition and reports it; an invalid one is logged and ignored (the task
-    /// is ending anyway).
-    pub(super) fn report(&mut self, event: TaskEvent, error: Option<String>) {
-        match self.state.next(event) {
-            Ok(next) => self.enter(next, error),
+    /// Ends in `Failed` with `error`; `transient` when starting again may help.
+    pub(super) fn fail(&mut self, error: String, transient: bool) {
+        match self.state.next(TaskEvent::Fail) {
+            Ok(next) => {
+                tracing::info!(from = %self.state, to = %next, "task state");
+                self.state = next;
+                self.status.send_replace(TaskStatus {
+                    state: next,
+                    error: Some(error),
+                    transient,
+                });
+            }
             Err(invalid) => tracing::error!(%invalid, "ignored"),
+        }
+    }
+
+    /// Removes the lag gauges of the partitions this task held (it has ended).
+    pub(super) fn forget_partitions(&mut self) {
+        for (topic, partition) in std::mem::take(&mut self.lag_partitions) {
+            self.shared
+                .metrics
+                .clear_lag(self.spec.task, &topic, partition);
+        }
+    }
+
+    /// Sets each held partition's lag (its high watermark, as librdkafka last saw it, minus
+    /// its stored next offset), at most every [`LAG_INTERVAL`]; removes the gauges of the
+    /// partitions no longer held.
+    fn update_lag(&mut self, consumer: &SourceConsumer) {
+        if self.lag_updated.is_some_and(|t| t.elapsed() < LAG_INTERVAL) {
+            return;
+        }
+        self.lag_updated = Some(Instant::now());
+        let held: Vec<(Partition, Option<i64>)> = {
+            let inner = self.shared.lock();
+            inner
+                .partitions
+                .iter()
+                .map(|(p, s)| (p.clone(), s.committed.or(s.position)))
+                .collect()
+        };
+        let metrics = &self.shared.metrics;
+        let task = self.spec.task;
+        for (topic, partition) in &self.lag_partitions {
+            if !held.iter().any(|((t, p), _)| t == topic && p == partition) {
+                metrics.clear_lag(task, topic, *partition);
+            }
+        }
+        self.lag_partitions.clear();
+        for ((topic, partition), next) in held {
+            let Some(high) = consumer::cached_high_watermark(consumer, &topic, partition) else {
+                continue;
+            };
+            let lag = next.map_or(high, |next| (high - next).max(0));
+            metrics.set_lag(task, &topic, partition, lag);
+            self.lag_partitions.push((topic, partition));
         }
     }
 
@@ -77,15 +136,20 @@ impl Actor {
     fn enter(&mut self, next: TaskState, error: Option<String>) {
         tracing::info!(from = %self.state, to = %next, "task state");
         self.state = next;
-        self.status.send_replace(TaskStatus { state: next, error });
+        self.status.send_replace(TaskStatus {
+            state: next,
+            error,
+            transient: false,
+        });
     }
 
     pub(super) fn run(&mut self, control: mpsc::Receiver<Control>) -> Result<(), TaskError> {
-        let preparer = Preparer::for_connector(
+        let mut preparer = Preparer::for_connector(
             &self.spec.connector,
             self.spec.engine.as_ref(),
             self.spec.schema.clone(),
         )?;
+        preparer.set_observer(self.shared.metrics.plugin_observer());
         self.worker = Some(
             Worker::start(
                 preparer,
@@ -289,6 +353,7 @@ impl Actor {
             }
         }
         self.commit_to_kafka(consumer);
+        self.update_lag(consumer);
         Ok(())
     }
 
@@ -296,7 +361,7 @@ impl Actor {
     /// waiting for its stored offset, or has seen it already.
     fn accept(&self, incoming: Incoming) {
         let record = &incoming.record;
-        self.shared.metrics.consumed.fetch_add(1, Ordering::Relaxed);
+        self.shared.consumed.inc();
         let mut inner = self.shared.lock();
         let key = (record.topic.clone(), record.partition);
         let Some(state) = inner.partitions.get_mut(&key) else {
@@ -351,6 +416,9 @@ impl Actor {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<(), TaskError> {
+        self.shared
+            .metrics
+            .observe_stage(BatchStage::Poll, inner.buffer.waited());
         let records = inner.buffer.take_batch(max_records, max_bytes);
         let mut last: HashMap<Partition, i64> = HashMap::new();
         for incoming in &records {
@@ -401,6 +469,11 @@ impl Actor {
                         "the transform chain runs again"
                     );
                 }
+                let metrics = &self.shared.metrics;
+                if !self.spec.connector.transforms.is_empty() {
+                    metrics.observe_stage(BatchStage::Transform, prepared.transform_time);
+                }
+                metrics.observe_stage(BatchStage::Map, prepared.map_time);
                 if let Some(transforming) = inner.transforming.as_mut() {
                     transforming.ready = Some(prepared);
                 }
@@ -412,6 +485,7 @@ impl Actor {
                     .take()
                     .map(|t| t.stale)
                     .unwrap_or_default();
+                self.shared.metrics.retried("transform_chain");
                 let Ok(wait) =
                     Retrying::failed(&mut self.chain_retrying, &self.spec.connector.errors.retry)
                 else {
@@ -477,7 +551,7 @@ impl Actor {
         else {
             return;
         };
-        let skipped = prepared.skipped;
+        let (skipped, filtered) = (prepared.skipped, prepared.filtered);
         let next_offsets: Vec<(Partition, i64)> =
             last.into_iter().map(|(p, o)| (p, o + 1)).collect();
         let offsets = if self.shared.guarantee == Guarantee::ExactlyOnce {
@@ -516,6 +590,8 @@ impl Actor {
             job,
             records: consumed,
             skipped,
+            filtered,
+            started: Instant::now(),
             retrying: None,
         });
     }

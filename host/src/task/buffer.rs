@@ -38,6 +38,11 @@ impl Buffer {
         self.started.is_some_and(|t| t.elapsed() >= linger)
     }
 
+    /// How long the oldest record has waited.
+    pub(super) fn waited(&self) -> Duration {
+        self.started.map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
     /// The oldest records, up to `max_records` and `max_bytes` (at least one record).
     pub(super) fn take_batch(&mut self, max_records: usize, max_bytes: usize) -> Vec<Incoming> {
         let mut take = 0;

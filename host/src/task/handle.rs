@@ -1,9 +1,9 @@
 //! The supervisor's side of a task: how it is started ([`TaskSpec`]), what it is told
-//! ([`Control`]), what it reports back ([`TaskStatus`]), its connector's counters
-//! ([`Metrics`]), and the [`TaskHandle`] that holds them together.
+//! ([`Control`]), what it reports back ([`TaskStatus`]), and the [`TaskHandle`] that holds
+//! them together. Its counters are the connector's
+//! [`ConnectorMetrics`](crate::metrics::ConnectorMetrics).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
@@ -27,34 +27,9 @@ pub enum Control {
 pub struct TaskStatus {
     pub state: TaskState,
     pub error: Option<String>,
-}
-
-/// Counters of one connector, shared by its tasks (the demo and the metrics read them).
-#[derive(Debug, Default)]
-pub struct Metrics {
-    /// Records read from Kafka.
-    pub consumed: AtomicU64,
-    /// Records whose batch committed (rows written, deleted or skipped).
-    pub committed: AtomicU64,
-    /// Records that committed as a skip (tombstone without key, …).
-    pub skipped: AtomicU64,
-    /// Failed records passed over by `errors.policy: skip`.
-    pub failed_skipped: AtomicU64,
-    /// Failed records stored or produced as dead letters.
-    pub dead_letters: AtomicU64,
-    /// Batches committed.
-    pub batches: AtomicU64,
-    /// Batches rolled back on an offset conflict.
-    pub conflicts: AtomicU64,
-    /// Times a partition's next record came with a higher offset than the one after the
-    /// previous record: compaction and transaction markers do that, and so does a broker
-    /// that skips records.
-    pub offset_gaps: AtomicU64,
-    /// Offsets passed over by a reset under `delivery.on_offset_out_of_range: earliest`
-    /// or `latest` (records the log no longer had, or never gave).
-    pub offsets_skipped: AtomicU64,
-    /// Partitions moved by `delivery.on_offset_out_of_range: earliest` or `latest`.
-    pub offset_resets: AtomicU64,
+    /// For `Failed`: whether starting the task again may help (see
+    /// [`TaskError::is_transient`](super::TaskError::is_transient)).
+    pub transient: bool,
 }
 
 /// How a task is started.
@@ -92,6 +67,11 @@ impl TaskHandle {
     pub async fn finished(&self) {
         let mut status = self.status.clone();
         while status.changed().await.is_ok() {}
+    }
+
+    /// Whether the task thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
     /// Waits for the task thread to end (blocking: call it where blocking is allowed).

@@ -4,7 +4,6 @@
 //! a stop cannot wait for an outage to end.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -13,6 +12,7 @@ use super::partitions::queue_reassign;
 use super::{Inner, Shared, TaskError};
 use crate::config::ErrorPolicy;
 use crate::deliver::{self, DeliverError, Delivered, Job};
+use crate::metrics::BatchStage;
 use crate::retry::Retrying;
 use crate::sink::SinkError;
 
@@ -27,6 +27,10 @@ pub(super) struct InFlight {
     /// Records the batch covers (written, deleted or skipped).
     pub(super) records: u64,
     pub(super) skipped: u64,
+    /// Records a transform dropped.
+    pub(super) filtered: u64,
+    /// When the write started (for `sluice_batch_duration_seconds{stage="write"}`).
+    pub(super) started: std::time::Instant,
     /// Set while a transient failure is waited out.
     pub(super) retrying: Option<Retrying>,
 }
@@ -114,7 +118,7 @@ impl Shared {
                     partition,
                     expected,
                 })) => {
-                    self.metrics.conflicts.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.conflicts.inc();
                     tracing::warn!(
                         topic,
                         partition,
@@ -134,6 +138,10 @@ impl Shared {
                     return true;
                 }
                 Err(error) if error.is_transient() => {
+                    self.metrics.retried(match error {
+                        DeliverError::DeadLetter(_) => "dead_letter_topic",
+                        _ => "database",
+                    });
                     if flight.retrying.is_none() {
                         tracing::warn!(%error,
                             "transient failure; partitions paused, retrying with backoff until errors.retry.max_elapsed");
@@ -190,11 +198,11 @@ impl Shared {
             ErrorPolicy::Dlq => self
                 .metrics
                 .dead_letters
-                .fetch_add(delivered.dead_letters as u64, Ordering::Relaxed),
+                .inc_by(delivered.dead_letters as u64),
             _ => self
                 .metrics
                 .failed_skipped
-                .fetch_add(delivered.handled.len() as u64, Ordering::Relaxed),
+                .inc_by(delivered.handled.len() as u64),
         };
         if let Some(failure) = delivered.fatal {
             inner.fatal = Some(TaskError::Record(failure));
@@ -210,13 +218,16 @@ impl Shared {
         // At-least-once: the group's offsets are where a restart resumes. Exactly-once: they
         // only show the group's progress (the database's offsets are the truth).
         inner.kafka_commits.extend(delivered.next_offsets);
+        self.metrics.committed.inc_by(flight.records);
+        self.metrics.skipped.inc_by(flight.skipped);
+        self.metrics.batches.inc();
+        self.metrics.rows_written.inc_by(delivered.rows as u64);
+        self.metrics.filtered.inc_by(flight.filtered);
+        self.metrics.observe_batch(flight.records);
         self.metrics
-            .committed
-            .fetch_add(flight.records, Ordering::Relaxed);
+            .observe_stage(BatchStage::Write, flight.started.elapsed());
         self.metrics
-            .skipped
-            .fetch_add(flight.skipped, Ordering::Relaxed);
-        self.metrics.batches.fetch_add(1, Ordering::Relaxed);
+            .observe_stage(BatchStage::Commit, delivered.commit_time);
         tracing::debug!(records = flight.records, "batch committed");
     }
 }

@@ -42,10 +42,11 @@ use tokio::sync::watch;
 use crate::config::{Guarantee, OnGap, OutOfRange, RetryConfig};
 use crate::deliver::{DeliverError, Policy};
 use crate::failure::Failure;
+use crate::metrics::{ConnectorMetrics, Consumed};
 use crate::record::Partition;
 use crate::retry::Retrying;
 use crate::sink::{Sink, SinkError};
-pub use handle::{Control, Metrics, TaskHandle, TaskSpec, TaskStatus};
+pub use handle::{Control, TaskHandle, TaskSpec, TaskStatus};
 pub use state::{InvalidTransition, TaskEvent, TaskState};
 
 /// Why a task stopped in `Failed`.
@@ -116,6 +117,34 @@ pub enum TaskError {
     },
 }
 
+impl TaskError {
+    /// Whether starting the task again may help: a database or broker that was away, a
+    /// transform chain that could not be brought back, a thread that could not start.
+    /// Restarted with `errors.restart`'s backoff. The others are permanent (a record under
+    /// `errors.policy: fail`, an offset out of range or a gap under `fail`, another
+    /// cluster's offsets, authentication or authorization refused, a table that does not
+    /// match): the task stays `FAILED` until restarted through the admin API.
+    pub fn is_transient(&self) -> bool {
+        use crate::prepare::PrepareError;
+        match self {
+            TaskError::Kafka(_) | TaskError::RetriesExhausted { .. } => true,
+            TaskError::Sink(e) | TaskError::Offsets { source: e, .. } => e.is_transient(),
+            TaskError::Deliver(e) => e.is_transient(),
+            TaskError::Transform(e) | TaskError::Prepare(PrepareError::Transform(e)) => {
+                e.is_chain_failure()
+            }
+            TaskError::Prepare(PrepareError::WorkerStart(_) | PrepareError::WorkerGone) => true,
+            TaskError::Prepare(PrepareError::NotIsolated { .. })
+            | TaskError::Record(_)
+            | TaskError::Transition(_)
+            | TaskError::OffsetOutOfRange { .. }
+            | TaskError::OffsetGap { .. }
+            | TaskError::ClusterMismatch { .. }
+            | TaskError::Consumer { .. } => false,
+        }
+    }
+}
+
 /// What the loop and the rebalance callback share, under [`Shared`]'s lock.
 struct Inner {
     partitions: HashMap<Partition, partitions::PartitionState>,
@@ -141,7 +170,11 @@ struct Shared {
     inner: Mutex<Inner>,
     sink: Arc<Sink>,
     runtime: Handle,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ConnectorMetrics>,
+    /// This task's count of records read.
+    consumed: Consumed,
+    /// The task's number.
+    task: usize,
     guarantee: Guarantee,
     policy: Arc<Policy>,
     retry: RetryConfig,
@@ -161,7 +194,12 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(spec: &TaskSpec, sink: Arc<Sink>, metrics: Arc<Metrics>, runtime: Handle) -> Self {
+    fn new(
+        spec: &TaskSpec,
+        sink: Arc<Sink>,
+        metrics: Arc<ConnectorMetrics>,
+        runtime: Handle,
+    ) -> Self {
         Shared {
             inner: Mutex::new(Inner {
                 partitions: HashMap::new(),
@@ -176,6 +214,8 @@ impl Shared {
             }),
             sink,
             runtime,
+            consumed: metrics.consumed(spec.task),
+            task: spec.task,
             metrics,
             guarantee: spec.connector.delivery.guarantee,
             policy: spec.policy.clone(),
@@ -208,13 +248,14 @@ impl Shared {
 pub fn spawn(
     spec: TaskSpec,
     sink: Arc<Sink>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ConnectorMetrics>,
     runtime: Handle,
 ) -> std::io::Result<TaskHandle> {
     let (control_tx, control_rx) = mpsc::channel();
     let (status_tx, status_rx) = watch::channel(TaskStatus {
         state: TaskState::Subscribing,
         error: None,
+        transient: false,
     });
     let name = format!("{}-{}", spec.connector.name, spec.task);
     let task = spec.task;
@@ -226,9 +267,11 @@ pub fn spawn(
         let shared = Arc::new(Shared::new(&spec, sink, metrics, runtime));
         let mut actor = actor::Actor::new(spec, shared, status_tx);
         if let Err(error) = actor.run(control_rx) {
-            tracing::error!(%error, "task failed");
-            actor.report(TaskEvent::Fail, Some(error.to_string()));
+            let transient = error.is_transient();
+            tracing::error!(%error, transient, "task failed");
+            actor.fail(error.to_string(), transient);
         }
+        actor.forget_partitions();
         // The actor, and with it the status sender, is dropped here: that closes the
         // status channel, which is how `TaskHandle::finished` learns the task ended.
     })?;

@@ -3,7 +3,6 @@
 //! was away. The rebalance callback that fills it is in [`super::rebalance`].
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{Inner, Shared, TaskError};
@@ -170,6 +169,7 @@ impl Shared {
             tracing::warn!(%error,
                 "cannot read stored offsets yet; those partitions wait, retrying with backoff");
         }
+        self.metrics.retried("stored_offsets");
         if let Err(elapsed) = Retrying::failed(&mut inner.reassign_retrying, &self.retry) {
             return Err(TaskError::RetriesExhausted {
                 elapsed,
@@ -315,10 +315,8 @@ impl Shared {
             OutOfRange::Latest => high,
         };
         let skipped = (to - at).max(0) as u64;
-        self.metrics
-            .offsets_skipped
-            .fetch_add(skipped, Ordering::Relaxed);
-        self.metrics.offset_resets.fetch_add(1, Ordering::Relaxed);
+        self.metrics.offsets_skipped.inc_by(skipped);
+        self.metrics.offset_resets.inc();
         if to < at {
             // The stored offset is past the log's end: a topic created again (its records
             // are new), or a log that lost its tail (then the records up to the stored
@@ -392,7 +390,7 @@ impl Shared {
         expected: i64,
         got: i64,
     ) -> Result<(), TaskError> {
-        self.metrics.offset_gaps.fetch_add(1, Ordering::Relaxed);
+        self.metrics.offset_gaps.inc();
         let missing = got - expected;
         // A transaction's commit marker takes one offset the client never sees.
         let fail = self.on_gap == OnGap::Fail && missing > 1;

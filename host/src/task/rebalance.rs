@@ -29,6 +29,7 @@ impl RebalanceListener for Shared {
     }
 
     fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Offset)> {
+        self.metrics.rebalanced(self.task);
         let mut stored: HashMap<String, HashMap<i32, i64>> = HashMap::new();
         // Topics whose stored offsets came from another Kafka cluster than this one.
         let mut foreign: HashMap<String, Vec<String>> = HashMap::new();
@@ -100,7 +101,7 @@ impl RebalanceListener for Shared {
                         // reading starts is only known at the first record.
                         state.position = None;
                         state.fresh = false;
-                        self.metrics.offset_resets.fetch_add(1, Ordering::Relaxed);
+                        self.metrics.offset_resets.inc();
                         tracing::warn!(topic = %partition.0, partition = partition.1, stored = stored_at,
                             stored_clusters = ?clusters, current = %current, ?policy,
                             "stored offset is from another Kafka cluster: reading from the log's start or end, as delivery.on_offset_out_of_range says");

@@ -1,0 +1,521 @@
+//! The endpoints under `/connectors`, in Kafka Connect's paths, JSON and status codes.
+//! Where sluice knows more than Kafka Connect says (lag, rows per second), it adds fields;
+//! Kafka Connect's clients ignore them.
+//!
+//! Control acts on the connector in every process: pause, resume, stop and restart are
+//! written to the connector's sink database, which every process reads every few
+//! seconds; status lists the tasks of every process from their heartbeats there.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{AdminState, ApiError, error};
+use crate::sink::control::Target;
+use crate::supervisor::{Command, ConnectorHandle, ConnectorState};
+
+pub(super) fn routes() -> Router<AdminState> {
+    Router::new()
+        .route("/connectors", get(list))
+        .route("/connectors/{name}", get(info))
+        .route("/connectors/{name}/config", get(config))
+        .route("/connectors/{name}/status", get(status))
+        .route("/connectors/{name}/tasks", get(tasks))
+        .route("/connectors/{name}/tasks/{task}/status", get(task_status))
+        .route("/connectors/{name}/pause", put(pause))
+        .route("/connectors/{name}/resume", put(resume))
+        .route("/connectors/{name}/stop", put(stop))
+        .route("/connectors/{name}/restart", post(restart))
+        .route(
+            "/connectors/{name}/tasks/{task}/restart",
+            post(restart_task),
+        )
+        .route(
+            "/connectors/{name}/offsets",
+            get(offsets).patch(alter_offsets).delete(reset_offsets),
+        )
+}
+
+/// The query's `key=value` pairs, repeated keys kept (`?expand=status&expand=info`).
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (key.to_string(), value.to_string())
+        })
+        .collect()
+}
+
+fn flag(pairs: &[(String, String)], key: &str) -> bool {
+    pairs
+        .iter()
+        .any(|(k, v)| k == key && (v.is_empty() || v.eq_ignore_ascii_case("true")))
+}
+
+fn unknown(name: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("Connector {name} not found"))
+}
+
+fn find(state: &AdminState, name: &str) -> Result<Arc<ConnectorHandle>, ApiError> {
+    state
+        .supervisor
+        .connector(name)
+        .ok_or_else(|| unknown(name))
+}
+
+/// `GET /connectors` (`?expand=status`, `?expand=info`).
+async fn list(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Response {
+    let pairs = query_pairs(query.as_deref());
+    let expand: Vec<&str> = pairs
+        .iter()
+        .filter(|(k, _)| k == "expand")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let connectors = state.supervisor.connectors();
+    if expand.is_empty() {
+        let names: Vec<&str> = connectors.iter().map(|c| c.name.as_str()).collect();
+        return Json(names).into_response();
+    }
+    let mut out = serde_json::Map::new();
+    for connector in &connectors {
+        let mut entry = serde_json::Map::new();
+        if expand.contains(&"status") {
+            entry.insert("status".into(), status_body(&state, connector));
+        }
+        if expand.contains(&"info") {
+            entry.insert("info".into(), info_body(&state, connector));
+        }
+        out.insert(connector.name.clone(), Value::Object(entry));
+    }
+    Json(Value::Object(out)).into_response()
+}
+
+fn info_body(state: &AdminState, connector: &ConnectorHandle) -> Value {
+    let config = state
+        .supervisor
+        .config()
+        .redacted_section(&connector.name)
+        .unwrap_or(Value::Null);
+    let tasks: Vec<Value> = (0..connector.config.tasks)
+        .map(|task| json!({"connector": connector.name, "task": task}))
+        .collect();
+    json!({"name": connector.name, "config": config, "tasks": tasks, "type": "sink"})
+}
+
+/// `GET /connectors/{name}`: the connector's section of `connectors.yaml` (nested, secrets
+/// shown as `***`), its tasks, its type.
+async fn info(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    match find(&state, &name) {
+        Ok(connector) => Json(info_body(&state, &connector)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /connectors/{name}/config`.
+async fn config(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    if let Err(e) = find(&state, &name) {
+        return e.into_response();
+    }
+    Json(
+        state
+            .supervisor
+            .config()
+            .redacted_section(&name)
+            .unwrap_or(Value::Null),
+    )
+    .into_response()
+}
+
+/// `GET /connectors/{name}/tasks`.
+async fn tasks(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    let connector = match find(&state, &name) {
+        Ok(connector) => connector,
+        Err(e) => return e.into_response(),
+    };
+    let tasks: Vec<Value> = (0..connector.config.tasks)
+        .map(|task| json!({"id": {"connector": name, "task": task}, "config": {}}))
+        .collect();
+    Json(tasks).into_response()
+}
+
+/// The status of a connector: this process's tasks as they are now, the other processes'
+/// from their last heartbeats (stale ones `UNASSIGNED`), and sluice's own figures.
+pub fn status_body(state: &AdminState, connector: &ConnectorHandle) -> Value {
+    let view = connector.view();
+    let worker = state.supervisor.worker_id();
+    let mut connector_state = json!({"state": view.state.name(), "worker_id": worker});
+    if let Some(trace) = &view.trace
+        && matches!(
+            view.state,
+            ConnectorState::Failed | ConnectorState::Unassigned
+        )
+    {
+        connector_state["trace"] = json!(trace);
+    }
+    let mut tasks: Vec<Value> = view
+        .tasks
+        .iter()
+        .map(|task| {
+            let mut entry = json!({"id": task.id, "state": task.state, "worker_id": worker});
+            if let Some(trace) = &task.trace {
+                entry["trace"] = json!(trace);
+            }
+            entry
+        })
+        .collect();
+    for other in &view.others {
+        let mut entry = json!({"id": other.task, "state": other.state, "worker_id": other.worker});
+        if let Some(trace) = &other.trace {
+            entry["trace"] = json!(trace);
+        }
+        tasks.push(entry);
+    }
+    let metrics = &connector.metrics;
+    let lags: Vec<Value> = metrics
+        .lags()
+        .into_iter()
+        .map(|(task, topic, partition, lag)| {
+            json!({"task": task, "topic": topic, "partition": partition, "lag": lag})
+        })
+        .collect();
+    json!({
+        "name": connector.name,
+        "connector": connector_state,
+        "tasks": tasks,
+        "type": "sink",
+        "lag": metrics.total_lag(),
+        "partitions": lags,
+        "rows_per_second": (metrics.rows_per_second() * 10.0).round() / 10.0,
+        "records_consumed": metrics.consumed_total(),
+        "records_committed": metrics.committed.get(),
+        "rows_written": metrics.rows_written.get(),
+        "dead_letters": metrics.dead_letters.get(),
+    })
+}
+
+/// `GET /connectors/{name}/status`.
+async fn status(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    match find(&state, &name) {
+        Ok(connector) => Json(status_body(&state, &connector)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /connectors/{name}/tasks/{task}/status` (this process's task).
+async fn task_status(
+    State(state): State<AdminState>,
+    Path((name, task)): Path<(String, usize)>,
+) -> Response {
+    let connector = match find(&state, &name) {
+        Ok(connector) => connector,
+        Err(e) => return e.into_response(),
+    };
+    let view = connector.view();
+    match view.tasks.iter().find(|t| t.id == task) {
+        Some(found) => {
+            let mut body = json!({"id": found.id, "state": found.state, "worker_id": state.supervisor.worker_id()});
+            if let Some(trace) = &found.trace {
+                body["trace"] = json!(trace);
+            }
+            Json(body).into_response()
+        }
+        None => error(
+            StatusCode::NOT_FOUND,
+            format!("Task {task} of connector {name} not found in this process"),
+        ),
+    }
+}
+
+fn control(state: &AdminState, name: &str, target: Target) -> Response {
+    match find(state, name) {
+        Ok(connector) => {
+            connector.send(Command::Target(target));
+            StatusCode::ACCEPTED.into_response()
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `PUT /connectors/{name}/pause`: every process pauses the connector's partitions (its
+/// consumers stay in the group); survives rebalances and restarts.
+async fn pause(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    control(&state, &name, Target::Paused)
+}
+
+/// `PUT /connectors/{name}/resume`.
+async fn resume(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    control(&state, &name, Target::Running)
+}
+
+/// `PUT /connectors/{name}/stop`: every process stops the connector's tasks.
+async fn stop(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    control(&state, &name, Target::Stopped)
+}
+
+/// `POST /connectors/{name}/restart[?includeTasks=true][&onlyFailed=true]`: 204 for the
+/// connector alone, 202 with the status when tasks restart (as Kafka Connect).
+async fn restart(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let connector = match find(&state, &name) {
+        Ok(connector) => connector,
+        Err(e) => return e.into_response(),
+    };
+    let pairs = query_pairs(query.as_deref());
+    let include_tasks = flag(&pairs, "includeTasks");
+    let only_failed = flag(&pairs, "onlyFailed");
+    connector.send(Command::Restart {
+        include_tasks,
+        only_failed,
+    });
+    if include_tasks || only_failed {
+        (StatusCode::ACCEPTED, Json(status_body(&state, &connector))).into_response()
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    }
+}
+
+/// `POST /connectors/{name}/tasks/{task}/restart` (this process's task).
+async fn restart_task(
+    State(state): State<AdminState>,
+    Path((name, task)): Path<(String, usize)>,
+) -> Response {
+    let connector = match find(&state, &name) {
+        Ok(connector) => connector,
+        Err(e) => return e.into_response(),
+    };
+    if task >= connector.config.tasks as usize {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("Task {task} of connector {name} not found"),
+        );
+    }
+    connector.send(Command::RestartTask(task));
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `GET /connectors/{name}/offsets`: the offsets stored in the sink database (the ones a
+/// restart resumes from), in Kafka Connect 3.6's shape.
+async fn offsets(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    let connector = match find(&state, &name) {
+        Ok(connector) => connector,
+        Err(e) => return e.into_response(),
+    };
+    let Some(sink) = connector.view().sink else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("connector {name} is not connected to its database yet"),
+        );
+    };
+    match sink.read_all_offsets().await {
+        Ok(rows) => {
+            let offsets: Vec<Value> = rows
+                .into_iter()
+                .map(|(topic, partition, next)| {
+                    json!({
+                        "partition": {"kafka_topic": topic, "kafka_partition": partition},
+                        "offset": {"kafka_offset": next},
+                    })
+                })
+                .collect();
+            Json(json!({"offsets": offsets})).into_response()
+        }
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// Offsets may change only while the connector is stopped here and in every process.
+fn stopped_everywhere(connector: &ConnectorHandle) -> Result<Arc<crate::sink::Sink>, ApiError> {
+    let view = connector.view();
+    let busy: Vec<String> = view
+        .others
+        .iter()
+        .filter(|row| row.state != "UNASSIGNED" && row.state != "FAILED")
+        .map(|row| format!("task {} on {} is {}", row.task, row.worker, row.state))
+        .collect();
+    if view.state != ConnectorState::Stopped || !view.tasks.is_empty() || !busy.is_empty() {
+        let mut message = "Connectors must be in the STOPPED state before their offsets can be modified. \
+                           This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/"
+            .to_string();
+        message.push_str(&connector.name);
+        message.push_str("/stop' endpoint");
+        if !busy.is_empty() {
+            message.push_str(&format!(" (still running elsewhere: {})", busy.join(", ")));
+        }
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, message));
+    }
+    view.sink.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "connector {} is not connected to its database",
+                connector.name
+            ),
+        )
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OffsetsBody {
+    offsets: Vec<OffsetEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OffsetEntry {
+    partition: PartitionKey,
+    /// `null` forgets the partition's stored offset.
+    offset: Option<OffsetValue>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartitionKey {
+    kafka_topic: String,
+    kafka_partition: i32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OffsetValue {
+    kafka_offset: i64,
+}
+
+/// `PATCH /connectors/{name}/offsets`: sets (or with `"offset": null` forgets) stored
+/// offsets; only while the connector is stopped everywhere. The Kafka group's committed
+/// offsets follow (advisory: lag tools read them).
+async fn alter_offsets(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let connector = match find(&state, &name) {
+        Ok(connector) => connector,
+        Err(e) => return e.into_response(),
+    };
+    let body: OffsetsBody = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the body must be {{\"offsets\": [{{\"partition\": {{\"kafka_topic\": …, \"kafka_partition\": …}}, \"offset\": {{\"kafka_offset\": …}}}}]}}: {e}"
+                ),
+            );
+        }
+    };
+    let mut problems = Vec::new();
+    let mut changes = Vec::new();
+    for entry in body.offsets {
+        let PartitionKey {
+            kafka_topic,
+            kafka_partition,
+        } = entry.partition;
+        if !connector.config.topics.contains(&kafka_topic) {
+            problems.push(format!("{kafka_topic} is not a topic of connector {name}"));
+        }
+        if kafka_partition < 0 {
+            problems.push(format!(
+                "{kafka_topic}/{kafka_partition}: a partition is not negative"
+            ));
+        }
+        let next = entry.offset.map(|o| o.kafka_offset);
+        if next.is_some_and(|n| n < 0) {
+            problems.push(format!(
+                "{kafka_topic}/{kafka_partition}: an offset is not negative"
+            ));
+        }
+        changes.push((kafka_topic, kafka_partition, next));
+    }
+    if !problems.is_empty() {
+        return error(StatusCode::BAD_REQUEST, problems.join("; "));
+    }
+    let sink = match stopped_everywhere(&connector) {
+        Ok(sink) => sink,
+        Err(e) => return e.into_response(),
+    };
+    if let Err(e) = sink.alter_offsets(&changes).await {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+    }
+    let commits: Vec<(String, i32, i64)> = changes
+        .iter()
+        .filter_map(|(t, p, n)| n.map(|n| (t.clone(), *p, n)))
+        .collect();
+    let config = state.supervisor.config();
+    let (kafka, brokers, connector_config) = (
+        config.kafka.clone(),
+        state.supervisor.brokers(),
+        connector.config.clone(),
+    );
+    let mirrored = tokio::task::spawn_blocking(move || {
+        crate::kafka::group::commit_group_offsets(&kafka, &brokers, &connector_config, &commits)
+    })
+    .await;
+    if let Ok(Err(e)) = mirrored {
+        tracing::warn!(connector = %name, error = %e, "offsets altered in the database; the Kafka group's copy (for lag tools) could not follow");
+    }
+    Json(json!({"message": "The offsets for this connector have been altered successfully"}))
+        .into_response()
+}
+
+/// `DELETE /connectors/{name}/offsets`: forgets every stored offset (the connector starts
+/// over per `auto.offset.reset`) and moves the Kafka group's committed offsets there; only
+/// while the connector is stopped everywhere.
+async fn reset_offsets(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    let connector = match find(&state, &name) {
+        Ok(connector) => connector,
+        Err(e) => return e.into_response(),
+    };
+    let sink = match stopped_everywhere(&connector) {
+        Ok(sink) => sink,
+        Err(e) => return e.into_response(),
+    };
+    if let Err(e) = sink.delete_all_offsets().await {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+    }
+    let config = state.supervisor.config();
+    let (kafka, brokers, connector_config) = (
+        config.kafka.clone(),
+        state.supervisor.brokers(),
+        connector.config.clone(),
+    );
+    let mirrored = tokio::task::spawn_blocking(move || {
+        crate::kafka::group::reset_group_offsets(&kafka, &brokers, &connector_config)
+    })
+    .await;
+    if let Ok(Err(e)) = mirrored {
+        tracing::warn!(connector = %name, error = %e, "offsets reset in the database; the Kafka group's copy (for lag tools) could not follow");
+    }
+    Json(json!({"message": "The offsets for this connector have been reset successfully"}))
+        .into_response()
+}
+
+/// The query flags of a restart, for tests and the CLI.
+pub fn restart_query(include_tasks: bool, only_failed: bool) -> String {
+    let mut params = BTreeMap::new();
+    if include_tasks {
+        params.insert("includeTasks", "true");
+    }
+    if only_failed {
+        params.insert("onlyFailed", "true");
+    }
+    if params.is_empty() {
+        String::new()
+    } else {
+        let joined: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("?{}", joined.join("&"))
+    }
+}

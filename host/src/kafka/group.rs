@@ -1,0 +1,73 @@
+//! A connector's Kafka consumer group seen from outside: the committed offsets that
+//! exactly-once connectors mirror for `kafka-consumer-groups`, Burrow and KEDA. When an
+//! operator alters or resets the offsets stored in the sink database (the truth), the
+//! group's copy follows, so that lag tools do not show the old positions.
+
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::config::{ConnectorConfig, KafkaConfig};
+
+/// How long an operation on the group may take.
+const GROUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Commits `offsets` (topic, partition, next offset) to the connector's group, as a
+/// consumer outside the group (the connector must be stopped: a group with members refuses
+/// such commits).
+pub fn commit_group_offsets(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    connector: &ConnectorConfig,
+    offsets: &[(String, i32, i64)],
+) -> Result<(), KafkaError> {
+    if offsets.is_empty() {
+        return Ok(());
+    }
+    let consumer: BaseConsumer =
+        crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()?;
+    let mut list = TopicPartitionList::new();
+    for (topic, partition, next) in offsets {
+        list.add_partition_offset(topic, *partition, Offset::Offset(*next))?;
+    }
+    consumer.commit(&list, CommitMode::Sync)
+}
+
+/// Moves the connector's group to where the connector starts after its stored offsets are
+/// forgotten: each partition's log start (or end, with `auto.offset.reset: latest`), so
+/// that lag tools show the backlog the connector will read. Returns how many partitions
+/// moved. The connector must be stopped (a group with members refuses such commits).
+pub fn reset_group_offsets(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    connector: &ConnectorConfig,
+) -> Result<usize, KafkaError> {
+    let consumer: BaseConsumer =
+        crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()?;
+    let latest = matches!(
+        kafka
+            .properties
+            .get("auto.offset.reset")
+            .map(String::as_str),
+        Some("latest" | "largest" | "end")
+    );
+    let mut list = TopicPartitionList::new();
+    for topic in &connector.topics {
+        let metadata = consumer.fetch_metadata(Some(topic), GROUP_TIMEOUT)?;
+        for found in metadata.topics() {
+            for partition in found.partitions() {
+                let (low, high) =
+                    consumer.fetch_watermarks(topic, partition.id(), GROUP_TIMEOUT)?;
+                let start = if latest { high } else { low };
+                list.add_partition_offset(topic, partition.id(), Offset::Offset(start))?;
+            }
+        }
+    }
+    let moved = list.count();
+    if moved > 0 {
+        consumer.commit(&list, CommitMode::Sync)?;
+    }
+    Ok(moved)
+}

@@ -1,0 +1,347 @@
+//! What the processes of one connector share through its sink database, besides the
+//! offsets: the operator's target state and restart requests (`sluice_control`, one row per
+//! connector, written by the admin API of whichever process answered), and each process's
+//! tasks (`sluice_task_status`, one row per task, rewritten every few seconds as a
+//! heartbeat). Every process reads the first and writes the second; the admin API reads
+//! both, so that it acts on, and shows, the connector in every process.
+//!
+//! Heartbeat times are the writing process's clock, in milliseconds since the epoch.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::AssertSqlSafe;
+
+use super::{Dialect, Sink, SinkError, each_pool};
+
+/// What the operator asked a connector to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Target {
+    #[default]
+    Running,
+    Paused,
+    Stopped,
+}
+
+impl Target {
+    /// Kafka Connect's name, as stored and shown.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Running => "RUNNING",
+            Target::Paused => "PAUSED",
+            Target::Stopped => "STOPPED",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "RUNNING" => Some(Target::Running),
+            "PAUSED" => Some(Target::Paused),
+            "STOPPED" => Some(Target::Stopped),
+            _ => None,
+        }
+    }
+}
+
+/// A connector's row in `sluice_control`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ControlRow {
+    pub target: Target,
+    /// Raised by each restart request; a process that sees it rise restarts.
+    pub restart_seq: i64,
+    /// The last request's `includeTasks`.
+    pub restart_tasks: bool,
+    /// The last request's `onlyFailed`.
+    pub restart_only_failed: bool,
+}
+
+/// One task of one process, as its last heartbeat left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRow {
+    pub worker: String,
+    pub task: i32,
+    /// Kafka Connect's state name.
+    pub state: String,
+    pub trace: Option<String>,
+    /// When it was written, in ms since the epoch (the writer's clock).
+    pub updated_at: i64,
+}
+
+/// Now, in milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Sink {
+    fn control_error(&self, action: &'static str) -> impl Fn(sqlx::Error) -> SinkError {
+        move |source| SinkError::Database {
+            action,
+            table: "sluice_control".into(),
+            source,
+        }
+    }
+
+    /// The connector's control row, if the operator ever set one.
+    pub async fn read_control(&self) -> Result<Option<ControlRow>, SinkError> {
+        let sql = format!(
+            "SELECT target, restart_seq, restart_tasks, restart_only_failed FROM sluice_control WHERE connector = {}",
+            self.dialect.param(1)
+        );
+        let row: Option<(String, i64, i32, i32)> = each_pool!(self, pool, DB => {
+            sqlx::query_as::<DB, (String, i64, i32, i32)>(AssertSqlSafe(sql))
+                .bind(self.connector.clone())
+                .fetch_optional(pool)
+                .await
+        })
+        .map_err(self.control_error("read control"))?;
+        Ok(
+            row.map(|(target, restart_seq, tasks, only_failed)| ControlRow {
+                target: Target::parse(&target).unwrap_or_default(),
+                restart_seq,
+                restart_tasks: tasks != 0,
+                restart_only_failed: only_failed != 0,
+            }),
+        )
+    }
+
+    /// Sets the connector's target state (every process applies it within seconds).
+    pub async fn write_target(&self, target: Target) -> Result<(), SinkError> {
+        let p = |n| self.dialect.param(n);
+        let sql = match self.dialect {
+            Dialect::MySql => format!(
+                "INSERT INTO sluice_control (connector, target, restart_seq, restart_tasks, restart_only_failed, updated_at) \
+                 VALUES ({}, {}, 0, 0, 0, {}) ON DUPLICATE KEY UPDATE target = VALUES(target), updated_at = VALUES(updated_at)",
+                p(1),
+                p(2),
+                p(3)
+            ),
+            _ => format!(
+                "INSERT INTO sluice_control (connector, target, restart_seq, restart_tasks, restart_only_failed, updated_at) \
+                 VALUES ({}, {}, 0, 0, 0, {}) ON CONFLICT (connector) DO UPDATE SET target = excluded.target, updated_at = excluded.updated_at",
+                p(1),
+                p(2),
+                p(3)
+            ),
+        };
+        each_pool!(self, pool, DB => {
+            sqlx::query::<DB>(AssertSqlSafe(sql))
+                .bind(self.connector.clone())
+                .bind(target.name().to_string())
+                .bind(now_ms())
+                .execute(pool)
+                .await
+                .map(|_| ())
+        })
+        .map_err(self.control_error("write target state"))
+    }
+
+    /// Asks every process to restart the connector; returns the request's sequence number.
+    pub async fn request_restart(
+        &self,
+        include_tasks: bool,
+        only_failed: bool,
+    ) -> Result<i64, SinkError> {
+        let p = |n| self.dialect.param(n);
+        let sql = match self.dialect {
+            Dialect::MySql => format!(
+                "INSERT INTO sluice_control (connector, target, restart_seq, restart_tasks, restart_only_failed, updated_at) \
+                 VALUES ({}, 'RUNNING', 1, {}, {}, {}) ON DUPLICATE KEY UPDATE restart_seq = restart_seq + 1, \
+                 restart_tasks = VALUES(restart_tasks), restart_only_failed = VALUES(restart_only_failed), updated_at = VALUES(updated_at)",
+                p(1),
+                p(2),
+                p(3),
+                p(4)
+            ),
+            _ => format!(
+                "INSERT INTO sluice_control (connector, target, restart_seq, restart_tasks, restart_only_failed, updated_at) \
+                 VALUES ({}, 'RUNNING', 1, {}, {}, {}) ON CONFLICT (connector) DO UPDATE SET restart_seq = sluice_control.restart_seq + 1, \
+                 restart_tasks = excluded.restart_tasks, restart_only_failed = excluded.restart_only_failed, updated_at = excluded.updated_at",
+                p(1),
+                p(2),
+                p(3),
+                p(4)
+            ),
+        };
+        each_pool!(self, pool, DB => {
+            sqlx::query::<DB>(AssertSqlSafe(sql))
+                .bind(self.connector.clone())
+                .bind(i32::from(include_tasks))
+                .bind(i32::from(only_failed))
+                .bind(now_ms())
+                .execute(pool)
+                .await
+                .map(|_| ())
+        })
+        .map_err(self.control_error("request restart"))?;
+        Ok(self.read_control().await?.map_or(0, |row| row.restart_seq))
+    }
+
+    /// Replaces this process's heartbeat rows for the connector with `tasks` (task, Kafka
+    /// Connect state, trace), in one transaction.
+    pub async fn write_heartbeats(
+        &self,
+        worker: &str,
+        tasks: &[(i32, &str, Option<String>)],
+    ) -> Result<(), SinkError> {
+        let p = |n| self.dialect.param(n);
+        let delete = format!(
+            "DELETE FROM sluice_task_status WHERE connector = {} AND worker = {}",
+            p(1),
+            p(2)
+        );
+        let insert = format!(
+            "INSERT INTO sluice_task_status (connector, worker, task, state, trace, updated_at) VALUES ({}, {}, {}, {}, {}, {})",
+            p(1),
+            p(2),
+            p(3),
+            p(4),
+            p(5),
+            p(6)
+        );
+        let now = now_ms();
+        let error = |source| SinkError::Database {
+            action: "write task status",
+            table: "sluice_task_status".into(),
+            source,
+        };
+        each_pool!(self, pool, DB => {
+            let mut tx = pool.begin_with(self.dialect.begin()).await.map_err(error)?;
+            sqlx::query::<DB>(AssertSqlSafe(delete))
+                .bind(self.connector.clone())
+                .bind(worker.to_string())
+                .execute(&mut *tx)
+                .await
+                .map_err(error)?;
+            for (task, state, trace) in tasks {
+                sqlx::query::<DB>(AssertSqlSafe(insert.clone()))
+                    .bind(self.connector.clone())
+                    .bind(worker.to_string())
+                    .bind(*task)
+                    .bind(state.to_string())
+                    .bind(trace.clone())
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(error)?;
+            }
+            tx.commit().await.map_err(error)
+        })
+    }
+
+    /// Every process's heartbeat rows for the connector.
+    pub async fn read_heartbeats(&self) -> Result<Vec<TaskRow>, SinkError> {
+        let sql = format!(
+            "SELECT worker, task, state, trace, updated_at FROM sluice_task_status WHERE connector = {} ORDER BY worker, task",
+            self.dialect.param(1)
+        );
+        let rows: Vec<(String, i32, String, Option<String>, i64)> = each_pool!(self, pool, DB => {
+            sqlx::query_as::<DB, (String, i32, String, Option<String>, i64)>(AssertSqlSafe(sql))
+                .bind(self.connector.clone())
+                .fetch_all(pool)
+                .await
+        })
+        .map_err(|source| SinkError::Database {
+            action: "read task status",
+            table: "sluice_task_status".into(),
+            source,
+        })?;
+        Ok(rows
+            .into_iter()
+            .map(|(worker, task, state, trace, updated_at)| TaskRow {
+                worker,
+                task,
+                state,
+                trace,
+                updated_at,
+            })
+            .collect())
+    }
+
+    /// Every stored offset of the connector: (topic, partition, next offset).
+    pub async fn read_all_offsets(&self) -> Result<Vec<(String, i32, i64)>, SinkError> {
+        let sql = format!(
+            "SELECT topic, {}, next_offset FROM sluice_offsets WHERE connector = {} ORDER BY topic, {}",
+            self.dialect.quote("partition"),
+            self.dialect.param(1),
+            self.dialect.quote("partition")
+        );
+        each_pool!(self, pool, DB => {
+            sqlx::query_as::<DB, (String, i32, i64)>(AssertSqlSafe(sql))
+                .bind(self.connector.clone())
+                .fetch_all(pool)
+                .await
+        })
+        .map_err(|source| SinkError::Database {
+            action: "read offsets",
+            table: "sluice_offsets".into(),
+            source,
+        })
+    }
+
+    /// Sets (`Some`) or forgets (`None`) the stored offsets of the given partitions, in one
+    /// transaction. Only for a connector stopped everywhere: it bypasses the compare-and-set.
+    pub async fn alter_offsets(
+        &self,
+        offsets: &[(String, i32, Option<i64>)],
+    ) -> Result<(), SinkError> {
+        let p = |n| self.dialect.param(n);
+        let partition = self.dialect.quote("partition");
+        let delete = format!(
+            "DELETE FROM sluice_offsets WHERE connector = {} AND topic = {} AND {partition} = {}",
+            p(1),
+            p(2),
+            p(3)
+        );
+        let insert = self.dialect.insert_offset();
+        let error = |source| SinkError::Database {
+            action: "alter offsets",
+            table: "sluice_offsets".into(),
+            source,
+        };
+        each_pool!(self, pool, DB => {
+            let mut tx = pool.begin_with(self.dialect.begin()).await.map_err(error)?;
+            for (topic, part, next) in offsets {
+                sqlx::query::<DB>(AssertSqlSafe(delete.clone()))
+                    .bind(self.connector.clone())
+                    .bind(topic.clone())
+                    .bind(*part)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(error)?;
+                if let Some(next) = next {
+                    sqlx::query::<DB>(AssertSqlSafe(insert.clone()))
+                        .bind(self.connector.clone())
+                        .bind(topic.clone())
+                        .bind(*part)
+                        .bind(*next)
+                        .bind(None::<String>)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(error)?;
+                }
+            }
+            tx.commit().await.map_err(error)
+        })
+    }
+
+    /// Forgets every stored offset of the connector; returns how many partitions had one.
+    pub async fn delete_all_offsets(&self) -> Result<u64, SinkError> {
+        let sql = format!(
+            "DELETE FROM sluice_offsets WHERE connector = {}",
+            self.dialect.param(1)
+        );
+        each_pool!(self, pool, DB => {
+            sqlx::query::<DB>(AssertSqlSafe(sql))
+                .bind(self.connector.clone())
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected())
+        })
+        .map_err(|source| SinkError::Database {
+            action: "reset offsets",
+            table: "sluice_offsets".into(),
+            source,
+        })
+    }
+}
