@@ -500,6 +500,19 @@ impl ConnectorMetrics {
         }
     }
 
+    /// Forgets the lag of every partition `task` held (its thread ended without cleaning up).
+    pub fn clear_task_lags(&self, task: usize) {
+        let held: Vec<(String, i32)> = self
+            .lags()
+            .into_iter()
+            .filter(|(t, ..)| *t == task)
+            .map(|(_, topic, partition, _)| (topic, partition))
+            .collect();
+        for (topic, partition) in held {
+            self.clear_lag(task, &topic, partition);
+        }
+    }
+
     /// Takes a sample of `rows_written` (at most one a second; the runner calls this
     /// often) and returns the rows written per second over the last [`RATE_WINDOW`].
     pub fn rows_per_second(&self) -> f64 {

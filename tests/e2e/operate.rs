@@ -1,8 +1,9 @@
 //! Operating sluice through its admin API, against the real broker and databases: Kafka
 //! Connect's shapes, pause and resume, stop and offsets, metrics that agree with the
 //! table, the group's committed offsets, a connector whose database is down beside a
-//! healthy one, a pause that survives a restart, a reload that touches one connector only,
-//! and a failed task brought back by an operator.
+//! healthy one, a pause that survives a restart and holds across processes and
+//! rebalances, a reload that touches one connector only, and a failed task brought back by
+//! an operator.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -696,3 +697,83 @@ async fn sluice_status_prints_a_table(db: Backend) {
     assert!(sluice.terminate().success());
 }
 for_each_database!(sluice_status_prints_a_table: sqlite = Sqlite);
+
+/// Two processes run one connector. A pause given to the first holds when the second joins
+/// (a rebalance: the partitions it takes start paused there, the ones the first keeps stay
+/// paused), the first's status lists the second's task from its heartbeat, and a resume
+/// given to the first reaches the second.
+async fn a_pause_holds_across_processes_and_rebalances(db: Backend) {
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut scenario = Scenario::new(1);
+    scenario.extra_kafka = admin_section(port_a);
+    let name = scenario.connector.clone();
+    let run = Pipeline::new(db, scenario, 4).await;
+    run.produce(0..1000).await;
+    let first = run.start();
+    harness::assert_exactly(run.wait_for_rows(1000, 120).await, 1000);
+    let (code, _) = send(
+        port_a,
+        Method::PUT,
+        &format!("/connectors/{name}/pause"),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::ACCEPTED);
+    wait_status(port_a, &name, 30, |s| tasks_in(s, "PAUSED") == 1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    run.produce(1000..2000).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut second_config = Scenario {
+        connector: run.scenario.connector.clone(),
+        topic: run.scenario.topic.clone(),
+        group: run.scenario.group.clone(),
+        table: run.scenario.table.clone(),
+        ..Scenario::new(1)
+    };
+    second_config.extra_kafka = admin_section(port_b);
+    let second =
+        SluiceProcess::start(&second_config.write(dir.path(), &run.broker.bootstrap, &run.db));
+    let worker_b = format!("127.0.0.1:{port_b}");
+    let status = wait_status(port_a, &name, 60, |s| {
+        s["tasks"].as_array().is_some_and(|tasks| {
+            tasks
+                .iter()
+                .any(|t| t["worker_id"] == json!(worker_b) && t["state"] == "PAUSED")
+        })
+    })
+    .await;
+    assert_eq!(tasks_in(&status, "PAUSED"), 2, "{status}");
+    // The group has rebalanced (the second holds partitions now); nothing is written.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(port_b, &format!("/connectors/{name}/status")).await["partitions"]
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the second process never got partitions"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        run.stats().await.rows,
+        1000,
+        "a paused connector wrote rows"
+    );
+
+    let (code, _) = send(
+        port_a,
+        Method::PUT,
+        &format!("/connectors/{name}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::ACCEPTED);
+    harness::assert_exactly(run.wait_for_rows(2000, 120).await, 2000);
+    wait_status(port_b, &name, 30, |s| s["connector"]["state"] == "RUNNING").await;
+    assert!(second.terminate().success());
+    assert!(first.terminate().success());
+}
+for_each_database!(a_pause_holds_across_processes_and_rebalances: postgres = Postgres);

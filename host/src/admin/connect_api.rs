@@ -18,6 +18,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{AdminState, ApiError, error};
+use crate::config::Guarantee;
 use crate::sink::control::Target;
 use crate::supervisor::{Command, ConnectorHandle, ConnectorState};
 
@@ -306,13 +307,59 @@ async fn restart_task(
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// `GET /connectors/{name}/offsets`: the offsets stored in the sink database (the ones a
-/// restart resumes from), in Kafka Connect 3.6's shape.
+/// Runs a blocking Kafka call off the runtime's workers.
+async fn kafka_call<T: Send + 'static>(
+    call: impl FnOnce() -> Result<T, rdkafka::error::KafkaError> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::task::spawn_blocking(call).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn offsets_body(rows: Vec<(String, i32, i64)>) -> Value {
+    let offsets: Vec<Value> = rows
+        .into_iter()
+        .map(|(topic, partition, next)| {
+            json!({
+                "partition": {"kafka_topic": topic, "kafka_partition": partition},
+                "offset": {"kafka_offset": next},
+            })
+        })
+        .collect();
+    json!({"offsets": offsets})
+}
+
+fn exactly_once(connector: &ConnectorHandle) -> bool {
+    connector.config.delivery.guarantee == Guarantee::ExactlyOnce
+}
+
+/// `GET /connectors/{name}/offsets`, in Kafka Connect 3.6's shape: where the connector
+/// resumes. `exactly_once`: the offsets stored in the sink database; `at_least_once`: the
+/// Kafka group's committed offsets.
 async fn offsets(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
     let connector = match find(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
     };
+    if !exactly_once(&connector) {
+        let (kafka, brokers, config) = (
+            state.supervisor.config().kafka.clone(),
+            state.supervisor.brokers(),
+            connector.config.clone(),
+        );
+        return match kafka_call(move || {
+            crate::kafka::group::committed_offsets(&kafka, &brokers, &config)
+        })
+        .await
+        {
+            Ok(rows) => Json(offsets_body(rows)).into_response(),
+            Err(e) => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot read the Kafka group's committed offsets: {e}"),
+            ),
+        };
+    }
     let Some(sink) = connector.view().sink else {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -320,51 +367,72 @@ async fn offsets(State(state): State<AdminState>, Path(name): Path<String>) -> R
         );
     };
     match sink.read_all_offsets().await {
-        Ok(rows) => {
-            let offsets: Vec<Value> = rows
-                .into_iter()
-                .map(|(topic, partition, next)| {
-                    json!({
-                        "partition": {"kafka_topic": topic, "kafka_partition": partition},
-                        "offset": {"kafka_offset": next},
-                    })
-                })
-                .collect();
-            Json(json!({"offsets": offsets})).into_response()
-        }
+        Ok(rows) => Json(offsets_body(rows)).into_response(),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
 
-/// Offsets may change only while the connector is stopped here and in every process.
-fn stopped_everywhere(connector: &ConnectorHandle) -> Result<Arc<crate::sink::Sink>, ApiError> {
+/// Offsets may change only while the connector is stopped here and in every process: this
+/// process's runner, the other processes' heartbeats, and (the ground truth) the Kafka
+/// group, which must have no members.
+async fn stopped_everywhere(
+    state: &AdminState,
+    connector: &ConnectorHandle,
+) -> Result<Option<Arc<crate::sink::Sink>>, ApiError> {
     let view = connector.view();
-    let busy: Vec<String> = view
+    let mut busy: Vec<String> = view
         .others
         .iter()
         .filter(|row| row.state != "UNASSIGNED" && row.state != "FAILED")
         .map(|row| format!("task {} on {} is {}", row.task, row.worker, row.state))
         .collect();
+    if busy.is_empty() && view.state == ConnectorState::Stopped && view.tasks.is_empty() {
+        let (kafka, brokers, config) = (
+            state.supervisor.config().kafka.clone(),
+            state.supervisor.brokers(),
+            connector.config.clone(),
+        );
+        match kafka_call(move || crate::kafka::group::members(&kafka, &brokers, &config)).await {
+            Ok(0) => {}
+            Ok(n) => busy.push(format!(
+                "the Kafka group {} still has {n} member(s)",
+                connector.config.group_id()
+            )),
+            Err(e) => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "cannot check that the Kafka group {} is empty: {e}",
+                        connector.config.group_id()
+                    ),
+                ));
+            }
+        }
+    }
     if view.state != ConnectorState::Stopped || !view.tasks.is_empty() || !busy.is_empty() {
-        let mut message = "Connectors must be in the STOPPED state before their offsets can be modified. \
-                           This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/"
-            .to_string();
-        message.push_str(&connector.name);
-        message.push_str("/stop' endpoint");
+        let mut message = format!(
+            "Connectors must be in the STOPPED state before their offsets can be modified. \
+             This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/{}/stop' endpoint",
+            connector.name
+        );
         if !busy.is_empty() {
-            message.push_str(&format!(" (still running elsewhere: {})", busy.join(", ")));
+            message.push_str(&format!(" (still running: {})", busy.join(", ")));
         }
         return Err(ApiError::new(StatusCode::BAD_REQUEST, message));
     }
-    view.sink.ok_or_else(|| {
-        ApiError::new(
+    if !exactly_once(connector) {
+        return Ok(None);
+    }
+    match view.sink {
+        Some(sink) => Ok(Some(sink)),
+        None => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "connector {} is not connected to its database",
                 connector.name
             ),
-        )
-    })
+        )),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -394,9 +462,10 @@ struct OffsetValue {
     kafka_offset: i64,
 }
 
-/// `PATCH /connectors/{name}/offsets`: sets (or with `"offset": null` forgets) stored
-/// offsets; only while the connector is stopped everywhere. The Kafka group's committed
-/// offsets follow (advisory: lag tools read them).
+/// `PATCH /connectors/{name}/offsets`: sets (or with `"offset": null` forgets) offsets;
+/// only while the connector is stopped everywhere. `exactly_once`: in the sink database,
+/// and the Kafka group's copy follows (advisory: lag tools read it); `at_least_once`: the
+/// group's committed offsets, which are where it resumes.
 async fn alter_offsets(
     State(state): State<AdminState>,
     Path(name): Path<String>,
@@ -417,6 +486,12 @@ async fn alter_offsets(
             );
         }
     };
+    if body.offsets.is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the list of offsets to alter is empty",
+        );
+    }
     let mut problems = Vec::new();
     let mut changes = Vec::new();
     for entry in body.offsets {
@@ -440,67 +515,99 @@ async fn alter_offsets(
         }
         changes.push((kafka_topic, kafka_partition, next));
     }
+    if !exactly_once(&connector) && changes.iter().any(|(_, _, n)| n.is_none()) {
+        problems.push(
+            "an at_least_once connector resumes from the Kafka group's committed offsets, which cannot be forgotten one partition at a time: give an offset, or DELETE them all".into(),
+        );
+    }
     if !problems.is_empty() {
         return error(StatusCode::BAD_REQUEST, problems.join("; "));
     }
-    let sink = match stopped_everywhere(&connector) {
+    let sink = match stopped_everywhere(&state, &connector).await {
         Ok(sink) => sink,
         Err(e) => return e.into_response(),
     };
-    if let Err(e) = sink.alter_offsets(&changes).await {
+    if let Some(sink) = &sink
+        && let Err(e) = sink.alter_offsets(&changes).await
+    {
         return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
     }
     let commits: Vec<(String, i32, i64)> = changes
         .iter()
         .filter_map(|(t, p, n)| n.map(|n| (t.clone(), *p, n)))
         .collect();
-    let config = state.supervisor.config();
-    let (kafka, brokers, connector_config) = (
-        config.kafka.clone(),
+    let (kafka, brokers, config) = (
+        state.supervisor.config().kafka.clone(),
         state.supervisor.brokers(),
         connector.config.clone(),
     );
-    let mirrored = tokio::task::spawn_blocking(move || {
-        crate::kafka::group::commit_group_offsets(&kafka, &brokers, &connector_config, &commits)
+    let mirrored = kafka_call(move || {
+        crate::kafka::group::commit_group_offsets(&kafka, &brokers, &config, &commits)
     })
     .await;
-    if let Ok(Err(e)) = mirrored {
+    let mut answer =
+        json!({"message": "The offsets for this connector have been altered successfully"});
+    if let Err(e) = mirrored {
+        if sink.is_none() {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!(
+                    "cannot commit the offsets to the Kafka group {}: {e}",
+                    connector.config.group_id()
+                ),
+            );
+        }
         tracing::warn!(connector = %name, error = %e, "offsets altered in the database; the Kafka group's copy (for lag tools) could not follow");
+        answer["kafka_group"] = json!(format!(
+            "not updated (the database's offsets are the ones used): {e}"
+        ));
     }
-    Json(json!({"message": "The offsets for this connector have been altered successfully"}))
-        .into_response()
+    Json(answer).into_response()
 }
 
-/// `DELETE /connectors/{name}/offsets`: forgets every stored offset (the connector starts
-/// over per `auto.offset.reset`) and moves the Kafka group's committed offsets there; only
-/// while the connector is stopped everywhere.
+/// `DELETE /connectors/{name}/offsets`: forgets every offset (the connector starts over per
+/// `auto.offset.reset`) and moves the Kafka group's committed offsets there; only while
+/// the connector is stopped everywhere.
 async fn reset_offsets(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
     let connector = match find(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
     };
-    let sink = match stopped_everywhere(&connector) {
+    let sink = match stopped_everywhere(&state, &connector).await {
         Ok(sink) => sink,
         Err(e) => return e.into_response(),
     };
-    if let Err(e) = sink.delete_all_offsets().await {
+    if let Some(sink) = &sink
+        && let Err(e) = sink.delete_all_offsets().await
+    {
         return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
     }
-    let config = state.supervisor.config();
-    let (kafka, brokers, connector_config) = (
-        config.kafka.clone(),
+    let (kafka, brokers, config) = (
+        state.supervisor.config().kafka.clone(),
         state.supervisor.brokers(),
         connector.config.clone(),
     );
-    let mirrored = tokio::task::spawn_blocking(move || {
-        crate::kafka::group::reset_group_offsets(&kafka, &brokers, &connector_config)
-    })
-    .await;
-    if let Ok(Err(e)) = mirrored {
+    let mirrored =
+        kafka_call(move || crate::kafka::group::reset_group_offsets(&kafka, &brokers, &config))
+            .await;
+    let mut answer =
+        json!({"message": "The offsets for this connector have been reset successfully"});
+    if let Err(e) = mirrored {
+        if sink.is_none() {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!(
+                    "cannot reset the Kafka group {}'s committed offsets: {e}",
+                    connector.config.group_id()
+                ),
+            );
+        }
         tracing::warn!(connector = %name, error = %e, "offsets reset in the database; the Kafka group's copy (for lag tools) could not follow");
+        answer["kafka_group"] = json!(format!(
+            "not updated (the database's offsets are the ones used): {e}"
+        ));
     }
-    Json(json!({"message": "The offsets for this connector have been reset successfully"}))
-        .into_response()
+    Json(answer).into_response()
 }
 
 /// The query flags of a restart, for tests and the CLI.

@@ -47,13 +47,17 @@ pub struct ReloadRequest {
 #[derive(Clone)]
 pub struct AdminState {
     pub supervisor: Arc<Supervisor>,
-    token: Option<Secret>,
+    /// Replaced in place by a reload that changes only the token.
+    token: Arc<std::sync::RwLock<Option<Secret>>>,
     reload: Option<mpsc::Sender<ReloadRequest>>,
 }
 
 /// A running server: its address, and what stops it.
 pub struct AdminServer {
     pub addr: SocketAddr,
+    /// The `admin.listen` it was started with.
+    pub listen: String,
+    token: Arc<std::sync::RwLock<Option<Secret>>>,
     stop: Option<oneshot::Sender<()>>,
     join: tokio::task::JoinHandle<()>,
 }
@@ -74,9 +78,13 @@ impl AdminServer {
             .await
             .map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
+        if token.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "the admin API listens beyond this host without admin.token: anyone who reaches it can stop connectors and change their offsets");
+        }
+        let token = Arc::new(std::sync::RwLock::new(token));
         let state = AdminState {
             supervisor,
-            token,
+            token: token.clone(),
             reload,
         };
         let app = router(state);
@@ -94,9 +102,18 @@ impl AdminServer {
         tracing::info!(%addr, "admin API listening");
         Ok(Self {
             addr,
+            listen: listen.to_string(),
+            token,
             stop: Some(stop),
             join,
         })
+    }
+
+    /// Replaces the token (a reload that changed only `admin.token`).
+    pub fn set_token(&self, token: Option<Secret>) {
+        if let Ok(mut current) = self.token.write() {
+            *current = token;
+        }
     }
 
     /// Stops accepting, finishes the requests in progress.
@@ -165,7 +182,8 @@ async fn authorize(
     request: Request,
     next: Next,
 ) -> Response {
-    if let Some(token) = &state.token {
+    let token = state.token.read().ok().and_then(|t| t.clone());
+    if let Some(token) = &token {
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())

@@ -536,21 +536,32 @@ async fn reload(
     tracing::info!(started = ?reloaded.started, restarted = ?reloaded.restarted,
         stopped = ?reloaded.stopped, unchanged = ?reloaded.unchanged, "configuration reloaded");
     if admin_changed {
-        if let Some(old) = admin.take() {
-            old.stop().await;
-        }
-        if let Some(new) = new_admin {
-            match AdminServer::start(
-                &new.listen,
-                new.token,
-                supervisor.clone(),
-                Some(reload_tx.clone()),
-            )
-            .await
-            {
-                Ok(server) => *admin = Some(server),
-                Err(error) => {
-                    tracing::error!(%error, "the admin API could not move to its new address; it is off until the next reload")
+        match (admin.take(), new_admin) {
+            // Same address: the token changes in place.
+            (Some(server), Some(new)) if server.listen == new.listen => {
+                server.set_token(new.token);
+                *admin = Some(server);
+            }
+            (old, new) => {
+                // The old server stops in the background: it may be serving this very
+                // reload (POST /reload), whose answer comes after this returns.
+                if let Some(old) = old {
+                    tokio::spawn(old.stop());
+                }
+                if let Some(new) = new {
+                    match AdminServer::start(
+                        &new.listen,
+                        new.token,
+                        supervisor.clone(),
+                        Some(reload_tx.clone()),
+                    )
+                    .await
+                    {
+                        Ok(server) => *admin = Some(server),
+                        Err(error) => {
+                            tracing::error!(%error, "the admin API could not move to its new address; it is off until the next reload")
+                        }
+                    }
                 }
             }
         }

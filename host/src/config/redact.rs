@@ -21,8 +21,23 @@ const SECRET_KEYS: &[&str] = &[
 
 /// Words that make a key (a property, a URL query parameter) a secret, compared without
 /// regard to case: `sasl.password`, `ssl.key.password`, `sslpassword`,
-/// `sasl.oauthbearer.client.secret`, `api_token`, `…private.key.passphrase`.
-const SECRET_WORDS: &[&str] = &["password", "passwd", "secret", "token", "passphrase"];
+/// `sasl.oauthbearer.client.secret`, `api_token`, `…private.key.passphrase`, `api_key`,
+/// `access_key_id`, `credentials`.
+const SECRET_WORDS: &[&str] = &[
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "passphrase",
+    "api_key",
+    "apikey",
+    "api-key",
+    "access_key",
+    "accesskey",
+    "private_key",
+    "privatekey",
+    "credential",
+];
 
 /// True when the value of `key` must not be shown.
 pub fn is_secret_key(key: &str) -> bool {
@@ -505,6 +520,22 @@ impl Scrubber {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_and_credential_names_are_secret() {
+        for key in [
+            "api_key",
+            "X-API-Key",
+            "aws_access_key_id",
+            "credentials",
+            "private_key",
+        ] {
+            assert!(is_secret_key(key), "{key}");
+        }
+        for key in ["key", "table", "separator", "ssl.key.location"] {
+            assert!(!is_secret_key(key), "{key}");
+        }
+    }
 
     #[test]
     fn redacted_documents_hide_every_secret() {

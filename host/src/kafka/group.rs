@@ -71,3 +71,51 @@ pub fn reset_group_offsets(
     }
     Ok(moved)
 }
+
+/// How many members the connector's group has now, every process's tasks together: the
+/// ground truth of whether the connector runs anywhere.
+pub fn members(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    connector: &ConnectorConfig,
+) -> Result<usize, KafkaError> {
+    let consumer: BaseConsumer =
+        crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()?;
+    let group = connector.group_id();
+    let groups = consumer.fetch_group_list(Some(&group), GROUP_TIMEOUT)?;
+    Ok(groups
+        .groups()
+        .iter()
+        .filter(|g| g.name() == group)
+        .map(|g| g.members().len())
+        .sum())
+}
+
+/// The group's committed offsets (topic, partition, next offset) of every partition of the
+/// connector's topics that has one: where an `at_least_once` connector resumes.
+pub fn committed_offsets(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    connector: &ConnectorConfig,
+) -> Result<Vec<(String, i32, i64)>, KafkaError> {
+    let consumer: BaseConsumer =
+        crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()?;
+    let mut list = TopicPartitionList::new();
+    for topic in &connector.topics {
+        let metadata = consumer.fetch_metadata(Some(topic), GROUP_TIMEOUT)?;
+        for found in metadata.topics() {
+            for partition in found.partitions() {
+                list.add_partition(topic, partition.id());
+            }
+        }
+    }
+    let committed = consumer.committed_offsets(list, GROUP_TIMEOUT)?;
+    Ok(committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(next) => Some((e.topic().to_string(), e.partition(), next)),
+            _ => None,
+        })
+        .collect())
+}

@@ -39,6 +39,8 @@ pub const CONTROL_INTERVAL: Duration = Duration::from_secs(2);
 /// A heartbeat older than this is another process that is gone: its tasks show as
 /// `UNASSIGNED`.
 pub const HEARTBEAT_STALE: Duration = Duration::from_secs(15);
+/// Longest a sync with the database may hold the runner (commands wait meanwhile).
+const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
 /// A task that ran this long without failing starts its restart backoff over.
 const RESTART_RESET: Duration = Duration::from_secs(600);
 
@@ -281,12 +283,23 @@ impl Runner {
         loop {
             if self.sink.is_none() && self.failure.is_none() {
                 match self.connect().await {
+                    Connect::Connected if !self.first_sync().await => {
+                        // The operator's target is unknown: starting tasks could undo a
+                        // stop or a pause. Try again with the connection.
+                        self.close_sink().await;
+                        self.metrics.retried("connect");
+                        let wait = self.config.errors.retry.backoff(attempts);
+                        attempts = attempts.saturating_add(1);
+                        if self.wait_commands(wait).await {
+                            return self.finish().await;
+                        }
+                        continue;
+                    }
                     Connect::Connected => {
                         if attempts > 0 {
                             tracing::info!(attempts, "database available; the connector starts");
                         }
                         attempts = 0;
-                        self.first_sync().await;
                         self.apply_target().await;
                         tracing::info!(tasks = self.config.tasks, table = %self.config.sink.table,
                             target = self.target.name(), "connector started");
@@ -408,21 +421,30 @@ impl Runner {
     }
 
     /// Reads the operator's target before the tasks start: a pause or a stop survives a
-    /// restart of the process.
-    async fn first_sync(&mut self) {
+    /// restart of the process. False when it cannot be read (the tasks wait).
+    async fn first_sync(&mut self) -> bool {
         let Some(sink) = self.sink.clone() else {
-            return;
+            return false;
         };
-        match sink.read_control().await {
-            Ok(Some(row)) => {
+        match tokio::time::timeout(SYNC_TIMEOUT, sink.read_control()).await {
+            Ok(Ok(Some(row))) => {
                 if self.pending_target.is_none() {
                     self.target = row.target;
                 }
                 self.restart_seen = Some(row.restart_seq);
+                true
             }
-            Ok(None) => self.restart_seen = Some(0),
-            Err(error) => {
-                tracing::warn!(%error, "cannot read the connector's target state; starting as it was last set here")
+            Ok(Ok(None)) => {
+                self.restart_seen = Some(0);
+                true
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "cannot read the connector's target state; its tasks wait for it");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(after = ?SYNC_TIMEOUT, "no answer reading the connector's target state; its tasks wait for it");
+                false
             }
         }
     }
@@ -542,7 +564,22 @@ impl Runner {
                 }
                 let mut handle = slot.handle.take().expect("checked above");
                 handle.join();
-                let status = handle.status.borrow().clone();
+                let mut status = handle.status.borrow().clone();
+                if !matches!(
+                    status.state,
+                    TaskState::Failed | TaskState::Closed | TaskState::Terminated
+                ) {
+                    // The thread ended without a word: it panicked (the panic is in the
+                    // log). Not a record's fault that is known: restarted with backoff.
+                    self.metrics.clear_task_lags(slot.id);
+                    status = TaskStatus {
+                        state: TaskState::Failed,
+                        error: Some(
+                            "the task's thread ended unexpectedly (a panic: see the log)".into(),
+                        ),
+                        transient: true,
+                    };
+                }
                 if status.state == TaskState::Failed && status.transient {
                     let wait = self.config.errors.restart.backoff(slot.restarts);
                     tracing::warn!(
@@ -560,8 +597,10 @@ impl Runner {
                         "task failed; it stays FAILED until restarted through the admin API"
                     );
                 } else {
-                    // Ended without being told to: start it again.
-                    slot.restart_at = Some(Instant::now());
+                    // Closed without being told to: start it again, with backoff.
+                    slot.restart_at =
+                        Some(Instant::now() + self.config.errors.restart.backoff(slot.restarts));
+                    slot.restarts = slot.restarts.saturating_add(1);
                 }
                 slot.status = Some(status);
             }
@@ -624,7 +663,11 @@ impl Runner {
         let mut failures = Vec::new();
         let mut handles = Vec::new();
         for slot in slots {
-            self.metrics.clear_task_state(slot.id);
+            if self.target == Target::Stopped {
+                self.metrics.set_task_state(slot.id, "STOPPED");
+            } else {
+                self.metrics.clear_task_state(slot.id);
+            }
             match slot.handle {
                 Some(handle) => handles.push(handle),
                 None => {
@@ -663,6 +706,9 @@ impl Runner {
     /// Shutdown: the tasks stop, the heartbeats go, the sink closes.
     async fn finish(mut self) -> Vec<String> {
         let mut failures = self.stop_tasks().await;
+        for id in 0..self.config.tasks as usize {
+            self.metrics.clear_task_state(id);
+        }
         if let Some(failure) = &self.failure {
             failures.push(format!("connector {}: {failure}", self.config.name));
         }
@@ -689,6 +735,21 @@ impl Runner {
         let Some(sink) = self.sink.clone() else {
             return;
         };
+        let exchanged = tokio::time::timeout(SYNC_TIMEOUT, self.exchange(&sink)).await;
+        match exchanged {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "cannot share the connector's state through its database (tried again)")
+            }
+            Err(_) => {
+                tracing::debug!(after = ?SYNC_TIMEOUT, "no answer sharing the connector's state through its database (tried again)")
+            }
+        }
+    }
+
+    /// The body of [`sync`](Self::sync).
+    async fn exchange(&mut self, sink: &Arc<Sink>) -> Result<(), crate::sink::SinkError> {
+        let sink = sink.clone();
         let result: Result<(), crate::sink::SinkError> = async {
             if let Some(target) = self.pending_target {
                 sink.write_target(target).await?;
@@ -737,9 +798,7 @@ impl Runner {
             Ok(())
         }
         .await;
-        if let Err(error) = result {
-            tracing::debug!(%error, "cannot share the connector's state through its database (tried again)");
-        }
+        result
     }
 
     fn task_views(&self) -> Vec<TaskView> {

@@ -44,10 +44,13 @@ pub struct Supervisor {
     config: RwLock<Arc<Config>>,
     /// One reload at a time.
     reloading: tokio::sync::Mutex<()>,
+    /// Set once every connector of the first configuration made its first attempt.
+    ready: std::sync::atomic::AtomicBool,
 }
 
 /// This process's name in status and heartbeats: `SLUICE_WORKER_ID` (the pod name in
-/// Kubernetes), else the admin listener's address, else the host name and process id.
+/// Kubernetes), else the host name and the admin listener's port, else the host name and
+/// the process id. Unique per process: heartbeats are keyed by it.
 pub fn worker_id(config: &Config) -> String {
     if let Ok(id) = std::env::var("SLUICE_WORKER_ID")
         && !id.trim().is_empty()
@@ -60,22 +63,28 @@ pub fn worker_id(config: &Config) -> String {
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "localhost".into());
-    match &config.admin {
-        Some(admin) => match admin.listen.rsplit_once(':') {
-            Some((ip, port)) if ip == "0.0.0.0" || ip == "[::]" => format!("{host}:{port}"),
-            _ => admin.listen.clone(),
-        },
+    match config
+        .admin
+        .as_ref()
+        .and_then(|admin| admin.listen.rsplit_once(':'))
+    {
+        Some((_, port)) => format!("{host}:{port}"),
         None => format!("{host}:{}", std::process::id()),
     }
 }
 
 /// What a reload compares for one connector: its section as the file has it (secrets
-/// included, `${VAR}`s resolved), the content of its plugin files, and the `kafka:`
-/// section every connector shares.
+/// included, `${VAR}`s resolved), the content of its plugin and schema files, and the
+/// `kafka:` section every connector shares.
 fn fingerprint(config: &Config, connector: &ConnectorConfig) -> String {
     let mut plugins = DefaultHasher::new();
-    for transform in &connector.transforms {
-        match std::fs::read(&transform.plugin) {
+    let files = connector
+        .transforms
+        .iter()
+        .map(|t| &t.plugin)
+        .chain(connector.schema.as_ref());
+    for file in files {
+        match std::fs::read(file) {
             Ok(bytes) => bytes.hash(&mut plugins),
             Err(error) => error.kind().to_string().hash(&mut plugins),
         }
@@ -135,6 +144,7 @@ impl Supervisor {
             connectors: RwLock::new(connectors),
             config: RwLock::new(Arc::new(config.clone())),
             reloading: tokio::sync::Mutex::new(()),
+            ready: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -182,8 +192,13 @@ impl Supervisor {
 
     /// `Ok` once every connector has made its first attempt to start (running, or waiting
     /// for its database, or failed: one connector's outage does not hold readiness back);
-    /// otherwise the connectors still starting.
+    /// otherwise the connectors still starting. Once ready, always ready (a reload's new
+    /// connectors do not take it back).
     pub fn ready(&self) -> Result<(), Vec<String>> {
+        use std::sync::atomic::Ordering;
+        if self.ready.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         let starting: Vec<String> = self
             .connectors()
             .iter()
@@ -191,6 +206,7 @@ impl Supervisor {
             .map(|c| format!("connector {} is starting", c.name))
             .collect();
         if starting.is_empty() {
+            self.ready.store(true, Ordering::Relaxed);
             Ok(())
         } else {
             Err(starting)

@@ -84,6 +84,15 @@ impl Actor {
         }
     }
 
+    /// After a failure: the write in flight finishes (at most its bound, given up during an
+    /// outage) before the thread ends, so that no write of this task outlives it while a
+    /// restarted task reads the same records.
+    pub(super) fn settle_after_failure(&mut self) {
+        let shared = self.shared.clone();
+        shared.settle_in_flight(&mut shared.lock(), Settle::Finish);
+        shared.lock().transforming = None;
+    }
+
     /// Removes the lag gauges of the partitions this task held (it has ended).
     pub(super) fn forget_partitions(&mut self) {
         for (topic, partition) in std::mem::take(&mut self.lag_partitions) {

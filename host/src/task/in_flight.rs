@@ -35,6 +35,14 @@ pub(super) struct InFlight {
     pub(super) retrying: Option<Retrying>,
 }
 
+impl Drop for InFlight {
+    /// A write is never left running behind its task: dropped unsettled (the task ended),
+    /// it is cancelled, and its transaction rolls back unless it committed already.
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
 /// How [`Shared::settle_in_flight`] treats the batch being written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Settle {

@@ -269,6 +269,7 @@ pub fn spawn(
         if let Err(error) = actor.run(control_rx) {
             let transient = error.is_transient();
             tracing::error!(%error, transient, "task failed");
+            actor.settle_after_failure();
             actor.fail(error.to_string(), transient);
         }
         actor.forget_partitions();
