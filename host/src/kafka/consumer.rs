@@ -293,6 +293,28 @@ pub fn cached_high_watermark(
         .then_some(high)
 }
 
+/// A partition's high watermark: librdkafka's cached one while the partition fetches, or,
+/// when it has none or `ask` (a paused partition does not fetch, so its cached one goes
+/// stale), asked of the broker (at most `LAG_QUERY_TIMEOUT`).
+pub fn high_watermark(
+    consumer: &SourceConsumer,
+    topic: &str,
+    partition: i32,
+    ask: bool,
+) -> Option<i64> {
+    match cached_high_watermark(consumer, topic, partition) {
+        Some(high) if !ask => Some(high),
+        cached => consumer
+            .fetch_watermarks(topic, partition, LAG_QUERY_TIMEOUT)
+            .ok()
+            .map(|(_, high)| high)
+            .or(cached),
+    }
+}
+
+/// Longest wait for a partition's high watermark from the broker.
+const LAG_QUERY_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// What an error returned by `poll` means for the task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PollError {

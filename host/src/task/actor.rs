@@ -28,6 +28,9 @@ use crate::sink::{OffsetAdvance, SinkError};
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How many batches may wait behind the one being written before the partitions pause.
 const BACKPRESSURE_BATCHES: usize = 4;
+/// How often, at most, an exactly-once task mirrors its committed offsets to the Kafka
+/// group (for lag tools).
+const MIRROR_INTERVAL: Duration = Duration::from_secs(2);
 /// How often the partitions' lag gauges are brought up to date.
 const LAG_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -48,6 +51,19 @@ pub(super) struct Actor {
     lag_updated: Option<Instant>,
     /// The partitions whose lag gauges are set.
     lag_partitions: Vec<Partition>,
+    /// Exactly-once: committed offsets not mirrored to the Kafka group yet.
+    mirror_pending: HashMap<Partition, i64>,
+    /// When the mirror last went.
+    mirror_sent: Option<Instant>,
+}
+
+/// Whether the exactly-once mirror of offsets to the Kafka group goes now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mirror {
+    /// When [`MIRROR_INTERVAL`] has passed since the last one.
+    WhenDue,
+    /// Now: the task stops or fails.
+    Now,
 }
 
 impl Actor {
@@ -65,6 +81,8 @@ impl Actor {
             chain_retrying: None,
             lag_updated: None,
             lag_partitions: Vec::new(),
+            mirror_pending: HashMap::new(),
+            mirror_sent: None,
         }
     }
 
@@ -118,6 +136,9 @@ impl Actor {
                 .map(|(p, s)| (p.clone(), s.committed.or(s.position)))
                 .collect()
         };
+        // A paused partition does not fetch: its high watermark is asked of the broker.
+        let ask = self.shared.paused.load(Ordering::Relaxed)
+            || self.shared.backpressure.load(Ordering::Relaxed);
         let metrics = &self.shared.metrics;
         let task = self.spec.task;
         for (topic, partition) in &self.lag_partitions {
@@ -127,7 +148,7 @@ impl Actor {
         }
         self.lag_partitions.clear();
         for ((topic, partition), next) in held {
-            let Some(high) = consumer::cached_high_watermark(consumer, &topic, partition) else {
+            let Some(high) = consumer::high_watermark(consumer, &topic, partition, ask) else {
                 continue;
             };
             let lag = next.map_or(high, |next| (high - next).max(0));
@@ -214,7 +235,7 @@ impl Actor {
                 // them again.
                 let shared = self.shared.clone();
                 shared.settle_in_flight(&mut shared.lock(), Settle::Finish);
-                self.commit_to_kafka(&consumer);
+                self.commit_to_kafka(&consumer, Mirror::Now);
                 return Err(error);
             }
 
@@ -289,11 +310,11 @@ impl Actor {
             }
             if let Some(error) = inner.fatal.take() {
                 drop(inner);
-                self.commit_to_kafka(&consumer);
+                self.commit_to_kafka(&consumer, Mirror::Now);
                 return Err(error);
             }
         }
-        self.commit_to_kafka(&consumer);
+        self.commit_to_kafka(&consumer, Mirror::Now);
         drop(consumer);
         self.worker = None;
         self.transition(TaskEvent::Closed)?;
@@ -315,7 +336,7 @@ impl Actor {
         if let Some(error) = inner.fatal.take() {
             // At-least-once: what committed before the failure is not read again.
             drop(inner);
-            self.commit_to_kafka(consumer);
+            self.commit_to_kafka(consumer, Mirror::Now);
             return Err(error);
         }
         if !inner.jumped.is_empty() {
@@ -361,7 +382,7 @@ impl Actor {
                 consumer::set_paused(consumer, full)?;
             }
         }
-        self.commit_to_kafka(consumer);
+        self.commit_to_kafka(consumer, Mirror::WhenDue);
         self.update_lag(consumer);
         Ok(())
     }
@@ -636,10 +657,32 @@ impl Actor {
     /// where a restart resumes, so the commit is synchronous.
     ///
     /// Exactly-once: the database holds the offsets and sluice resumes from there only;
-    /// they also go to the Kafka group, asynchronously, so that the group shows its progress
-    /// and lag to `kafka-consumer-groups`, Burrow or KEDA. Never read back.
-    fn commit_to_kafka(&self, consumer: &SourceConsumer) {
+    /// they also go to the Kafka group, asynchronously and at most every
+    /// [`MIRROR_INTERVAL`] (and when the task stops or fails), so that the group shows its
+    /// progress and lag to `kafka-consumer-groups`, Burrow or KEDA. Never read back.
+    fn commit_to_kafka(&mut self, consumer: &SourceConsumer, mirror: Mirror) {
         let commits = self.shared.take_kafka_commits();
+        if self.shared.guarantee == Guarantee::ExactlyOnce {
+            // The mirror goes at most every MIRROR_INTERVAL, the newest offset of each
+            // partition, and at once when the task stops or fails.
+            for (partition, next) in commits {
+                self.mirror_pending.insert(partition, next);
+            }
+            let due = self
+                .mirror_sent
+                .is_none_or(|at| at.elapsed() >= MIRROR_INTERVAL);
+            if self.mirror_pending.is_empty() || (mirror == Mirror::WhenDue && !due) {
+                return;
+            }
+            self.mirror_sent = Some(Instant::now());
+            let commits: Vec<(Partition, i64)> = self.mirror_pending.drain().collect();
+            if let Err(error) =
+                consumer::commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Async)
+            {
+                tracing::debug!(%error, "showing progress to the Kafka group failed (the database holds the offsets)");
+            }
+            return;
+        }
         if commits.is_empty() {
             return;
         }
