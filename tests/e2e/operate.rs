@@ -40,6 +40,18 @@ async fn send(port: u16, method: Method, path: &str, body: Option<Value>) -> (St
     (answer.status, answer.json())
 }
 
+/// `PUT /connectors/{name}/{action}` (pause, resume, stop), answered 202.
+async fn control(port: u16, name: &str, action: &str) {
+    let (code, body) = send(
+        port,
+        Method::PUT,
+        &format!("/connectors/{name}/{action}"),
+        None,
+    )
+    .await;
+    assert_eq!(code, StatusCode::ACCEPTED, "{action}: {body}");
+}
+
 /// Waits (at most `seconds`) until `check` holds for the connector's status.
 async fn wait_status(port: u16, name: &str, seconds: u64, check: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -208,14 +220,7 @@ async fn the_admin_api_operates_a_connector(db: Backend) {
     }
 
     // Pause: nothing is written while paused; offsets cannot change while not stopped.
-    let (code, _) = send(
-        port,
-        Method::PUT,
-        &format!("/connectors/{name}/pause"),
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::ACCEPTED);
+    control(port, &name, "pause").await;
     wait_status(port, &name, 30, |s| {
         s["connector"]["state"] == "PAUSED" && tasks_in(s, "PAUSED") == 2
     })
@@ -242,19 +247,11 @@ async fn the_admin_api_operates_a_connector(db: Backend) {
             .is_some_and(|m| m.contains("STOPPED")),
         "{body}"
     );
-    let (code, _) = send(
-        port,
-        Method::PUT,
-        &format!("/connectors/{name}/resume"),
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::ACCEPTED);
+    control(port, &name, "resume").await;
     harness::assert_exactly(run.wait_for_rows(3000, 120).await, 3000);
 
     // Stop; the stored offsets are the end of each partition.
-    let (code, _) = send(port, Method::PUT, &format!("/connectors/{name}/stop"), None).await;
-    assert_eq!(code, StatusCode::ACCEPTED);
+    control(port, &name, "stop").await;
     wait_status(port, &name, 30, |s| {
         s["connector"]["state"] == "STOPPED" && s["tasks"].as_array().is_some_and(Vec::is_empty)
     })
@@ -298,14 +295,7 @@ async fn the_admin_api_operates_a_connector(db: Backend) {
             .any(|o| o["partition"]["kafka_partition"] == 0 && o["offset"]["kafka_offset"] == 0),
         "{offsets}"
     );
-    let (code, _) = send(
-        port,
-        Method::PUT,
-        &format!("/connectors/{name}/resume"),
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::ACCEPTED);
+    control(port, &name, "resume").await;
     let status = wait_status(port, &name, 120, |s| {
         s["rows_written"]
             .as_i64()
@@ -425,14 +415,7 @@ async fn a_pause_survives_a_restart(db: Backend) {
     run.produce(0..1000).await;
     let sluice = run.start();
     harness::assert_exactly(run.wait_for_rows(1000, 120).await, 1000);
-    let (code, _) = send(
-        port,
-        Method::PUT,
-        &format!("/connectors/{name}/pause"),
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::ACCEPTED);
+    control(port, &name, "pause").await;
     wait_status(port, &name, 30, |s| {
         s["connector"]["state"] == "PAUSED" && tasks_in(s, "PAUSED") == 1
     })
@@ -453,14 +436,7 @@ async fn a_pause_survives_a_restart(db: Backend) {
         1000,
         "a paused connector wrote after its restart"
     );
-    let (code, _) = send(
-        port,
-        Method::PUT,
-        &format!("/connectors/{name}/resume"),
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::ACCEPTED);
+    control(port, &name, "resume").await;
     harness::assert_exactly(run.wait_for_rows(2000, 120).await, 2000);
     assert!(sluice.terminate().success());
 }
@@ -638,8 +614,7 @@ async fn an_operator_brings_a_failed_task_back(db: Backend) {
     wait_status(port, &name, 60, |s| tasks_in(s, "FAILED") == 1).await;
 
     // Stop, skip the record, resume.
-    let (code, _) = send(port, Method::PUT, &format!("/connectors/{name}/stop"), None).await;
-    assert_eq!(code, StatusCode::ACCEPTED);
+    control(port, &name, "stop").await;
     wait_status(port, &name, 30, |s| s["connector"]["state"] == "STOPPED").await;
     let patch = json!({"offsets": [{"partition": {"kafka_topic": failing.topic, "kafka_partition": 0}, "offset": {"kafka_offset": 501}}]});
     let (code, body) = send(
@@ -650,14 +625,7 @@ async fn an_operator_brings_a_failed_task_back(db: Backend) {
     )
     .await;
     assert_eq!(code, StatusCode::OK, "{body}");
-    let (code, _) = send(
-        port,
-        Method::PUT,
-        &format!("/connectors/{name}/resume"),
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::ACCEPTED);
+    control(port, &name, "resume").await;
     let stats = failing
         .wait_for_rows(&broker.bootstrap, &db, 999, Duration::from_secs(90))
         .await;
@@ -714,14 +682,7 @@ async fn a_pause_holds_across_processes_and_rebalances(db: Backend) {
     run.produce(0..1000).await;
     let first = run.start();
     harness::assert_exactly(run.wait_for_rows(1000, 120).await, 1000);
-    let (code, _) = send(
-        port_a,
-        Method::PUT,
-        &format!("/connectors/{name}/pause"),
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::ACCEPTED);
+    control(port_a, &name, "pause").await;
     wait_status(port_a, &name, 30, |s| tasks_in(s, "PAUSED") == 1).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
@@ -769,14 +730,7 @@ async fn a_pause_holds_across_processes_and_rebalances(db: Backend) {
         "a paused connector wrote rows"
     );
 
-    let (code, _) = send(
-        port_a,
-        Method::PUT,
-        &format!("/connectors/{name}/resume"),
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::ACCEPTED);
+    control(port_a, &name, "resume").await;
     harness::assert_exactly(run.wait_for_rows(2000, 120).await, 2000);
     wait_status(port_b, &name, 30, |s| s["connector"]["state"] == "RUNNING").await;
     assert!(second.terminate().success());

@@ -545,19 +545,30 @@ async fn alter_offsets(
         crate::kafka::group::commit_group_offsets(&kafka, &brokers, &config, &commits)
     })
     .await;
+    offsets_answer(&connector, sink.is_some(), mirrored.map(|_| ()), "altered")
+}
+
+/// The answer to an offsets change: Kafka Connect's message, once the Kafka group has
+/// followed. With the offsets in the database (`in_database`), a group that could not
+/// follow is a warning and a `kafka_group` field; otherwise the group's offsets are the
+/// ones used, and its failure is the answer.
+fn offsets_answer(
+    connector: &ConnectorHandle,
+    in_database: bool,
+    mirrored: Result<(), String>,
+    done: &str,
+) -> Response {
     let mut answer =
-        json!({"message": "The offsets for this connector have been altered successfully"});
+        json!({"message": format!("The offsets for this connector have been {done} successfully")});
     if let Err(e) = mirrored {
-        if sink.is_none() {
+        let group = connector.config.group_id();
+        if !in_database {
             return error(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                format!(
-                    "cannot commit the offsets to the Kafka group {}: {e}",
-                    connector.config.group_id()
-                ),
+                format!("the offsets of the Kafka group {group} could not be {done}: {e}"),
             );
         }
-        tracing::warn!(connector = %name, error = %e, "offsets altered in the database; the Kafka group's copy (for lag tools) could not follow");
+        tracing::warn!(connector = %connector.name, error = %e, "offsets {done} in the database; the Kafka group's copy (for lag tools) could not follow");
         answer["kafka_group"] = json!(format!(
             "not updated (the database's offsets are the ones used): {e}"
         ));
@@ -590,24 +601,7 @@ async fn reset_offsets(State(state): State<AdminState>, Path(name): Path<String>
     let mirrored =
         kafka_call(move || crate::kafka::group::reset_group_offsets(&kafka, &brokers, &config))
             .await;
-    let mut answer =
-        json!({"message": "The offsets for this connector have been reset successfully"});
-    if let Err(e) = mirrored {
-        if sink.is_none() {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!(
-                    "cannot reset the Kafka group {}'s committed offsets: {e}",
-                    connector.config.group_id()
-                ),
-            );
-        }
-        tracing::warn!(connector = %name, error = %e, "offsets reset in the database; the Kafka group's copy (for lag tools) could not follow");
-        answer["kafka_group"] = json!(format!(
-            "not updated (the database's offsets are the ones used): {e}"
-        ));
-    }
-    Json(answer).into_response()
+    offsets_answer(&connector, sink.is_some(), mirrored.map(|_| ()), "reset")
 }
 
 /// The query flags of a restart, for tests and the CLI.

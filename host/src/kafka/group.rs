@@ -54,22 +54,31 @@ pub fn reset_group_offsets(
         Some("latest" | "largest" | "end")
     );
     let mut list = TopicPartitionList::new();
-    for topic in &connector.topics {
-        let metadata = consumer.fetch_metadata(Some(topic), GROUP_TIMEOUT)?;
-        for found in metadata.topics() {
-            for partition in found.partitions() {
-                let (low, high) =
-                    consumer.fetch_watermarks(topic, partition.id(), GROUP_TIMEOUT)?;
-                let start = if latest { high } else { low };
-                list.add_partition_offset(topic, partition.id(), Offset::Offset(start))?;
-            }
-        }
+    for (topic, partition) in partitions(&consumer, &connector.topics)? {
+        let (low, high) = consumer.fetch_watermarks(&topic, partition, GROUP_TIMEOUT)?;
+        let start = if latest { high } else { low };
+        list.add_partition_offset(&topic, partition, Offset::Offset(start))?;
     }
     let moved = list.count();
     if moved > 0 {
         consumer.commit(&list, CommitMode::Sync)?;
     }
     Ok(moved)
+}
+
+/// Every partition of `topics`, as the broker's metadata has them.
+fn partitions(
+    consumer: &BaseConsumer,
+    topics: &[String],
+) -> Result<Vec<(String, i32)>, KafkaError> {
+    let mut all = Vec::new();
+    for topic in topics {
+        let metadata = consumer.fetch_metadata(Some(topic), GROUP_TIMEOUT)?;
+        for found in metadata.topics() {
+            all.extend(found.partitions().iter().map(|p| (topic.clone(), p.id())));
+        }
+    }
+    Ok(all)
 }
 
 /// How many members the connector's group has now, every process's tasks together: the
@@ -101,13 +110,8 @@ pub fn committed_offsets(
     let consumer: BaseConsumer =
         crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()?;
     let mut list = TopicPartitionList::new();
-    for topic in &connector.topics {
-        let metadata = consumer.fetch_metadata(Some(topic), GROUP_TIMEOUT)?;
-        for found in metadata.topics() {
-            for partition in found.partitions() {
-                list.add_partition(topic, partition.id());
-            }
-        }
+    for (topic, partition) in partitions(&consumer, &connector.topics)? {
+        list.add_partition(&topic, partition);
     }
     let committed = consumer.committed_offsets(list, GROUP_TIMEOUT)?;
     Ok(committed
