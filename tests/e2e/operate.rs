@@ -286,6 +286,20 @@ async fn the_admin_api_operates_a_connector(db: Backend) {
     )
     .await;
     assert_eq!(code, StatusCode::OK, "{body}");
+    assert!(
+        body.get("kafka_group").is_none(),
+        "the group did not follow: {body}"
+    );
+    assert_eq!(
+        group_committed(
+            &run.broker.bootstrap,
+            &run.scenario.group,
+            &run.scenario.topic,
+            PARTITIONS
+        ),
+        3000 - partition0,
+        "the group's committed offsets follow the PATCH"
+    );
     let offsets = get(port, &format!("/connectors/{name}/offsets")).await;
     assert!(
         offsets["offsets"]
