@@ -45,6 +45,11 @@ impl Retrying {
         self.attempts
     }
 
+    /// Waiting for the next attempt's time (not started yet).
+    pub fn waiting(&self) -> bool {
+        self.next.is_some()
+    }
+
     /// Whether the next attempt may be made now.
     pub fn is_due(&self) -> bool {
         self.next.is_none_or(|at| Instant::now() >= at)

@@ -74,9 +74,19 @@ impl AdminServer {
             listen: listen.to_string(),
             source,
         };
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(bind_error)?;
+        // A server on the same port that is stopping (a reload that moves the listener)
+        // frees it within moments.
+        let mut attempts = 0;
+        let listener = loop {
+            match tokio::net::TcpListener::bind(listen).await {
+                Ok(listener) => break listener,
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && attempts < 30 => {
+                    attempts += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(bind_error(e)),
+            }
+        };
         let addr = listener.local_addr().map_err(bind_error)?;
         if token.is_none() && !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the admin API listens beyond this host without admin.token: anyone who reaches it can stop connectors and change their offsets");
@@ -114,6 +124,15 @@ impl AdminServer {
         if let Ok(mut current) = self.token.write() {
             *current = token;
         }
+    }
+
+    /// Stops accepting (the listener's address is free once the server task sees it),
+    /// and returns a future that finishes the requests in progress.
+    pub fn begin_stop(mut self) -> impl std::future::Future<Output = ()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.stop()
     }
 
     /// Stops accepting, finishes the requests in progress.

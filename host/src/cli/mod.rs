@@ -527,7 +527,8 @@ async fn reload(
     } else {
         config.kafka.brokers.clone()
     };
-    let admin_changed = supervisor.config().admin != config.admin;
+    let admin_changed =
+        supervisor.config().admin != config.admin || (admin.is_none() && config.admin.is_some());
     let new_admin = config.admin.clone();
     let reloaded = supervisor
         .reload(config, &brokers)
@@ -546,7 +547,7 @@ async fn reload(
                 // The old server stops in the background: it may be serving this very
                 // reload (POST /reload), whose answer comes after this returns.
                 if let Some(old) = old {
-                    tokio::spawn(old.stop());
+                    tokio::spawn(old.begin_stop());
                 }
                 if let Some(new) = new {
                     match AdminServer::start(

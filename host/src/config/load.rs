@@ -336,6 +336,7 @@ const METADATA_SOURCES: &[&str] = &[
     "$partition",
     "$offset",
     "$timestamp",
+    "$now",
     "$key",
     "$value",
 ];

@@ -587,7 +587,7 @@ impl<'de> Deserialize<'de> for IndexedColumns {
 #[serde(deny_unknown_fields)]
 pub struct ColumnConfig {
     /// A JSON pointer into the value (`/uid`, `/user/name`) or record metadata: `$topic`,
-    /// `$partition`, `$offset`, `$timestamp`, `$key`, `$value`.
+    /// `$partition`, `$offset`, `$timestamp`, `$now`, `$key`, `$value`.
     pub from: String,
     /// The portable column type.
     #[serde(rename = "type")]

@@ -52,6 +52,9 @@ enum Source {
     Partition,
     Offset,
     Timestamp,
+    /// The time the record is mapped, just before its batch's transaction (ms since the
+    /// epoch): with `$timestamp`, the latency from produce to insert.
+    Now,
     Key,
     Value,
 }
@@ -63,6 +66,7 @@ impl Source {
             "$partition" => Source::Partition,
             "$offset" => Source::Offset,
             "$timestamp" => Source::Timestamp,
+            "$now" => Source::Now,
             "$key" => Source::Key,
             "$value" => Source::Value,
             pointer => Source::Pointer(pointer.to_string()),
@@ -181,6 +185,7 @@ impl RowMapper {
             Source::Partition => Value::from(record.partition),
             Source::Offset => Value::from(record.offset),
             Source::Timestamp => record.timestamp.map_or(Value::Null, Value::from),
+            Source::Now => Value::from(chrono::Utc::now().timestamp_millis()),
         };
         convert(&json, column.column_type).map_err(|message| column_error(column, &message))
     }
@@ -496,6 +501,42 @@ mod tests {
         assert_eq!(row[3], SqlValue::Int(42));
         assert_eq!(row[4], SqlValue::Text("words".into()));
         assert_eq!(row[5], SqlValue::Null);
+    }
+
+    #[test]
+    fn now_is_the_time_of_mapping() {
+        let mapper = RowMapper::new(
+            &sink(
+                &[
+                    ("uid", "/uid", ColumnType::Bigint),
+                    ("written_at", "$now", ColumnType::Timestamptz),
+                    ("written_ms", "$now", ColumnType::Bigint),
+                ],
+                &["uid"],
+            ),
+            Format::Json,
+        );
+        let before = chrono::Utc::now().timestamp_millis();
+        let op = mapper.map(&record(None, Some(r#"{"uid": 1}"#))).unwrap();
+        let after = chrono::Utc::now().timestamp_millis();
+        let RowOp::Write(row) = op else {
+            panic!("{op:?}")
+        };
+        let SqlValue::Int(ms) = row[2] else {
+            panic!("{row:?}")
+        };
+        assert!(
+            (before..=after).contains(&ms),
+            "{before} <= {ms} <= {after}"
+        );
+        let SqlValue::Timestamp(at) = row[1] else {
+            panic!("{row:?}")
+        };
+        let at = at.and_utc().timestamp_millis();
+        assert!(
+            (before..=after).contains(&at),
+            "{before} <= {at} <= {after}"
+        );
     }
 
     #[test]

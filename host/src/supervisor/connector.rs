@@ -27,7 +27,7 @@ use crate::deliver::Policy;
 use crate::kafka::dead_letter_producer::DeadLetterProducer;
 use crate::metrics::ConnectorMetrics;
 use crate::sink::Sink;
-use crate::sink::control::{Target, TaskRow, now_ms};
+use crate::sink::control::{ControlRow, Target, TaskRow, now_ms};
 use crate::task::{self, Control, TaskHandle, TaskSpec, TaskState, TaskStatus};
 use crate::validate::RecordSchema;
 
@@ -287,6 +287,13 @@ impl Runner {
                         // The operator's target is unknown: starting tasks could undo a
                         // stop or a pause. Try again with the connection.
                         self.close_sink().await;
+                        self.publish(
+                            ConnectorState::Unassigned,
+                            Some(
+                                "waiting to read the connector's target state (sluice_control)"
+                                    .into(),
+                            ),
+                        );
                         self.metrics.retried("connect");
                         let wait = self.config.errors.retry.backoff(attempts);
                         attempts = attempts.saturating_add(1);
@@ -440,6 +447,11 @@ impl Runner {
             }
             Ok(Err(error)) => {
                 tracing::warn!(%error, "cannot read the connector's target state; its tasks wait for it");
+                if !error.is_transient() {
+                    // Not an outage: sluice's own table cannot be read (permissions?).
+                    self.failure =
+                        Some(format!("cannot read the connector's target state: {error}"));
+                }
                 false
             }
             Err(_) => {
@@ -737,7 +749,8 @@ impl Runner {
         };
         let exchanged = tokio::time::timeout(SYNC_TIMEOUT, self.exchange(&sink)).await;
         match exchanged {
-            Ok(Ok(())) => {}
+            Ok(Ok(Some(row))) => self.apply_control(row).await,
+            Ok(Ok(None)) => {}
             Ok(Err(error)) => {
                 tracing::debug!(%error, "cannot share the connector's state through its database (tried again)")
             }
@@ -748,57 +761,59 @@ impl Runner {
     }
 
     /// The body of [`sync`](Self::sync).
-    async fn exchange(&mut self, sink: &Arc<Sink>) -> Result<(), crate::sink::SinkError> {
-        let sink = sink.clone();
-        let result: Result<(), crate::sink::SinkError> = async {
-            if let Some(target) = self.pending_target {
-                sink.write_target(target).await?;
-                self.pending_target = None;
-            }
-            if let Some((include_tasks, only_failed)) = self.pending_restart {
-                let seq = sink.request_restart(include_tasks, only_failed).await?;
-                self.restart_seen = Some(seq);
-                self.pending_restart = None;
-            }
-            if let Some(row) = sink.read_control().await? {
-                if self.pending_target.is_none() && row.target != self.target {
-                    self.set_target(row.target).await;
-                }
-                match self.restart_seen {
-                    Some(seen) if row.restart_seq > seen => {
-                        tracing::info!("restart requested through another process");
-                        self.restart_seen = Some(row.restart_seq);
-                        self.restart(row.restart_tasks, row.restart_only_failed)
-                            .await;
-                    }
-                    None => self.restart_seen = Some(row.restart_seq),
-                    _ => {}
-                }
-            }
-            let tasks: Vec<(i32, &str, Option<String>)> = self
-                .task_views()
-                .into_iter()
-                .map(|t| (t.id as i32, t.state, t.trace))
-                .collect();
-            sink.write_heartbeats(&self.context.worker_id, &tasks)
-                .await?;
-            let now = now_ms();
-            self.others = sink
-                .read_heartbeats()
-                .await?
-                .into_iter()
-                .filter(|row| row.worker != self.context.worker_id)
-                .map(|mut row| {
-                    if now - row.updated_at > HEARTBEAT_STALE.as_millis() as i64 {
-                        row.state = "UNASSIGNED".into();
-                    }
-                    row
-                })
-                .collect();
-            Ok(())
+    async fn exchange(
+        &mut self,
+        sink: &Arc<Sink>,
+    ) -> Result<Option<ControlRow>, crate::sink::SinkError> {
+        if let Some(target) = self.pending_target {
+            sink.write_target(target).await?;
+            self.pending_target = None;
         }
-        .await;
-        result
+        if let Some((include_tasks, only_failed)) = self.pending_restart {
+            let seq = sink.request_restart(include_tasks, only_failed).await?;
+            self.restart_seen = Some(seq);
+            self.pending_restart = None;
+        }
+        let row = sink.read_control().await?;
+        let tasks: Vec<(i32, &str, Option<String>)> = self
+            .task_views()
+            .into_iter()
+            .map(|t| (t.id as i32, t.state, t.trace))
+            .collect();
+        sink.write_heartbeats(&self.context.worker_id, &tasks)
+            .await?;
+        let now = now_ms();
+        self.others = sink
+            .read_heartbeats()
+            .await?
+            .into_iter()
+            .filter(|row| row.worker != self.context.worker_id)
+            .map(|mut row| {
+                if now - row.updated_at > HEARTBEAT_STALE.as_millis() as i64 {
+                    row.state = "UNASSIGNED".into();
+                }
+                row
+            })
+            .collect();
+        Ok(row)
+    }
+
+    /// Applies what the database says the operator asked for (outside the sync's time
+    /// bound: stopping tasks takes its own time).
+    async fn apply_control(&mut self, row: ControlRow) {
+        if self.pending_target.is_none() && row.target != self.target {
+            self.set_target(row.target).await;
+        }
+        match self.restart_seen {
+            Some(seen) if row.restart_seq > seen => {
+                tracing::info!("restart requested through another process");
+                self.restart_seen = Some(row.restart_seq);
+                self.restart(row.restart_tasks, row.restart_only_failed)
+                    .await;
+            }
+            None => self.restart_seen = Some(row.restart_seq),
+            _ => {}
+        }
     }
 
     fn task_views(&self) -> Vec<TaskView> {
@@ -811,6 +826,10 @@ impl Runner {
                 } else {
                     match status {
                         None => (self.starting_state(), None, false),
+                        // A task starting under a pause pauses before its first poll.
+                        Some(s) if s.state == TaskState::Subscribing => {
+                            (self.starting_state(), None, false)
+                        }
                         Some(s) => (kc_task_state(s.state), s.error.clone(), s.transient),
                     }
                 };

@@ -68,8 +68,8 @@ pub fn worker_id(config: &Config) -> String {
         .as_ref()
         .and_then(|admin| admin.listen.rsplit_once(':'))
     {
-        Some((_, port)) => format!("{host}:{port}"),
-        None => format!("{host}:{}", std::process::id()),
+        Some((_, port)) if port != "0" => format!("{host}:{port}"),
+        _ => format!("{host}:{}", std::process::id()),
     }
 }
 

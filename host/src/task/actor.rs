@@ -31,6 +31,8 @@ const BACKPRESSURE_BATCHES: usize = 4;
 /// How often, at most, an exactly-once task mirrors its committed offsets to the Kafka
 /// group (for lag tools).
 const MIRROR_INTERVAL: Duration = Duration::from_secs(2);
+/// Longest the lag update of a paused task may spend asking the broker for high watermarks.
+const LAG_QUERY_BUDGET: Duration = Duration::from_millis(1000);
 /// How often the partitions' lag gauges are brought up to date.
 const LAG_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -136,9 +138,10 @@ impl Actor {
                 .map(|(p, s)| (p.clone(), s.committed.or(s.position)))
                 .collect()
         };
-        // A paused partition does not fetch: its high watermark is asked of the broker.
-        let ask = self.shared.paused.load(Ordering::Relaxed)
-            || self.shared.backpressure.load(Ordering::Relaxed);
+        // A partition the operator paused does not fetch: its high watermark is asked of
+        // the broker, within LAG_QUERY_BUDGET for all of them (the cached one after that).
+        let paused = self.shared.paused.load(Ordering::Relaxed);
+        let asking = Instant::now();
         let metrics = &self.shared.metrics;
         let task = self.spec.task;
         for (topic, partition) in &self.lag_partitions {
@@ -148,6 +151,7 @@ impl Actor {
         }
         self.lag_partitions.clear();
         for ((topic, partition), next) in held {
+            let ask = paused && asking.elapsed() < LAG_QUERY_BUDGET;
             let Some(high) = consumer::high_watermark(consumer, &topic, partition, ask) else {
                 continue;
             };
@@ -675,7 +679,18 @@ impl Actor {
                 return;
             }
             self.mirror_sent = Some(Instant::now());
-            let commits: Vec<(Partition, i64)> = self.mirror_pending.drain().collect();
+            // Only partitions still held: a revoked one's new owner mirrors it now, and an
+            // older offset from here must not overwrite that.
+            let commits: Vec<(Partition, i64)> = {
+                let inner = self.shared.lock();
+                self.mirror_pending
+                    .drain()
+                    .filter(|(partition, _)| inner.partitions.contains_key(partition))
+                    .collect()
+            };
+            if commits.is_empty() {
+                return;
+            }
             if let Err(error) =
                 consumer::commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Async)
             {

@@ -80,8 +80,9 @@ impl Shared {
             let Some(flight) = inner.in_flight.as_mut() else {
                 return false;
             };
-            if wait && flight.retrying.is_some() {
-                // Already waiting out an outage: no point in waiting here.
+            if wait && flight.retrying.is_some_and(|r| r.waiting()) {
+                // Waiting out an outage, no attempt running: no point in waiting here. An
+                // attempt that runs is waited for below (it may have committed).
                 self.give_up(inner, "waiting out a transient failure");
                 return true;
             }
