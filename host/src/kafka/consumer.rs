@@ -258,15 +258,24 @@ pub fn fresh_start(kafka: &KafkaConfig, connector: &ConnectorConfig) -> Offset {
     if connector.delivery.guarantee == Guarantee::AtLeastOnce {
         return Offset::Invalid;
     }
-    match kafka
-        .properties
-        .get("auto.offset.reset")
-        .map(String::as_str)
-        .unwrap_or(defaults::AUTO_OFFSET_RESET)
-    {
-        "latest" | "largest" | "end" => Offset::End,
-        _ => Offset::Beginning,
+    if starts_at_end(kafka) {
+        Offset::End
+    } else {
+        Offset::Beginning
     }
+}
+
+/// Whether `auto.offset.reset` (default `earliest`) starts a partition without an offset
+/// at the log's end.
+pub fn starts_at_end(kafka: &KafkaConfig) -> bool {
+    matches!(
+        kafka
+            .properties
+            .get("auto.offset.reset")
+            .map(String::as_str)
+            .unwrap_or(defaults::AUTO_OFFSET_RESET),
+        "latest" | "largest" | "end"
+    )
 }
 
 /// The high watermark librdkafka last saw for a partition, from its fetch responses (no

@@ -46,13 +46,7 @@ pub fn reset_group_offsets(
 ) -> Result<usize, KafkaError> {
     let consumer: BaseConsumer =
         crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()?;
-    let latest = matches!(
-        kafka
-            .properties
-            .get("auto.offset.reset")
-            .map(String::as_str),
-        Some("latest" | "largest" | "end")
-    );
+    let latest = crate::kafka::consumer::starts_at_end(kafka);
     let mut list = TopicPartitionList::new();
     for (topic, partition) in partitions(&consumer, &connector.topics)? {
         let (low, high) = consumer.fetch_watermarks(&topic, partition, GROUP_TIMEOUT)?;
