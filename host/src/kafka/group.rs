@@ -26,8 +26,7 @@ pub fn commit_group_offsets(
     if offsets.is_empty() {
         return Ok(());
     }
-    let consumer: BaseConsumer =
-        crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()?;
+    let consumer = outside_consumer(kafka, brokers, connector)?;
     let mut list = TopicPartitionList::new();
     for (topic, partition, next) in offsets {
         list.add_partition_offset(topic, *partition, Offset::Offset(*next))?;
@@ -44,8 +43,7 @@ pub fn reset_group_offsets(
     brokers: &str,
     connector: &ConnectorConfig,
 ) -> Result<usize, KafkaError> {
-    let consumer: BaseConsumer =
-        crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()?;
+    let consumer = outside_consumer(kafka, brokers, connector)?;
     let latest = crate::kafka::consumer::starts_at_end(kafka);
     let mut list = TopicPartitionList::new();
     for (topic, partition) in partitions(&consumer, &connector.topics)? {
@@ -58,6 +56,16 @@ pub fn reset_group_offsets(
         consumer.commit(&list, CommitMode::Sync)?;
     }
     Ok(moved)
+}
+
+/// A consumer with the connector's settings and group that never joins it: for commits
+/// and queries from outside the group.
+fn outside_consumer(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    connector: &ConnectorConfig,
+) -> Result<BaseConsumer, KafkaError> {
+    crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()
 }
 
 /// Every partition of `topics`, as the broker's metadata has them.
@@ -82,8 +90,7 @@ pub fn members(
     brokers: &str,
     connector: &ConnectorConfig,
 ) -> Result<usize, KafkaError> {
-    let consumer: BaseConsumer =
-        crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()?;
+    let consumer = outside_consumer(kafka, brokers, connector)?;
     let group = connector.group_id();
     let groups = consumer.fetch_group_list(Some(&group), GROUP_TIMEOUT)?;
     Ok(groups
@@ -101,8 +108,7 @@ pub fn committed_offsets(
     brokers: &str,
     connector: &ConnectorConfig,
 ) -> Result<Vec<(String, i32, i64)>, KafkaError> {
-    let consumer: BaseConsumer =
-        crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()?;
+    let consumer = outside_consumer(kafka, brokers, connector)?;
     let mut list = TopicPartitionList::new();
     for (topic, partition) in partitions(&consumer, &connector.topics)? {
         list.add_partition(&topic, partition);
