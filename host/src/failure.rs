@@ -40,7 +40,7 @@ named_enum! {
     /// The stage of the record's path where it failed.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Stage {
-        /// On arrival: too large, or a header name that is not UTF-8.
+        /// On arrival: too large, a header name that is not UTF-8, no `delivery.dedup` id.
         Source => "source",
         /// A transform rejected it, or trapped on it.
         Transform => "transform",
@@ -62,6 +62,8 @@ named_enum! {
         RecordTooLarge => "record_too_large",
         /// A header name that is not UTF-8.
         HeaderNotUtf8 => "header_not_utf8",
+        /// No usable producer id where `delivery.dedup.id` says it is.
+        MissingId => "missing_id",
         /// A transform rejected the record, or trapped, timed out or ran out of memory on it.
         Transform => "transform",
         /// A batch failed in a transform and the search for the records that make it fail

@@ -8,6 +8,8 @@
 //! - [`retry`]: waiting out transient failures (`errors.retry`).
 //! - [`metrics`]: the process's Prometheus metrics (every stage counts into them).
 //! - [`map`]: a record's value and metadata to column values.
+//! - [`dedup`]: producer-duplicate detection (`delivery.dedup`): a record's id as it
+//!   arrived, and which of a batch's ids are duplicates.
 //! - [`prepare`]: a batch through arrival checks, transforms, schema and mapping, failures
 //!   kept apart.
 //! - [`sink`]: database I/O: one transaction per batch with rows, offsets (the
@@ -29,6 +31,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod dedup;
 pub mod deliver;
 pub mod failure;
 pub mod kafka;

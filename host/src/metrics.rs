@@ -95,6 +95,7 @@ pub struct Metrics {
     filtered: Family<ConnectorLabel, Counter>,
     skipped: Family<ReasonLabel, Counter>,
     dead_letters: Family<ConnectorLabel, Counter>,
+    duplicates: Family<ConnectorLabel, Counter>,
     committed: Family<ConnectorLabel, Counter>,
     batches: Family<ConnectorLabel, Counter>,
     lag: Family<PartitionLabel, Gauge>,
@@ -166,6 +167,12 @@ impl Metrics {
                 r,
                 "dead_letters",
                 "Failed records stored or produced as dead letters",
+                Family::default()
+            ),
+            duplicates: register!(
+                r,
+                "duplicates_skipped",
+                "Records skipped as producer duplicates: their delivery.dedup id was written before",
                 Family::default()
             ),
             committed: register!(
@@ -282,6 +289,7 @@ impl Metrics {
                 .get_or_create_owned(&reason("nothing_to_write")),
             failed_skipped: self.skipped.get_or_create_owned(&reason("errors_policy")),
             dead_letters: self.dead_letters.get_or_create_owned(&label),
+            duplicates: self.duplicates.get_or_create_owned(&label),
             batches: self.batches.get_or_create_owned(&label),
             conflicts: self.conflicts.get_or_create_owned(&label),
             offset_gaps: self.offset_gaps.get_or_create_owned(&label),
@@ -321,6 +329,8 @@ pub struct ConnectorMetrics {
     pub failed_skipped: Counter,
     /// Failed records stored or produced as dead letters.
     pub dead_letters: Counter,
+    /// Records skipped as producer duplicates (`delivery.dedup`).
+    pub duplicates: Counter,
     /// Batches committed.
     pub batches: Counter,
     /// Batches rolled back on an offset conflict.

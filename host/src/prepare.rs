@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use crate::config::{ConnectorConfig, ErrorPolicy, Format};
+use crate::config::{ConnectorConfig, DedupIdSource, ErrorPolicy, Format};
+use crate::dedup::{self, DedupKey};
 use crate::failure::{Failure, FailureClass, Stage};
 use crate::map::{MapError, RowMapper, RowOp};
 use crate::record::{Incoming, Record, RecordExt};
@@ -52,6 +53,9 @@ pub struct Prepared {
     pub map_time: std::time::Duration,
     /// The input records as they arrived, when dead letters may need them.
     pub originals: Option<Vec<Record>>,
+    /// With `delivery.dedup`: the producer id of each input that passed the arrival checks,
+    /// in input order.
+    pub dedup: Vec<DedupKey>,
     /// Each input's topic (an index into `topics`), partition and offset.
     coordinates: Vec<(usize, i32, i64)>,
     topics: Vec<String>,
@@ -100,6 +104,7 @@ pub struct Preparer {
     keep_originals: bool,
     policy: ErrorPolicy,
     isolation: sluice_transform::Isolation,
+    dedup: Option<DedupIdSource>,
 }
 
 impl Preparer {
@@ -122,6 +127,7 @@ impl Preparer {
                 max_failed_calls: connector.errors.isolation.max_failed_calls,
                 max_time: connector.errors.isolation.max_time.0,
             },
+            dedup: connector.delivery.dedup.as_ref().map(|d| d.id.clone()),
         }
     }
 
@@ -198,13 +204,24 @@ impl Preparer {
         // Arrival checks: a failing record goes no further.
         let mut passing = Vec::with_capacity(incoming.len());
         let mut passing_index = Vec::with_capacity(incoming.len());
+        let read_at = now_millis();
         for (index, item) in incoming.into_iter().enumerate() {
-            let problem = match item.defect {
+            let mut problem = match item.defect {
                 Some(defect) => Some((FailureClass::HeaderNotUtf8, defect)),
                 None => validate::check_size(&item.record, self.max_record_bytes)
                     .err()
                     .map(|m| (FailureClass::RecordTooLarge, m)),
             };
+            if let (None, Some(source)) = (&problem, &self.dedup) {
+                match dedup::read_id(source, &item.record) {
+                    Ok(id) => prepared.dedup.push(DedupKey {
+                        input: index,
+                        id,
+                        timestamp: item.record.timestamp.unwrap_or(read_at),
+                    }),
+                    Err(message) => problem = Some((FailureClass::MissingId, message)),
+                }
+            }
             match problem {
                 Some((class, message)) => {
                     failed[index] = true;
@@ -327,4 +344,11 @@ impl Preparer {
         };
         self.mapper.map_parsed(record, parsed).map_err(map_failure)
     }
+}
+
+/// Milliseconds since the Unix epoch, now.
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -5,6 +5,8 @@
 //! - [`pipeline`]: records through `sluice run` into each database, exactly once.
 //! - [`offset_integrity`]: stored offsets the log no longer has, records that skip offsets.
 //! - [`offsets_cas`]: the compare-and-set on stored offsets, two writers racing.
+//! - [`dedup`]: producer duplicates (`delivery.dedup`) skipped across batches, partitions,
+//!   a SIGKILL and two writers at once; ids cleaned up past their window.
 //! - [`faults`]: SIGKILLs, database and broker outages, a broker restart, a rebalance storm.
 //! - [`operate`]: the admin API (Kafka Connect's shapes), metrics, supervision, reload.
 //! - [`poison`]: poisoned records under each error policy, dead letters and their redrive.
@@ -20,6 +22,7 @@
 mod harness;
 
 mod config_corpus;
+mod dedup;
 mod error_classes;
 mod faults;
 mod fuzz_decode_map;

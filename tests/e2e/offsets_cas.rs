@@ -10,17 +10,7 @@ use sluice::sink::{OffsetAdvance, Sink, SinkError, WriteBatch};
 
 fn batch(topic: &str, expected: Option<i64>, next: i64, uids: std::ops::Range<i64>) -> WriteBatch {
     WriteBatch {
-        ops: uids
-            .map(|uid| {
-                RowOp::Write(vec![
-                    SqlValue::Int(uid),
-                    SqlValue::Text(format!("w{uid}")),
-                    SqlValue::Null,
-                    SqlValue::Int(0),
-                    SqlValue::Int(uid),
-                ])
-            })
-            .collect(),
+        ops: uids.map(harness::scenario_row).collect(),
         offsets: vec![OffsetAdvance {
             topic: topic.to_string(),
             partition: 0,

@@ -268,10 +268,13 @@ fn schema_message(error: &jsonschema::ValidationError<'_>) -> String {
                 .unwrap_or_default();
             format!("{value} is not one of {}", options.join(", "))
         }
-        Kind::Pattern { pattern } if pattern.contains("(ms|s|m|h)") => {
+        Kind::Pattern { pattern } if pattern.contains("(ms|s|m|h|d)") => {
             format!(
-                "{value} is not a duration: write a number and a unit, ms, s, m or h (50ms, 2s, 5m)"
+                "{value} is not a duration: write a number and a unit, ms, s, m, h or d (50ms, 2s, 5m, 7d)"
             )
+        }
+        Kind::Pattern { pattern } if pattern.starts_with("^(header:") => {
+            format!("{value} is not an id source: write header:NAME or a JSON pointer such as /id")
         }
         Kind::Pattern { pattern } if pattern.contains("KiB") => {
             format!(
@@ -396,6 +399,14 @@ fn semantic_problems(config: &Config) -> Vec<Problem> {
         }
         if connector.batch.max_records == 0 {
             problems.push(Problem::new(at("batch.max_records"), "must be at least 1"));
+        }
+        if let Some(dedup) = &connector.delivery.dedup
+            && dedup.window.0.is_zero()
+        {
+            problems.push(Problem::new(
+                at("delivery.dedup.window"),
+                "must be longer than 0: ids are remembered this long (on record timestamps)",
+            ));
         }
         let sink = &connector.sink;
         match url_scheme(sink.url.expose()) {

@@ -70,6 +70,8 @@ pub mod defaults {
     pub const RESTART_INITIAL: Duration = Duration::from_secs(1);
     /// Longest wait between two restarts of a task that keeps failing transiently.
     pub const RESTART_MAX: Duration = Duration::from_secs(300);
+    /// How long `delivery.dedup` remembers a producer id (on record timestamps).
+    pub const DEDUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
     /// Group name: `sluice-<connector name>`.
     pub fn group(connector: &str) -> String {
         format!("sluice-{connector}")
@@ -659,6 +661,68 @@ pub struct DeliveryConfig {
     /// What happens when a partition's records skip offsets.
     #[serde(default)]
     pub on_offset_gap: OnGap,
+    /// Producer-duplicate detection: records that carry an id already written are skipped.
+    #[serde(default)]
+    pub dedup: Option<DedupConfig>,
+}
+
+/// `delivery.dedup`: detects the duplicates a producer wrote (a retry without idempotence,
+/// a replay): the same message at two offsets, maybe in two partitions. The ids written
+/// are kept in the sink database in the rows' transaction, so a duplicate is skipped
+/// across restarts, rebalances and processes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DedupConfig {
+    /// Where a record's id is, in the record as it arrived (before any transform):
+    /// `header:NAME` (the header's value, UTF-8) or a JSON pointer into the value (`/id`;
+    /// a string or an integer). A record without one is a per-record failure.
+    pub id: DedupIdSource,
+    /// How long an id is remembered, measured on record timestamps: ids of records more
+    /// than `window` older than the newest id kept are cleaned up.
+    #[serde(default = "dedup_window_default")]
+    pub window: HumanDuration,
+}
+
+fn dedup_window_default() -> HumanDuration {
+    HumanDuration(defaults::DEDUP_WINDOW)
+}
+
+/// Where a record's producer id is.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum DedupIdSource {
+    /// `header:NAME`: the value of the record's (last) header named NAME.
+    Header(String),
+    /// `/json/pointer`: a string or an integer in the record's value.
+    Pointer(String),
+}
+
+impl TryFrom<String> for DedupIdSource {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        if let Some(name) = text.strip_prefix("header:") {
+            if name.is_empty() {
+                return Err("\"header:\" names no header: write header:NAME".into());
+            }
+            return Ok(DedupIdSource::Header(name.to_string()));
+        }
+        if text.starts_with('/') {
+            return Ok(DedupIdSource::Pointer(text));
+        }
+        Err(format!(
+            "\"{text}\" is not an id source: write header:NAME or a JSON pointer such as /id"
+        ))
+    }
+}
+
+impl std::fmt::Display for DedupIdSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DedupIdSource::Header(name) => write!(f, "header:{name}"),
+            DedupIdSource::Pointer(pointer) => f.write_str(pointer),
+        }
+    }
 }
 
 /// `delivery.on_offset_out_of_range`.

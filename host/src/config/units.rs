@@ -15,24 +15,25 @@ pub struct HumanDuration(pub Duration);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ByteSize(pub u64);
 
-/// Parses `"50ms"`, `"2s"`, `"1.5s"`, `"5m"`, `"1h"`.
+/// Parses `"50ms"`, `"2s"`, `"1.5s"`, `"5m"`, `"1h"`, `"7d"`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("\"{text}\" has no unit: write it as 500ms, 2s, 5m or 1h"))?;
+        .ok_or_else(|| format!("\"{text}\" has no unit: write it as 500ms, 2s, 5m, 1h or 7d"))?;
     let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("\"{text}\" is not a duration: write it as 500ms, 2s, 5m or 1h"))?;
+    let number: f64 = number.parse().map_err(|_| {
+        format!("\"{text}\" is not a duration: write it as 500ms, 2s, 5m, 1h or 7d")
+    })?;
     let seconds = match unit.trim() {
         "ms" => number / 1000.0,
         "s" => number,
         "m" => number * 60.0,
         "h" => number * 3600.0,
+        "d" => number * 86400.0,
         other => {
             return Err(format!(
-                "\"{text}\" has an unknown unit \"{other}\": use ms, s, m or h"
+                "\"{text}\" has an unknown unit \"{other}\": use ms, s, m, h or d"
             ));
         }
     };

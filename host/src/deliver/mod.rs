@@ -4,7 +4,7 @@
 //! Records that failed before the database (arrival checks, transforms, schema, mapping)
 //! are known when the batch is planned. When the database refuses the batch for a reason
 //! that is not transient, the sink finds the refused rows by splitting the batch under
-//! savepoints ([`Sink::find_refused`]); they join the failures and the batch is planned and
+//! savepoints ([`Sink::find_refused_in`]); they join the failures and the batch is planned and
 //! written again. The policy decides what a failure becomes:
 //!
 //! - `fail`: nothing at or after the first failed record of its partition is written; the
@@ -84,6 +84,8 @@ pub struct Delivered {
     pub dead_letters: usize,
     /// Row operations the transaction wrote.
     pub rows: usize,
+    /// Inputs (indices in the batch) skipped as producer duplicates (`delivery.dedup`).
+    pub duplicates: Vec<usize>,
     /// How long the transaction's commit took.
     pub commit_time: std::time::Duration,
 }
@@ -106,10 +108,11 @@ pub async fn deliver(
             }
         }
         let error = match sink.write_timed(&plan.batch).await {
-            Ok(commit_time) => {
+            Ok(written) => {
                 return Ok(Delivered {
-                    rows: plan.batch.ops.len(),
-                    commit_time,
+                    rows: written.rows,
+                    commit_time: written.commit_time,
+                    duplicates: written.duplicates,
                     offsets: plan.batch.offsets.clone(),
                     next_offsets: plan.next_offsets.clone(),
                     fatal: plan.fatal.clone(),
@@ -128,7 +131,7 @@ pub async fn deliver(
             }
             Err(e) => e,
         };
-        let refused = sink.find_refused(&plan.batch.ops).await?;
+        let refused = sink.find_refused_in(&plan.batch).await?;
         if refused.is_empty() {
             // Not a row's fault (the offsets, the dead letters, the commit).
             return Err(error.into());
@@ -137,10 +140,10 @@ pub async fn deliver(
         let mut inputs = HashSet::new();
         let failures = refused
             .into_iter()
-            .filter(|(op, _)| inputs.insert(plan.origins[*op]))
+            .filter(|(op, _)| inputs.insert(plan.batch.origins[*op]))
             .map(|(op, message)| {
                 job.prepared.failure(
-                    plan.origins[op],
+                    plan.batch.origins[op],
                     Stage::Sink,
                     FailureClass::DatabaseRefused,
                     message,

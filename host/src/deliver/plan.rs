@@ -13,8 +13,6 @@ use crate::sink::{OffsetAdvance, WriteBatch};
 /// What one batch writes, after the policy: rows, offsets, dead letters.
 pub struct Plan {
     pub batch: WriteBatch,
-    /// The input record of each of `batch.ops`.
-    pub(super) origins: Vec<usize>,
     /// Where each partition goes after the batch (for the at-least-once Kafka commit).
     pub next_offsets: Vec<(Partition, i64)>,
     /// `fail` policy: the first failed record; the task fails after the batch commits.
@@ -39,10 +37,11 @@ impl Plan {
         let mut plan = Plan {
             batch: WriteBatch {
                 ops: std::mem::take(&mut prepared.ops),
+                origins: std::mem::take(&mut prepared.origins),
                 offsets,
+                dedup: std::mem::take(&mut prepared.dedup),
                 ..WriteBatch::default()
             },
-            origins: std::mem::take(&mut prepared.origins),
             next_offsets,
             fatal: None,
             handled: Vec::new(),
@@ -67,6 +66,8 @@ impl Plan {
         }
         let failed: HashSet<usize> = failures.iter().map(|f| f.index).collect();
         self.retain_ops(|origin| !failed.contains(&origin));
+        // A failed record's id is not stored: it was not written.
+        self.batch.dedup.retain(|key| !failed.contains(&key.input));
         if !self.batch.redriven.is_empty() {
             // A redriven dead letter that fails again stays (with its new cause).
             let again: HashSet<(&str, i32, i64)> = failures
@@ -87,11 +88,14 @@ impl Plan {
                         .or_insert(f.offset);
                     *at = (*at).min(f.offset);
                 }
-                self.retain_ops(|origin| {
-                    let (topic, partition, offset) = prepared.position(origin);
+                let before_cut = |input: usize| {
+                    let (topic, partition, offset) = prepared.position(input);
                     cut.get(&(topic.to_string(), partition))
                         .is_none_or(|at| offset < *at)
-                });
+                };
+                self.retain_ops(before_cut);
+                // Records after the cut are read again: their ids must not be taken.
+                self.batch.dedup.retain(|key| before_cut(key.input));
                 for advance in &mut self.batch.offsets {
                     if let Some(at) = cut.get(&(advance.topic.clone(), advance.partition)) {
                         advance.next = advance.next.min(*at);
@@ -137,16 +141,16 @@ impl Plan {
     }
 
     fn retain_ops(&mut self, keep: impl Fn(usize) -> bool) {
-        if self.origins.iter().all(|&o| keep(o)) {
+        if self.batch.origins.iter().all(|&o| keep(o)) {
             return;
         }
         let (ops, origins): (Vec<RowOp>, Vec<usize>) = std::mem::take(&mut self.batch.ops)
             .into_iter()
-            .zip(std::mem::take(&mut self.origins))
+            .zip(std::mem::take(&mut self.batch.origins))
             .filter(|(_, origin)| keep(*origin))
             .unzip();
         self.batch.ops = ops;
-        self.origins = origins;
+        self.batch.origins = origins;
     }
 }
 
@@ -276,6 +280,7 @@ connectors:
         let mut plan = Plan {
             batch: WriteBatch {
                 ops: vec![RowOp::Write(vec![SqlValue::Int(1)])],
+                origins: vec![0],
                 offsets: vec![OffsetAdvance {
                     topic: "t".into(),
                     partition: 0,
@@ -284,7 +289,6 @@ connectors:
                 }],
                 ..WriteBatch::default()
             },
-            origins: vec![0],
             next_offsets: vec![(("t".into(), 0), 6)],
             fatal: None,
             handled: Vec::new(),
@@ -345,6 +349,64 @@ connectors:
         }
     }
 
+    /// Producer ids: a record without one fails on arrival; a failed record's id, and under
+    /// `fail` the ids of the records after the cut (read again), are not stored.
+    #[test]
+    fn only_the_ids_of_records_the_batch_commits_are_stored() {
+        let text = r#"
+kafka: { brokers: localhost:9092 }
+connectors:
+  - name: c
+    topics: [t]
+    sink:
+      url: sqlite://x.db
+      table: words
+      columns:
+        uid: { from: /uid, type: bigint }
+    delivery: { dedup: { id: /id } }
+    errors: { policy: fail }
+"#;
+        let config: Config = crate::config::load_str(text, &|_| None).expect("valid");
+        let connector = &config.connectors[0];
+        let values = [
+            r#"{"id": "a", "uid": 1}"#,
+            r#"{"id": "b", "uid": 2}"#,
+            r#"{"uid": 3}"#,
+            r#"{"id": "d", "uid": 4}"#,
+        ];
+        let records = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Incoming::from(Record::from_value("t", 0, 10 + i as i64, *v)))
+            .collect();
+        let mut prepared = Preparer::new(connector, None, None)
+            .prepare(records)
+            .expect("prepared");
+        assert_eq!(prepared.failures.len(), 1);
+        assert_eq!(prepared.failures[0].class, FailureClass::MissingId);
+        assert_eq!(prepared.failures[0].offset, 12);
+        let ids = |plan: &Plan| -> Vec<String> {
+            plan.batch.dedup.iter().map(|k| k.id.clone()).collect()
+        };
+        let offsets = vec![OffsetAdvance {
+            topic: "t".into(),
+            partition: 0,
+            expected: Some(10),
+            next: 14,
+        }];
+        let plan = Plan::new(
+            ErrorPolicy::Fail,
+            false,
+            &mut prepared,
+            offsets,
+            vec![(("t".into(), 0), 14)],
+        );
+        // Offset 12 fails: 10 and 11 commit, 13 is read again.
+        assert_eq!(ids(&plan), vec!["a", "b"]);
+        assert_eq!(plan.batch.ops.len(), 2);
+        assert_eq!(plan.batch.origins, vec![0, 1]);
+    }
+
     #[test]
     fn refused_rows_leave_the_batch_and_a_redrive_keeps_their_dead_letters() {
         let connector = connector("{ policy: dlq, dlq: { table: dead } }");
@@ -359,7 +421,7 @@ connectors:
         plan.batch.redriven = vec![("t".into(), 0, 10), ("t".into(), 0, 12)];
         // The database refuses the row of offset 12 (ops: 10, 12, 14, 20, 22).
         let refused = prepared.failure(
-            plan.origins[1],
+            plan.batch.origins[1],
             Stage::Sink,
             FailureClass::DatabaseRefused,
             "too long".into(),

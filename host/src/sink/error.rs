@@ -34,6 +34,13 @@ pub enum SinkError {
         partition: i32,
         offset: i64,
     },
+    /// Another transaction stored one of this batch's `delivery.dedup` ids at the same
+    /// time (two partitions carrying copies of one message). The transaction was rolled
+    /// back; written again, it finds the id and skips the copy.
+    #[error(
+        "another task stored producer id {id:?} at the same time (delivery.dedup); the batch was rolled back and is written again"
+    )]
+    DedupConflict { id: String },
     /// The database did not answer in time; what happened to the statement is unknown
     /// (a retried batch is fenced by the compare-and-set if it did commit).
     #[error("{action} on table {table}: no answer from the database within {after:?}")]
@@ -75,7 +82,7 @@ impl SinkError {
             SinkError::Connect { source, .. } | SinkError::Database { source, .. } => {
                 is_transient(source)
             }
-            SinkError::Timeout { .. } => true,
+            SinkError::Timeout { .. } | SinkError::DedupConflict { .. } => true,
             SinkError::OffsetConflict { .. }
             | SinkError::RedriveConflict { .. }
             | SinkError::UnsupportedUrl { .. }

@@ -5,6 +5,8 @@
 //! BEGIN
 //!   advance sluice_offsets for each partition of the batch, compare-and-set on the
 //!   offset the batch started from (a zombie that lost the partition fails here, early)
+//!   with delivery.dedup: claim the batch's producer ids in sluice_dedup; the rows of
+//!   records whose id was there already are dropped (crate::dedup)
 //!   write the rows: runs of writes and deletes, each run one bulk statement per chunk
 //! COMMIT
 //! ```
@@ -16,6 +18,7 @@
 mod backend;
 pub mod control;
 pub mod dead_letters;
+mod dedup;
 pub mod dialect;
 mod error;
 mod postgres;
@@ -37,6 +40,7 @@ use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, MySql, Postgres, Sqli
 use backend::Backend;
 
 use crate::config::{ConnectorConfig, DeadLetterDestination, WriteMode, redact_url};
+use crate::dedup::DedupKey;
 use crate::failure::DeadLetter;
 use crate::map::{RowOp, SqlValue};
 pub use dialect::{Dialect, TableSpec};
@@ -55,11 +59,27 @@ pub struct OffsetAdvance {
     pub next: i64,
 }
 
+/// What a committed transaction did.
+#[derive(Debug, Clone, Default)]
+pub struct Written {
+    /// How long the commit itself took.
+    pub commit_time: Duration,
+    /// Row operations written.
+    pub rows: usize,
+    /// Inputs (indices in the batch) skipped as producer duplicates (`delivery.dedup`).
+    pub duplicates: Vec<usize>,
+}
+
 /// What one transaction writes.
 #[derive(Debug, Clone, Default)]
 pub struct WriteBatch {
     /// Row operations in record order (no `Skip`).
     pub ops: Vec<RowOp>,
+    /// The input record (its index in the batch) of each of `ops`; needed with `dedup`.
+    pub origins: Vec<usize>,
+    /// With `delivery.dedup`: the producer ids of the inputs this batch commits, in input
+    /// order. The rows of an input whose id is stored already are not written.
+    pub dedup: Vec<DedupKey>,
     /// Offsets to advance; empty in `at_least_once` delivery.
     pub offsets: Vec<OffsetAdvance>,
     /// Dead letters for the connector's dead-letter table.
@@ -70,6 +90,22 @@ pub struct WriteBatch {
     /// The id of the Kafka cluster the records came from, stored beside the offsets: a
     /// stored offset from another cluster is not resumed from in silence.
     pub cluster: Option<String>,
+}
+
+/// `batch`'s operations without those of `inputs` (sorted); `None` when none is dropped.
+fn without_inputs(batch: &WriteBatch, inputs: &[usize]) -> Option<Vec<RowOp>> {
+    if inputs.is_empty() {
+        return None;
+    }
+    Some(
+        batch
+            .ops
+            .iter()
+            .zip(&batch.origins)
+            .filter(|(_, origin)| inputs.binary_search(origin).is_err())
+            .map(|(op, _)| op.clone())
+            .collect(),
+    )
 }
 
 enum Pool {
@@ -367,8 +403,8 @@ impl Sink {
         self.write_timed(batch).await.map(|_| ())
     }
 
-    /// [`write`](Self::write), returning how long the commit itself took.
-    pub async fn write_timed(&self, batch: &WriteBatch) -> Result<std::time::Duration, SinkError> {
+    /// [`write`](Self::write), returning what the transaction did.
+    pub async fn write_timed(&self, batch: &WriteBatch) -> Result<Written, SinkError> {
         tokio::time::timeout(WRITE_TIMEOUT, self.write_transaction(batch))
             .await
             .unwrap_or_else(|_| {
@@ -380,19 +416,17 @@ impl Sink {
             })
     }
 
-    async fn write_transaction(
-        &self,
-        batch: &WriteBatch,
-    ) -> Result<std::time::Duration, SinkError> {
+    async fn write_transaction(&self, batch: &WriteBatch) -> Result<Written, SinkError> {
         each_pool!(self, pool, DB => {
             let mut tx = pool
                 .begin_with(self.dialect.begin())
                 .await
                 .map_err(self.db_error("begin"))?;
-            self.write_in::<DB>(&mut tx, batch).await?;
+            let mut written = self.write_in::<DB>(&mut tx, batch).await?;
             let committing = std::time::Instant::now();
             tx.commit().await.map_err(self.db_error("commit"))?;
-            Ok(committing.elapsed())
+            written.commit_time = committing.elapsed();
+            Ok(written)
         })
     }
 
@@ -401,16 +435,17 @@ impl Sink {
         &self,
         conn: &mut DB::Connection,
         batch: &WriteBatch,
-    ) -> Result<(), SinkError>
+    ) -> Result<Written, SinkError>
     where
         DB: Backend,
         DB::Connection: 'static,
         DB::Arguments: IntoArguments<DB>,
         for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-        String: for<'q> Encode<'q, DB> + Type<DB>,
+        String: for<'q> Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + Type<DB>,
         i32: for<'q> Encode<'q, DB> + Type<DB>,
         i64: for<'q> Encode<'q, DB> + Type<DB>,
         Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
+        usize: sqlx::ColumnIndex<DB::Row>,
     {
         backend::advance_offsets::<DB>(
             conn,
@@ -420,8 +455,20 @@ impl Sink {
             &batch.offsets,
         )
         .await?;
+        let mut written = Written::default();
+        let kept;
+        let ops: &[RowOp] = if batch.dedup.is_empty() {
+            &batch.ops
+        } else {
+            let skipped =
+                dedup::claim::<DB>(conn, self.dialect, &self.connector, &batch.dedup).await?;
+            written.duplicates = skipped.iter().map(|&p| batch.dedup[p].input).collect();
+            kept = without_inputs(batch, &written.duplicates);
+            kept.as_deref().unwrap_or(&batch.ops)
+        };
+        written.rows = ops.len();
         let runs = runs(
-            &batch.ops,
+            ops,
             &self.table,
             self.dialect,
             self.mode != WriteMode::Insert,
@@ -430,7 +477,7 @@ impl Sink {
             .await
             .map_err(self.db_error("write rows"))?;
         if batch.dead_letters.is_empty() && batch.redriven.is_empty() {
-            return Ok(());
+            return Ok(written);
         }
         let Some(table) = &self.dead_letter_table else {
             return Err(SinkError::Internal(
@@ -476,7 +523,7 @@ impl Sink {
                 });
             }
         }
-        Ok(())
+        Ok(written)
     }
 
     /// The database this sink writes to.

@@ -8,7 +8,7 @@ use sqlx::{AssertSqlSafe, Executor, IntoArguments};
 use super::backend::{self, Backend};
 use super::error::{is_refusal, refused_message};
 use super::runs::runs;
-use super::{Dialect, Sink, SinkError, WRITE_TIMEOUT, each_pool};
+use super::{Dialect, Sink, SinkError, WRITE_TIMEOUT, WriteBatch, dedup, each_pool};
 use crate::config::WriteMode;
 use crate::map::RowOp;
 
@@ -21,6 +21,26 @@ impl Sink {
     /// until each refusal is one operation. Nothing is kept: the transaction is rolled
     /// back. `Err` for a transient failure, or when the database cannot be probed.
     pub async fn find_refused(&self, ops: &[RowOp]) -> Result<Vec<(usize, String)>, SinkError> {
+        self.probe(ops, None).await
+    }
+
+    /// [`find_refused`](Self::find_refused) for a batch: with `delivery.dedup`, the rows of
+    /// records the transaction would skip as duplicates are not tried (a duplicate's row
+    /// would be refused by the key its first copy wrote). Indices are into `batch.ops`.
+    pub async fn find_refused_in(
+        &self,
+        batch: &WriteBatch,
+    ) -> Result<Vec<(usize, String)>, SinkError> {
+        self.probe(&batch.ops, Some(batch)).await
+    }
+
+    /// The probe; with a `batch` that has producer ids, they are claimed first (and rolled
+    /// back with the rest) and its duplicates' rows left out.
+    async fn probe(
+        &self,
+        ops: &[RowOp],
+        batch: Option<&WriteBatch>,
+    ) -> Result<Vec<(usize, String)>, SinkError> {
         let probe = async {
             each_pool!(self, pool, DB => {
                 let mut tx = pool
@@ -34,8 +54,24 @@ impl Sink {
                         .await
                         .map_err(self.db_error("find refused rows"))?;
                 }
-                // Dropping the transaction rolls it back.
-                self.refused_in::<DB>(&mut tx, ops).await
+                // Dropping the transaction rolls it back, with any ids claimed here.
+                let Some(batch) = batch.filter(|b| !b.dedup.is_empty()) else {
+                    return self.refused_in::<DB>(&mut tx, ops).await;
+                };
+                let skipped =
+                    dedup::claim::<DB>(&mut tx, self.dialect, &self.connector, &batch.dedup)
+                        .await?;
+                let inputs: Vec<usize> = skipped.iter().map(|&p| batch.dedup[p].input).collect();
+                // The kept operations, and where each is in `ops`.
+                let (kept, at): (Vec<RowOp>, Vec<usize>) = ops
+                    .iter()
+                    .zip(&batch.origins)
+                    .enumerate()
+                    .filter(|(_, (_, origin))| inputs.binary_search(origin).is_err())
+                    .map(|(i, (op, _))| (op.clone(), i))
+                    .unzip();
+                let refused = self.refused_in::<DB>(&mut tx, &kept).await?;
+                Ok(refused.into_iter().map(|(i, message)| (at[i], message)).collect())
             })
         };
         tokio::time::timeout(WRITE_TIMEOUT, probe)

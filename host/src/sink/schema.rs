@@ -15,6 +15,7 @@
 //! | 2 | MySQL/MariaDB: `sluice_offsets` compares connector and topic names exactly (binary collation); before, `Orders` and `orders` shared one row |
 //! | 3 | `sluice_offsets.cluster_id`: the Kafka cluster an offset was read from |
 //! | 4 | `sluice_control` (a connector's target state and restart requests, set through the admin API) and `sluice_task_status` (each process's tasks, as heartbeats) |
+//! | 5 | `sluice_dedup` (connector, id, record_time): the producer ids written, for `delivery.dedup` |
 
 use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, Type};
 
@@ -22,7 +23,7 @@ use super::backend::{self, Backend};
 use super::{Dialect, Sink, SinkError, each_pool};
 
 /// The version of sluice's own tables this binary writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// An arbitrary key for PostgreSQL's advisory lock: "sluice" in ASCII.
 const PG_LOCK_KEY: i64 = 0x736c_7569_6365;
@@ -88,6 +89,18 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
             "CREATE TABLE IF NOT EXISTS sluice_task_status (connector TEXT NOT NULL, worker TEXT NOT NULL, \
              task INTEGER NOT NULL, state TEXT NOT NULL, trace TEXT, updated_at BIGINT NOT NULL, \
              PRIMARY KEY (connector, worker, task))",
+        ],
+        (5, Dialect::MySql) => vec![
+            "CREATE TABLE IF NOT EXISTS sluice_dedup (\
+             connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             record_time BIGINT NOT NULL, PRIMARY KEY (connector, id), \
+             INDEX sluice_dedup_time (connector, record_time))",
+        ],
+        (5, _) => vec![
+            "CREATE TABLE IF NOT EXISTS sluice_dedup (connector TEXT NOT NULL, id TEXT NOT NULL, \
+             record_time BIGINT NOT NULL, PRIMARY KEY (connector, id))",
+            "CREATE INDEX IF NOT EXISTS sluice_dedup_time ON sluice_dedup (connector, record_time)",
         ],
         _ => Vec::new(),
     }
@@ -265,6 +278,7 @@ mod tests {
         for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
             assert!(!migration(dialect, 3).is_empty(), "{dialect:?}");
             assert_eq!(migration(dialect, 4).len(), 2, "{dialect:?}");
+            assert!(!migration(dialect, 5).is_empty(), "{dialect:?}");
         }
     }
 

@@ -183,6 +183,7 @@ impl ConnectorHandle {
             restart_seen: None,
             sink: None,
             policy: None,
+            dedup_cleaner: None,
             schema: None,
             failure: None,
             slots: Vec::new(),
@@ -261,6 +262,9 @@ struct Runner {
     sink: Option<Arc<Sink>>,
     policy: Option<Arc<Policy>>,
     schema: Option<Arc<RecordSchema>>,
+    /// With `delivery.dedup`: the background cleanup of old producer ids, while the sink is
+    /// connected.
+    dedup_cleaner: Option<tokio::task::JoinHandle<()>>,
     /// Why the connector failed permanently (before any task could start).
     failure: Option<String>,
     slots: Vec<Slot>,
@@ -423,7 +427,13 @@ impl Runner {
             dlq_table: matches!(config.errors.dlq, Some(DeadLetterDestination::Table(_))),
         }));
         self.schema = schema;
-        self.sink = Some(Arc::new(sink));
+        let sink = Arc::new(sink);
+        if let Some(dedup) = &config.delivery.dedup {
+            self.dedup_cleaner = Some(tokio::spawn(tracing::Instrument::in_current_span(
+                clean_dedup(sink.clone(), dedup.window.0),
+            )));
+        }
+        self.sink = Some(sink);
         Connect::Connected
     }
 
@@ -709,6 +719,9 @@ impl Runner {
     }
 
     async fn close_sink(&mut self) {
+        if let Some(cleaner) = self.dedup_cleaner.take() {
+            cleaner.abort();
+        }
         if let Some(sink) = self.sink.take() {
             sink.close().await;
         }
@@ -918,4 +931,25 @@ async fn stop_and_join(handles: Vec<TaskHandle>) -> Vec<TaskHandle> {
     })
     .await
     .unwrap_or_default()
+}
+
+/// How often the producer ids past `delivery.dedup.window` are removed.
+const DEDUP_CLEAN_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Removes the producer ids past their window, at start and every
+/// [`DEDUP_CLEAN_INTERVAL`], until aborted. A failure is logged and tried again later: ids
+/// kept longer only cost space.
+async fn clean_dedup(sink: Arc<Sink>, window: Duration) {
+    loop {
+        match sink.clean_dedup(window).await {
+            Ok(0) => {}
+            Ok(removed) => {
+                tracing::debug!(removed, "producer ids past delivery.dedup.window removed")
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot remove producer ids past delivery.dedup.window (tried again later)")
+            }
+        }
+        tokio::time::sleep(DEDUP_CLEAN_INTERVAL).await;
+    }
 }

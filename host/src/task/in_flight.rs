@@ -213,6 +213,18 @@ impl Shared {
                 .failed_skipped
                 .inc_by(delivered.handled.len() as u64),
         };
+        for &input in &delivered.duplicates {
+            let (topic, partition, offset) = flight.job.prepared.position(input);
+            tracing::debug!(
+                topic,
+                partition,
+                offset,
+                "producer duplicate skipped (delivery.dedup)"
+            );
+        }
+        self.metrics
+            .duplicates
+            .inc_by(delivered.duplicates.len() as u64);
         if let Some(failure) = delivered.fatal {
             inner.fatal = Some(TaskError::Record(failure));
         }

@@ -476,6 +476,8 @@ pub struct Scenario {
     pub transforms: String,
     /// `exactly_once` or `at_least_once`.
     pub guarantee: &'static str,
+    /// More `delivery:` keys (`dedup: { id: /uid }`, say), or empty.
+    pub delivery_extra: String,
     /// More connector keys (an `errors:` block, say), indented 4 spaces, or empty.
     pub extra_connector: String,
     /// The sink's `mode` and `key`: `upsert` on `[uid]`, or `insert` on `[]` (no primary
@@ -496,6 +498,7 @@ impl Scenario {
             extra_kafka: String::new(),
             transforms: String::new(),
             guarantee: "exactly_once",
+            delivery_extra: String::new(),
             extra_connector: String::new(),
             mode: "upsert",
             key: "[uid]",
@@ -518,7 +521,7 @@ connectors:
     tasks: {tasks}
     batch: {{ max_records: {max_records}, linger: 20ms }}
 {transforms}
-    delivery: {{ guarantee: {guarantee} }}
+    delivery: {{ guarantee: {guarantee}{delivery_extra} }}
 {extra_connector}
     sink:
       url: "{url}"
@@ -536,6 +539,11 @@ connectors:
             extra = self.extra_kafka,
             transforms = self.transforms,
             guarantee = self.guarantee,
+            delivery_extra = if self.delivery_extra.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", self.delivery_extra)
+            },
             extra_connector = self.extra_connector,
             mode = self.mode,
             key = self.key,
@@ -673,6 +681,19 @@ connectors:
     }
 }
 
+/// A row of [`Scenario`]'s table for uid `uid` (`produced_at` null), as a test writes it
+/// through the sink directly.
+pub fn scenario_row(uid: i64) -> sluice::map::RowOp {
+    use sluice::map::{RowOp, SqlValue};
+    RowOp::Write(vec![
+        SqlValue::Int(uid),
+        SqlValue::Text(format!("w{uid}")),
+        SqlValue::Null,
+        SqlValue::Int(0),
+        SqlValue::Int(uid),
+    ])
+}
+
 /// Exactly the ids `0..n`, each once.
 pub fn assert_exactly(stats: SequenceStats, n: i64) {
     assert_eq!(stats.rows, n, "rows: {stats:?}");
@@ -691,6 +712,12 @@ pub struct SluiceProcess {
 
 impl SluiceProcess {
     pub fn start(config: &Path) -> SluiceProcess {
+        SluiceProcess::start_with_env(config, &[])
+    }
+
+    /// [`start`](Self::start) with more environment variables (those a config file
+    /// interpolates, say).
+    pub fn start_with_env(config: &Path, env: &[(&str, &str)]) -> SluiceProcess {
         // Logs outlive the test's temporary directory: target/tmp/e2e-logs/<config>-<n>.log
         let stem = config
             .file_stem()
@@ -706,6 +733,7 @@ impl SluiceProcess {
                 "RUST_LOG",
                 std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -1,0 +1,182 @@
+//! `sluice_dedup`: the producer ids a connector has written (`delivery.dedup`), claimed in
+//! each batch's transaction and cleaned up past their window. See [`crate::dedup`] for the
+//! whole mechanism.
+
+use std::collections::HashSet;
+
+use sqlx::{AssertSqlSafe, ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Type};
+
+use super::backend::Backend;
+use super::{Dialect, Sink, SinkError, each_pool};
+use crate::dedup::{DedupKey, duplicates};
+
+/// Ids looked up, or rows stored, per statement: far under every database's bind limit.
+const IDS_PER_STATEMENT: usize = 1000;
+/// Longest wait for one cleanup.
+const CLEAN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn db_error(action: &'static str) -> impl Fn(sqlx::Error) -> SinkError {
+    move |source| SinkError::Database {
+        action,
+        table: "sluice_dedup".into(),
+        source,
+    }
+}
+
+/// In a batch's transaction: finds which of `keys` are duplicates (their id is stored, or
+/// an earlier key of the batch has it) and stores the others' ids. Returns the duplicates'
+/// positions in `keys`. A concurrent transaction storing one of the ids makes this one
+/// fail with [`SinkError::DedupConflict`], to be retried.
+pub(super) async fn claim<DB>(
+    conn: &mut DB::Connection,
+    dialect: Dialect,
+    connector: &str,
+    keys: &[DedupKey],
+) -> Result<Vec<usize>, SinkError>
+where
+    DB: Backend,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    String: for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB> + Type<DB>,
+    i64: for<'q> Encode<'q, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let mut stored = HashSet::new();
+    let mut wanted: Vec<&str> = keys.iter().map(|k| k.id.as_str()).collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    for chunk in wanted.chunks(IDS_PER_STATEMENT) {
+        let list: Vec<String> = (0..chunk.len()).map(|i| dialect.param(i + 2)).collect();
+        let sql = format!(
+            "SELECT id FROM sluice_dedup WHERE connector = {} AND id IN ({})",
+            dialect.param(1),
+            list.join(", ")
+        );
+        let mut query = sqlx::query::<DB>(AssertSqlSafe(sql)).bind(connector.to_string());
+        for id in chunk {
+            query = query.bind(id.to_string());
+        }
+        let rows = query
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db_error("look up producer ids"))?;
+        for row in rows {
+            stored.insert(
+                row.try_get::<String, _>(0)
+                    .map_err(db_error("look up producer ids"))?,
+            );
+        }
+    }
+    let skipped = duplicates(keys, &stored);
+    let mut skip = skipped.iter().copied().peekable();
+    let fresh: Vec<&DedupKey> = keys
+        .iter()
+        .enumerate()
+        .filter(|(position, _)| skip.next_if_eq(position).is_none())
+        .map(|(_, key)| key)
+        .collect();
+    for chunk in fresh.chunks(IDS_PER_STATEMENT) {
+        let groups: Vec<String> = (0..chunk.len())
+            .map(|i| {
+                format!(
+                    "({}, {}, {})",
+                    dialect.param(3 * i + 1),
+                    dialect.param(3 * i + 2),
+                    dialect.param(3 * i + 3)
+                )
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO sluice_dedup (connector, id, record_time) VALUES {}",
+            groups.join(", ")
+        );
+        let mut query = sqlx::query::<DB>(AssertSqlSafe(sql));
+        for key in chunk {
+            query = query
+                .bind(connector.to_string())
+                .bind(key.id.clone())
+                .bind(key.timestamp);
+        }
+        match query.execute(&mut *conn).await {
+            Ok(_) => {}
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                return Err(SinkError::DedupConflict {
+                    id: conflicting_id(e.message(), chunk),
+                });
+            }
+            Err(e) => return Err(db_error("store producer ids")(e)),
+        }
+    }
+    Ok(skipped)
+}
+
+/// The id a unique violation names, when its message quotes one of `chunk`'s; else the
+/// first of them (the message's wording differs between databases).
+fn conflicting_id(message: &str, chunk: &[&DedupKey]) -> String {
+    chunk
+        .iter()
+        .find(|k| message.contains(&k.id))
+        .or(chunk.first())
+        .map(|k| k.id.clone())
+        .unwrap_or_default()
+}
+
+impl Sink {
+    /// Removes the ids of `delivery.dedup` older than `window` before the newest id kept
+    /// (record timestamps, so a connector that catches up on old records keeps what it
+    /// needs). Returns how many were removed.
+    pub async fn clean_dedup(&self, window: std::time::Duration) -> Result<u64, SinkError> {
+        let window = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        let dialect = self.dialect;
+        let clean = async {
+            each_pool!(self, pool, DB => {
+                let newest = sqlx::query_scalar::<DB, Option<i64>>(AssertSqlSafe(format!(
+                    "SELECT MAX(record_time) FROM sluice_dedup WHERE connector = {}",
+                    dialect.param(1)
+                )))
+                .bind(self.connector.clone())
+                .fetch_one(pool)
+                .await
+                .map_err(db_error("clean up producer ids"))?;
+                let Some(newest) = newest else {
+                    return Ok(0);
+                };
+                let result = sqlx::query::<DB>(AssertSqlSafe(format!(
+                    "DELETE FROM sluice_dedup WHERE connector = {} AND record_time < {}",
+                    dialect.param(1),
+                    dialect.param(2)
+                )))
+                .bind(self.connector.clone())
+                .bind(newest.saturating_sub(window))
+                .execute(pool)
+                .await
+                .map_err(db_error("clean up producer ids"))?;
+                Ok(<DB as Backend>::rows_affected(&result))
+            })
+        };
+        tokio::time::timeout(CLEAN_TIMEOUT, clean)
+            .await
+            .unwrap_or_else(|_| {
+                Err(SinkError::Timeout {
+                    action: "clean up producer ids",
+                    table: "sluice_dedup".into(),
+                    after: CLEAN_TIMEOUT,
+                })
+            })
+    }
+
+    /// How many producer ids this connector keeps (for tests and checks).
+    pub async fn dedup_ids(&self) -> Result<i64, SinkError> {
+        let sql = format!(
+            "SELECT COUNT(*) FROM sluice_dedup WHERE connector = {}",
+            self.dialect.param(1)
+        );
+        each_pool!(self, pool, DB => {
+            sqlx::query_scalar::<DB, i64>(AssertSqlSafe(sql))
+                .bind(self.connector.clone())
+                .fetch_one(pool)
+                .await
+        })
+        .map_err(db_error("count producer ids"))
+    }
+}

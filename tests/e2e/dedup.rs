@@ -1,0 +1,214 @@
+//! Producer-duplicate detection (`delivery.dedup`): the same message produced twice, at
+//! different offsets, lands once. Against each database: copies in one batch, in other
+//! batches and other partitions, copies replayed after a SIGKILL under `at_least_once`,
+//! two writers claiming one id at the same moment, and the cleanup of ids past the window.
+//!
+//! The tables have no primary key (`mode: insert`): a copy written would be a second row.
+
+use crate::harness;
+
+use std::time::Duration;
+
+use harness::{Backend, Pipeline, Scenario, TestDb, assert_exactly, word_event};
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use sluice::dedup::DedupKey;
+use sluice::sink::{OffsetAdvance, Sink, SinkError, WriteBatch};
+
+/// Produces `(key, value)` pairs in order, one record per batch (Tansu 0.6.0's memory
+/// storage skips the rest of a batch when a fetch starts inside it: see `produce_values`).
+async fn produce_pairs(bootstrap: &str, topic: &str, pairs: &[(String, String)]) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("batch.num.messages", "1")
+        .set("linger.ms", "0")
+        .create()
+        .expect("producer");
+    for chunk in pairs.chunks(2000) {
+        let pending: Vec<_> = chunk
+            .iter()
+            .map(|(key, value)| {
+                producer
+                    .send_result(FutureRecord::to(topic).key(key).payload(value))
+                    .expect("enqueue")
+            })
+            .collect();
+        for delivery in pending {
+            delivery.await.expect("delivery").expect("delivered");
+        }
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+/// Originals keyed by uid; `copies` again under another key (so another partition, most
+/// of the time).
+fn with_copies(
+    originals: std::ops::Range<u64>,
+    copies: impl Iterator<Item = u64>,
+) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = originals
+        .map(|uid| (uid.to_string(), word_event(uid)))
+        .collect();
+    pairs.extend(copies.map(|uid| (format!("again-{uid}"), word_event(uid))));
+    pairs
+}
+
+/// 2,500 distinct events among 3,320 records: copies in other partitions, twins next to
+/// each other (one batch), and copies of records written before a SIGKILL. At least once
+/// with the group's offsets (the article's pattern 1): the batches the group had not
+/// committed when sluice was killed are read again, and their ids are found.
+async fn producer_duplicates_land_once(kind: Backend) {
+    let mut scenario = Scenario::new(2);
+    scenario.mode = "insert";
+    scenario.key = "[]";
+    scenario.max_records = 200;
+    scenario.guarantee = "at_least_once";
+    scenario.delivery_extra = "dedup: { id: /uid, window: 7d }".into();
+    let run = Pipeline::new(kind, scenario, 3).await;
+    let topic = run.scenario.topic.clone();
+
+    let mut first = with_copies(0..1500, (0..1500).step_by(5));
+    for uid in 1500..1800 {
+        first.push((uid.to_string(), word_event(uid)));
+        first.push((uid.to_string(), word_event(uid)));
+    }
+    produce_pairs(&run.broker.bootstrap, &topic, &first).await;
+    let sluice = run.start();
+    run.wait_for_rows(600, 90).await;
+    sluice.kill();
+
+    let second = with_copies(1800..2500, (0..300).step_by(3));
+    produce_pairs(&run.broker.bootstrap, &topic, &second).await;
+    let sluice = run.start();
+    run.wait_for_rows(2500, 120).await;
+    // A copy that slipped through would land after the last original: give it time.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stats = run.stats().await;
+    let status = sluice.terminate();
+    assert!(status.success(), "sluice exited with {status}");
+    assert_exactly(stats, 2500);
+
+    let config = run.scenario.config(&run.broker.bootstrap, &run.db);
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    assert_eq!(sink.dedup_ids().await.expect("count ids"), 2500);
+    sink.close().await;
+}
+for_each_database!(producer_duplicates_land_once);
+
+/// A batch of one record with producer id `id` (from partition `partition`).
+fn one_record(topic: &str, partition: i32, uid: i64, id: &str, timestamp: i64) -> WriteBatch {
+    WriteBatch {
+        ops: vec![harness::scenario_row(uid)],
+        origins: vec![0],
+        dedup: vec![DedupKey {
+            input: 0,
+            id: id.into(),
+            timestamp,
+        }],
+        offsets: vec![OffsetAdvance {
+            topic: topic.into(),
+            partition,
+            expected: None,
+            next: 1,
+        }],
+        ..WriteBatch::default()
+    }
+}
+
+/// Two copies of one message in two partitions, written by two tasks at the same moment:
+/// one writes it; the other skips it, at once or (after a conflict on the id's key) when
+/// written again, as the task's retry does.
+async fn concurrent_claims_of_one_id(kind: Backend) {
+    let db = TestDb::new(kind);
+    let mut scenario = Scenario::new(1);
+    scenario.mode = "insert";
+    scenario.key = "[]";
+    scenario.delivery_extra = "dedup: { id: /uid }".into();
+    let config = scenario.config("unused:9092", &db);
+    let a = Sink::connect(&config.connectors[0]).await.expect("connect");
+    let b = Sink::connect(&config.connectors[0]).await.expect("connect");
+    a.prepare().await.expect("prepare");
+    for round in 0..10 {
+        let id = format!("msg-{round}");
+        let first = one_record(&format!("{}-{round}", scenario.topic), 0, 1, &id, 1_000);
+        let second = one_record(&format!("{}-{round}", scenario.topic), 1, 2, &id, 1_000);
+        let (ra, rb) = tokio::join!(a.write_timed(&first), b.write_timed(&second));
+        let mut rows = 0;
+        let mut skipped = 0;
+        for (result, sink, batch) in [(ra, &a, &first), (rb, &b, &second)] {
+            let written = match result {
+                Ok(written) => written,
+                Err(SinkError::DedupConflict { id: conflict }) => {
+                    assert_eq!(conflict, id);
+                    sink.write_timed(batch).await.expect("written again")
+                }
+                Err(e) => panic!("round {round}: {e}"),
+            };
+            rows += written.rows;
+            skipped += written.duplicates.len();
+        }
+        assert_eq!((rows, skipped), (1, 1), "round {round}");
+    }
+    let stats = sluice::cli::demo::sequence_stats(&a, "uid")
+        .await
+        .expect("stats");
+    assert_eq!(stats.rows, 10, "{stats:?}");
+    assert_eq!(a.dedup_ids().await.expect("ids"), 10);
+    a.close().await;
+    b.close().await;
+}
+for_each_database!(concurrent_claims_of_one_id);
+
+/// Ids more than the window older than the newest id kept are removed; a record whose id
+/// was removed is written again (the window is the promise, and no more).
+async fn ids_past_the_window_are_cleaned_up(kind: Backend) {
+    let db = TestDb::new(kind);
+    let mut scenario = Scenario::new(1);
+    scenario.mode = "insert";
+    scenario.key = "[]";
+    scenario.delivery_extra = "dedup: { id: /uid, window: 1h }".into();
+    let config = scenario.config("unused:9092", &db);
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    sink.prepare().await.expect("prepare");
+    let hour = 3_600_000;
+    let day0 = 1_700_000_000_000;
+    for (i, at) in [day0, day0 + hour / 2, day0 + 2 * hour, day0 + 3 * hour]
+        .into_iter()
+        .enumerate()
+    {
+        let topic = format!("{}-{i}", scenario.topic);
+        sink.write(&one_record(&topic, 0, i as i64, &format!("id-{i}"), at))
+            .await
+            .expect("write");
+    }
+    let window = Duration::from_secs(3600);
+    // Newest: day0 + 3h; kept: from day0 + 2h on.
+    assert_eq!(sink.clean_dedup(window).await.expect("clean"), 2);
+    assert_eq!(sink.dedup_ids().await.expect("ids"), 2);
+    assert_eq!(sink.clean_dedup(window).await.expect("clean again"), 0);
+    // id-0 is forgotten: a copy of it now is a new record; id-3 is still a duplicate.
+    let again = sink
+        .write_timed(&one_record(
+            &format!("{}-again", scenario.topic),
+            0,
+            0,
+            "id-0",
+            day0 + 3 * hour,
+        ))
+        .await
+        .expect("write");
+    assert_eq!((again.rows, again.duplicates.len()), (1, 0));
+    let copy = sink
+        .write_timed(&one_record(
+            &format!("{}-copy", scenario.topic),
+            0,
+            3,
+            "id-3",
+            day0 + 3 * hour,
+        ))
+        .await
+        .expect("write");
+    assert_eq!((copy.rows, copy.duplicates), (0, vec![0]));
+    sink.close().await;
+}
+for_each_database!(ids_past_the_window_are_cleaned_up);
