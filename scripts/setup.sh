@@ -24,6 +24,9 @@ if [ "${1:-}" = "--tests" ]; then
     log "installing cargo-nextest"
     cargo install cargo-nextest --locked
   fi
+  # The examples' producers and checkers (tests/e2e/examples.rs runs them): Python with
+  # examples/requirements.txt, in target/examples-venv.
+  "$(dirname "$0")/../examples/lib/python.sh" >/dev/null
   # PostgreSQL and MariaDB run on this kind of machine; start them if they stopped.
   if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -q -h 127.0.0.1 -p 5432; then
     log "starting PostgreSQL"

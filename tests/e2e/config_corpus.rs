@@ -4,7 +4,7 @@
 //! the examples in `docs/examples`) exit 0. No output of any of them shows a secret: the
 //! corpus spells its secrets `hunter2…`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Every secret in the corpus contains this.
@@ -82,18 +82,40 @@ fn broken_files_exit_2_and_name_the_path() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// The configuration files users start from: `docs/examples/*.yaml` and every
+/// `examples/*/connectors*.yaml`.
+fn example_configs(root: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("docs/examples"))
+        .expect("docs/examples")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    for dir in std::fs::read_dir(root.join("examples")).expect("examples") {
+        let dir = dir.expect("entry").path();
+        if !dir.is_dir() {
+            continue;
+        }
+        files.extend(
+            std::fs::read_dir(&dir)
+                .expect("example dir")
+                .map(|e| e.expect("entry").path())
+                .filter(|p| {
+                    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                    name.starts_with("connectors") && name.ends_with(".yaml")
+                }),
+        );
+    }
+    files.sort();
+    files
+}
+
 #[test]
 fn good_files_exit_0_with_a_summary() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut good = vec![root.join("connectors.yaml")];
     good.extend(corpus_files("good_"));
-    let mut examples: Vec<_> = std::fs::read_dir(root.join("docs/examples"))
-        .expect("docs/examples")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    examples.sort();
-    assert!(!examples.is_empty());
+    let examples = example_configs(&root);
+    assert!(examples.len() >= 4, "{examples:?}");
     good.extend(examples);
     assert!(good.len() >= 5, "{good:?}");
     for path in &good {
@@ -108,11 +130,7 @@ fn good_files_exit_0_with_a_summary() {
 fn good_files_name_their_schema_for_editors() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut files = vec![root.join("connectors.yaml")];
-    files.extend(
-        std::fs::read_dir(root.join("docs/examples"))
-            .expect("docs/examples")
-            .map(|e| e.expect("entry").path()),
-    );
+    files.extend(example_configs(&root));
     for path in files {
         let text = std::fs::read_to_string(&path).expect("read");
         let first = text.lines().next().unwrap_or_default();

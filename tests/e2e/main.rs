@@ -12,6 +12,7 @@
 //! - [`poison`]: poisoned records under each error policy, dead letters and their redrive.
 //! - [`schema`]: sluice's own tables migrated from an earlier version, a newer one refused.
 //! - [`config_corpus`]: `sluice validate` over a corpus of broken files.
+//! - [`examples`]: the scenarios of `examples/` run as their READMEs run them, faults too.
 //! - [`error_classes`]: database errors classified as transient, refused or permanent, each
 //!   provoked for real.
 //! - [`fuzz_decode_map`]: property tests of decoding and mapping arbitrary records.
@@ -24,6 +25,7 @@ mod harness;
 mod config_corpus;
 mod dedup;
 mod error_classes;
+mod examples;
 mod faults;
 mod fuzz_decode_map;
 mod offset_integrity;

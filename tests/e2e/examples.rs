@@ -1,0 +1,372 @@
+//! The examples in `examples/`, run as their READMEs run them, at small sizes, so that
+//! they cannot rot: their `connectors.yaml` files, producers, checkers and `run.sh`
+//! scripts, unchanged. The faults of the walkthroughs are injected as the READMEs inject
+//! them (SIGKILL of sluice, the database cut off for 30 s), the database cut by the tests'
+//! TCP proxy, never by stopping the shared server.
+//!
+//! Each run against a server database gets a database of its own (`CREATE DATABASE`), as
+//! the examples' tables have fixed names, and a broker of its own (the topics too).
+//!
+//! The scripts need Python with `examples/requirements.txt`; `examples/lib/python.sh`
+//! makes a virtual environment under `target/` the first time (`scripts/setup.sh --tests`
+//! does it ahead of the tests).
+//!
+//! Tansu 0.6.0's memory storage skips the rest of a producer batch when a fetch starts
+//! inside it (a real Kafka does not): the producers here send one record per batch
+//! (`-X batch.num.messages=1`), so that sluice resuming from its stored offsets after a
+//! SIGKILL never starts inside one.
+
+use crate::harness;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use harness::proxy::{Proxy, url_through};
+use harness::{Backend, Broker, SluiceProcess, TestDb};
+use sqlx::Connection;
+
+/// The repository's root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The Python that runs the examples' scripts.
+fn python() -> String {
+    let output = Command::new(root().join("examples/lib/python.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run examples/lib/python.sh");
+    assert!(
+        output.status.success(),
+        "examples/lib/python.sh could not provide a Python with examples/requirements.txt"
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// Runs an example's script to its end; its output (stdout and stderr) and exit status.
+fn script(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let started = Instant::now();
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(args[0])
+        .args(&args[1..])
+        .envs(env.iter().copied())
+        .output()
+        .expect("run the script");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr)
+    );
+    eprintln!(
+        "$ {} ({:.1} s, {status})\n{text}",
+        args.join(" "),
+        started.elapsed().as_secs_f64()
+    );
+    (status.success(), text)
+}
+
+/// A Python script of an example, as a command line.
+fn py(python: &str, example_script: &str) -> Vec<String> {
+    vec![
+        python.to_string(),
+        root()
+            .join("examples")
+            .join(example_script)
+            .to_string_lossy()
+            .into_owned(),
+    ]
+}
+
+fn run_py(python: &str, example_script: &str, args: &[&str]) -> (bool, String) {
+    let mut line = py(python, example_script);
+    line.extend(args.iter().map(|a| a.to_string()));
+    let line: Vec<&str> = line.iter().map(String::as_str).collect();
+    script(&line, &[])
+}
+
+fn spawn_py(python: &str, example_script: &str, args: &[&str]) -> Child {
+    let line = py(python, example_script);
+    Command::new(&line[0])
+        .args(&line[1..])
+        .args(args)
+        .spawn()
+        .expect("start the script")
+}
+
+/// A database of its own on the server of `kind` (PostgreSQL or MariaDB), dropped at the
+/// end: the examples' tables have fixed names.
+struct OwnDatabase {
+    kind: Backend,
+    server_url: String,
+    name: String,
+    pub url: String,
+}
+
+impl OwnDatabase {
+    async fn create(kind: Backend) -> OwnDatabase {
+        let server_url = TestDb::new(kind).url;
+        let name = harness::unique("example").replace('-', "_");
+        execute(kind, &server_url, &format!("CREATE DATABASE {name}")).await;
+        let base = server_url
+            .rsplit_once('/')
+            .map_or(server_url.as_str(), |(base, _)| base);
+        let url = format!("{base}/{name}");
+        OwnDatabase {
+            kind,
+            server_url,
+            name,
+            url,
+        }
+    }
+
+    async fn drop_now(self) {
+        execute(
+            self.kind,
+            &self.server_url,
+            &format!("DROP DATABASE IF EXISTS {}", self.name),
+        )
+        .await;
+    }
+}
+
+async fn execute(kind: Backend, url: &str, sql: &str) {
+    match kind {
+        Backend::Postgres => {
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+                .execute(&mut conn)
+                .await
+                .expect(sql);
+        }
+        Backend::MariaDb => {
+            let mut conn = sqlx::MySqlConnection::connect(url).await.expect("connect");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+                .execute(&mut conn)
+                .await
+                .expect(sql);
+        }
+        Backend::Sqlite => unreachable!("SQLite needs no database of its own"),
+    }
+}
+
+fn sluice_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sluice")
+}
+
+/// `examples/word-events/run.sh`: the first look, on the embedded Kafka and SQLite.
+#[test]
+fn word_events_first_look() {
+    let run = root().join("examples/word-events/run.sh");
+    let (ok, out) = script(
+        &[&run.to_string_lossy(), "3000", "1500"],
+        &[("SLUICE", sluice_bin())],
+    );
+    assert!(ok, "run.sh failed");
+    assert!(
+        out.contains("VERDICT: exactly once: all 3000 events, each once"),
+        "{out}"
+    );
+    assert!(out.contains("3000 rows, 0 duplicates, 0 missing"), "{out}");
+}
+
+/// `examples/account-balances/run.sh ids`: the first look at pattern 1, with 5 % of the
+/// transactions produced twice.
+#[test]
+fn account_balances_first_look() {
+    let run = root().join("examples/account-balances/run.sh");
+    let (ok, out) = script(
+        &[&run.to_string_lossy(), "ids", "2000"],
+        &[("SLUICE", sluice_bin())],
+    );
+    assert!(ok, "run.sh failed");
+    assert!(out.contains("every balance matches"), "{out}");
+    assert!(
+        !out.contains(" 0 of them copies"),
+        "no copies were produced: {out}"
+    );
+}
+
+/// Rows in `table` of the PostgreSQL database at `url` (0 before it exists).
+async fn pg_rows(url: &str, table: &str) -> i64 {
+    let Ok(mut conn) = sqlx::PgConnection::connect(url).await else {
+        return 0;
+    };
+    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+        .fetch_one(&mut conn)
+        .await
+        .unwrap_or(0)
+}
+
+/// Waits until `table` holds more than `rows` rows (at most `seconds`); the count.
+async fn pg_rows_above(url: &str, table: &str, rows: i64, seconds: u64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let now = pg_rows(url, table).await;
+        if now > rows || Instant::now() > deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The word-events walkthrough with faults, on PostgreSQL: events produced at a steady
+/// pace for a minute while sluice is SIGKILLed once rows flow and started again, and the
+/// database is cut off for 30 s once the new process writes; then the article's
+/// questions: 0 duplicates, 0 missing, 0 out of sequence.
+#[test]
+fn word_events_with_faults() {
+    harness::run_test(async {
+        const EVENTS: u64 = 12_000;
+        let python = python();
+        let broker = Broker::start();
+        broker.create_topic("words", 4).await;
+        let db = OwnDatabase::create(Backend::Postgres).await;
+        let proxy = Proxy::start(&harness::proxy::url_authority(&db.url));
+        let through = url_through(&db.url, &proxy.addr());
+        let config = root().join("examples/word-events/connectors.yaml");
+        let env = [
+            ("KAFKA_BROKERS", broker.bootstrap.as_str()),
+            ("DATABASE_URL", through.as_str()),
+        ];
+        let count = EVENTS.to_string();
+        let sluice = SluiceProcess::start_with_env(&config, &env);
+        let mut producer = spawn_py(
+            &python,
+            "word-events/produce.py",
+            &[
+                "--brokers",
+                &broker.bootstrap,
+                "--count",
+                &count,
+                "--rate",
+                "200",
+                "-X",
+                "batch.num.messages=1",
+            ],
+        );
+        let before_kill = pg_rows_above(&db.url, "words", 1000, 60).await;
+        sluice.kill();
+        let sluice = SluiceProcess::start_with_env(&config, &env);
+        let resumed = pg_rows_above(&db.url, "words", before_kill + 200, 60).await;
+        proxy.down();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        proxy.up();
+        eprintln!(
+            "FAULTS: SIGKILL at {before_kill} rows; the new process wrote on to {resumed} rows; then the database was cut off for 30 s"
+        );
+        assert!(resumed > before_kill + 200, "the new process did not write");
+        let produced = tokio::task::spawn_blocking(move || producer.wait())
+            .await
+            .expect("join")
+            .expect("producer");
+        assert!(produced.success(), "the producer failed");
+        let (ok, out) = run_py(
+            &python,
+            "word-events/report.py",
+            &["--url", &db.url, "--expect", &count, "--wait", "180"],
+        );
+        let status = sluice.terminate();
+        assert!(ok, "report.py: {out}");
+        assert!(
+            out.contains(&format!(
+                "{EVENTS} rows, 0 duplicates, 0 missing, 0 out of sequence"
+            )),
+            "{out}"
+        );
+        assert!(status.success(), "sluice exited with {status}");
+        db.drop_now().await;
+    });
+}
+
+/// Both of article 002's patterns against MariaDB (the article's database):
+///
+/// - pattern 1 (ids, `at_least_once`): 5 % of the transactions produced twice, sluice
+///   SIGKILLed mid-run (the group's offsets lag the rows: batches are read again); every
+///   balance matches;
+/// - pattern 2 (offsets in the database) on a topic without copies, SIGKILLed mid-run:
+///   every balance matches; then copies are produced, which offsets cannot tell from new
+///   transactions: the checker finds the balances wrong, as the article says.
+#[test]
+fn account_balances_both_patterns() {
+    harness::run_test(async {
+        let python = python();
+        for pattern in ["ids", "offsets"] {
+            let broker = Broker::start();
+            broker.create_topic("transactions", 3).await;
+            let db = OwnDatabase::create(Backend::MariaDb).await;
+            let config = root().join(match pattern {
+                "ids" => "examples/account-balances/connectors-ids.yaml",
+                _ => "examples/account-balances/connectors.yaml",
+            });
+            let env = [
+                ("KAFKA_BROKERS", broker.bootstrap.as_str()),
+                ("DATABASE_URL", db.url.as_str()),
+            ];
+            let duplicates = if pattern == "ids" { "0.05" } else { "0" };
+            let produce = |count: &str, duplicates: &str| {
+                spawn_py(
+                    &python,
+                    "account-balances/produce.py",
+                    &[
+                        "--brokers",
+                        &broker.bootstrap,
+                        "--count",
+                        count,
+                        "--duplicates",
+                        duplicates,
+                        "--rate",
+                        "300",
+                        "-X",
+                        "batch.num.messages=1",
+                    ],
+                )
+            };
+            let mut producer = produce("3000", duplicates);
+            let sluice = SluiceProcess::start_with_env(&config, &env);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            sluice.kill();
+            let sluice = SluiceProcess::start_with_env(&config, &env);
+            let produced = tokio::task::spawn_blocking(move || producer.wait())
+                .await
+                .expect("join")
+                .expect("producer");
+            assert!(produced.success(), "{pattern}: the producer failed");
+            let check = [
+                "--brokers",
+                broker.bootstrap.as_str(),
+                "--url",
+                db.url.as_str(),
+                "--wait",
+                "120",
+            ];
+            let (ok, out) = run_py(&python, "account-balances/check.py", &check);
+            assert!(ok, "{pattern}: check.py: {out}");
+            assert!(out.contains("every balance matches"), "{pattern}: {out}");
+            if pattern == "ids" {
+                assert!(
+                    !out.contains(" and 0 copies"),
+                    "no copies were produced: {out}"
+                );
+            } else {
+                // Copies that only ids can tell apart.
+                let mut more = produce("300", "0.5");
+                let produced = tokio::task::spawn_blocking(move || more.wait())
+                    .await
+                    .expect("join")
+                    .expect("producer");
+                assert!(produced.success(), "the producer failed");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let (ok, out) = run_py(&python, "account-balances/check.py", &check);
+                assert!(!ok, "offsets alone cannot see producer copies: {out}");
+                assert!(out.contains("VERDICT: FAILED"), "{out}");
+            }
+            let status = sluice.terminate();
+            assert!(status.success(), "{pattern}: sluice exited with {status}");
+            db.drop_now().await;
+        }
+    });
+}
