@@ -19,6 +19,10 @@ cd "$(dirname "$0")/.."
 
 log() { echo "image: $*" >&2; }
 die() { log "$*"; exit 1; }
+# A directory that commands below write into, mount on or copy over: never empty, never /.
+checked_dir() {
+  [ -n "$1" ] && [ "$1" != / ] && [ -d "$1" ] || die "internal error: \"$1\" is not a directory to work in"
+}
 
 profile=release
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
@@ -41,6 +45,7 @@ for tool in buildah podman debootstrap; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]} from Debian's packages"
+  DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
 fi
 
@@ -63,7 +68,9 @@ ls "$plugins"/*.wasm >/dev/null 2>&1 || die "no plugins in $plugins: the build s
 work=target/image
 rootfs=$work/rootfs-bookworm
 if [ ! -f "$rootfs/.complete" ]; then
-  rm -rf "$rootfs"
+  # An interrupted debootstrap can leave /proc and /sys mounted in it.
+  umount -R "$rootfs" 2>/dev/null || true
+  rm -rf --one-file-system "$rootfs"
   mkdir -p "$work"
   mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1)
   mirror=${mirror:-http://deb.debian.org/debian}
@@ -92,6 +99,7 @@ log "assembling $tag with buildah"
 container=$(buildah from scratch)
 trap 'buildah rm "$container" >/dev/null 2>&1 || true' EXIT
 mount=$(buildah mount "$container")
+checked_dir "$mount"
 cp -a "$rootfs"/. "$mount"/
 rm -f "$mount/.complete"
 install -D -m 0755 "$binary" "$mount/usr/local/bin/sluice"
@@ -168,15 +176,22 @@ check_container() {
 check_chroot() {
   checker=$(buildah from "$tag")
   root=$(buildah mount "$checker")
+  checked_dir "$root"
+  trap 'umount "$root/proc" 2>/dev/null || true; umount "$root/dev" 2>/dev/null || true; buildah rm "$checker" >/dev/null 2>&1 || true; rm -rf "$config"' EXIT
   mkdir -p "$root/dev" "$root/proc"
   mount --bind /dev "$root/dev"
   mount -t proc proc "$root/proc"
-  trap 'umount "$root/proc" "$root/dev" 2>/dev/null || true; buildah rm "$checker" >/dev/null 2>&1 || true; rm -rf "$config"' EXIT
   cp "$config/connectors.yaml" "$root/etc/sluice/connectors.yaml"
+  # The image's own user, working directory, environment and entrypoint, as committed.
+  local user workdir entrypoint
+  user=$(buildah inspect --type image --format '{{.OCIv1.Config.User}}' "$tag")
+  workdir=$(buildah inspect --type image --format '{{.OCIv1.Config.WorkingDir}}' "$tag")
+  entrypoint=$(buildah inspect --type image --format '{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}' "$tag")
+  mapfile -t environment < <(buildah inspect --type image --format '{{range .OCIv1.Config.Env}}{{println .}}{{end}}' "$tag" | sed '/^$/d')
+  [ -n "$user" ] && [ -n "$workdir" ] && [ -n "$entrypoint" ] || die "the image has no user, working directory or entrypoint"
   as_image_user() {
-    exec chroot --userspec=10001:10001 "$root" /usr/bin/env -i HOME=/var/lib/sluice \
-      PATH=/usr/local/bin:/usr/bin:/bin SLUICE_CACHE_DIR=/var/cache/sluice \
-      /bin/sh -c "cd /var/lib/sluice && exec /usr/local/bin/sluice $*"
+    exec chroot --userspec="$user" "$root" /usr/bin/env -i HOME="$workdir" "${environment[@]}" \
+      /bin/sh -c "cd $workdir && exec $entrypoint $*"
   }
   # Each in a subshell that becomes sluice (chroot, env and the shell exec it).
   (as_image_user --version)
@@ -190,6 +205,7 @@ check_chroot() {
   if ! grep -q "connector started" "$config/run.log"; then
     cat "$config/run.log" >&2
     kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
     die "sluice did not start its connector in the image's file system"
   fi
   started=$(date +%s)
@@ -205,6 +221,9 @@ trap 'rm -rf "$config"; podman rm -f sluice-image-check >/dev/null 2>&1 || true'
 if podman run --rm --network none "$tag" --version 2>"$config/podman.err"; then
   how="in a container (podman run)"
   check_container
+elif ! grep -q "setrlimit" "$config/podman.err"; then
+  cat "$config/podman.err" >&2
+  die "the image does not start under podman"
 else
   log "podman cannot start a container on this machine: $(tail -n1 "$config/podman.err")"
   log "checking the image's file system under chroot instead, as user 10001, with the image's working directory, environment and command"

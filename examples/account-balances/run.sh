@@ -28,8 +28,8 @@ work=$(mktemp -d)
 export DATABASE_URL=${DATABASE_URL:-sqlite://$work/account-balances.db}
 # shellcheck source=../lib/embedded.sh
 . "$root/examples/lib/embedded.sh"
+trap 'kill "${pid:-}" 2>/dev/null || true' EXIT
 start_sluice "$config"
-trap 'kill "$pid" 2>/dev/null || true' EXIT
 # The connector's two tasks join its group; on the embedded cluster that takes a few
 # seconds (events produced before then would wait for it, and show as latency).
 wait_assigned 2

@@ -75,6 +75,11 @@ pub fn read_id(source: &DedupIdSource, record: &Record) -> Result<String, String
     if id.is_empty() {
         return Err(format!("delivery.dedup.id {source} is empty"));
     }
+    if id.contains('\0') {
+        return Err(format!(
+            "delivery.dedup.id {source} contains a NUL character, which databases cannot store in text"
+        ));
+    }
     if id.len() > MAX_ID_BYTES {
         return Err(format!(
             "delivery.dedup.id {source} is {} bytes long; ids of at most {MAX_ID_BYTES} bytes are kept",
@@ -88,7 +93,7 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
     match value {
         serde_json::Value::Null => "null",
         serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a fractional number",
+        serde_json::Value::Number(_) => "a number that is not a 64-bit integer",
         serde_json::Value::String(_) => "a string",
         serde_json::Value::Array(_) => "an array",
         serde_json::Value::Object(_) => "an object",
@@ -160,7 +165,8 @@ mod tests {
         for (value, expect) in [
             ("not json", "not JSON"),
             (r#"{"other": 1}"#, "no /id"),
-            (r#"{"id": 1.5}"#, "fractional"),
+            (r#"{"id": 1.5}"#, "not a 64-bit integer"),
+            (r#"{"id": "a\u0000b"}"#, "NUL"),
             (r#"{"id": null}"#, "null"),
             (r#"{"id": {"a": 1}}"#, "an object"),
         ] {

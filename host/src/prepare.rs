@@ -217,7 +217,8 @@ impl Preparer {
                     Ok(id) => prepared.dedup.push(DedupKey {
                         input: index,
                         id,
-                        timestamp: item.record.timestamp.unwrap_or(read_at),
+                        // Never later than now: a future stamp must not age the others out.
+                        timestamp: item.record.timestamp.unwrap_or(read_at).min(read_at),
                     }),
                     Err(message) => problem = Some((FailureClass::MissingId, message)),
                 }

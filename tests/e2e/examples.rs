@@ -190,6 +190,17 @@ fn account_balances_first_look() {
     );
 }
 
+/// One integer a query answers in the MariaDB database at `url` (0 when it cannot).
+async fn mysql_integer(url: &str, sql: &str) -> i64 {
+    let Ok(mut conn) = sqlx::MySqlConnection::connect(url).await else {
+        return 0;
+    };
+    sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_string()))
+        .fetch_one(&mut conn)
+        .await
+        .unwrap_or(0)
+}
+
 /// Rows in `table` of the PostgreSQL database at `url` (0 before it exists).
 async fn pg_rows(url: &str, table: &str) -> i64 {
     let Ok(mut conn) = sqlx::PgConnection::connect(url).await else {
@@ -327,7 +338,13 @@ fn account_balances_both_patterns() {
             };
             let mut producer = produce("3000", duplicates);
             let sluice = SluiceProcess::start_with_env(&config, &env);
-            tokio::time::sleep(Duration::from_secs(5)).await;
+            // SIGKILL once rows flow, mid-run.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while mysql_integer(&db.url, "SELECT COUNT(*) FROM ledger").await < 300
+                && Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
             sluice.kill();
             let sluice = SluiceProcess::start_with_env(&config, &env);
             let produced = tokio::task::spawn_blocking(move || producer.wait())
@@ -346,10 +363,22 @@ fn account_balances_both_patterns() {
             let (ok, out) = run_py(&python, "account-balances/check.py", &check);
             assert!(ok, "{pattern}: check.py: {out}");
             assert!(out.contains("every balance matches"), "{pattern}: {out}");
+            // Nothing was refused: a copy the ids missed would have met the ledger's key
+            // and become a dead letter, which the balances alone would not show.
+            assert_eq!(
+                mysql_integer(&db.url, "SELECT COUNT(*) FROM ledger_dead_letters").await,
+                0,
+                "{pattern}: dead letters"
+            );
             if pattern == "ids" {
                 assert!(
                     !out.contains(" and 0 copies"),
                     "no copies were produced: {out}"
+                );
+                assert_eq!(
+                    mysql_integer(&db.url, "SELECT COUNT(*) FROM sluice_dedup").await,
+                    3000,
+                    "one id kept per transaction"
                 );
             } else {
                 // Copies that only ids can tell apart.

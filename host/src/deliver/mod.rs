@@ -138,7 +138,7 @@ pub async fn deliver(
         }
         // One failure per input record, however many of its rows were refused.
         let mut inputs = HashSet::new();
-        let failures = refused
+        let mut failures: Vec<_> = refused
             .into_iter()
             .filter(|(op, _)| inputs.insert(plan.batch.origins[*op]))
             .map(|(op, message)| {
@@ -150,7 +150,52 @@ pub async fn deliver(
                 )
             })
             .collect();
+        // With delivery.dedup the probe left out the later copies of a refused record
+        // (skipped as duplicates): they are the same message, and fail with it now
+        // rather than one round each.
+        failures.extend(copies_of(
+            &plan.batch.dedup,
+            &failures,
+            &mut inputs,
+            &job.prepared,
+        ));
         plan.apply(policy.policy, policy.dlq_table, failures, &job.prepared);
     }
     Err(DeliverError::KeptRefusing { rounds: MAX_ROUNDS })
+}
+
+/// Failures for the other inputs of a batch that carry the producer id of a failed one.
+fn copies_of(
+    keys: &[crate::dedup::DedupKey],
+    failures: &[Failure],
+    failed: &mut HashSet<usize>,
+    prepared: &Prepared,
+) -> Vec<Failure> {
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for failure in failures {
+        let Some(id) = keys
+            .iter()
+            .find(|k| k.input == failure.index)
+            .map(|k| &k.id)
+        else {
+            continue;
+        };
+        for copy in keys.iter().filter(|k| &k.id == id) {
+            if failed.insert(copy.input) {
+                out.push(prepared.failure(
+                    copy.input,
+                    failure.stage,
+                    failure.class,
+                    format!(
+                        "a copy (same producer id) of a refused record: {}",
+                        failure.message
+                    ),
+                ));
+            }
+        }
+    }
+    out
 }

@@ -121,6 +121,16 @@ pub async fn redrive(
                 after = page_start;
                 continue;
             }
+            Err(DeliverError::Sink(SinkError::DedupConflict { .. })) => {
+                // Another transaction (a redrive, the running connector) stored one of
+                // this page's producer ids at the same time: read the page again, and
+                // that id is found.
+                tracing::info!(connector = %connector.name,
+                    "producer ids stored by another process meanwhile; reading the page again");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                after = page_start;
+                continue;
+            }
             Err(error) => return Err(error.into()),
         };
         report.read += stored.len() as u64;

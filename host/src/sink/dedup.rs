@@ -12,6 +12,8 @@ use crate::dedup::{DedupKey, duplicates};
 
 /// Ids looked up, or rows stored, per statement: far under every database's bind limit.
 const IDS_PER_STATEMENT: usize = 1000;
+/// Ids removed per statement of a cleanup.
+const CLEAN_CHUNK: u64 = 10_000;
 /// Longest wait for one cleanup.
 const CLEAN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -47,8 +49,13 @@ where
     wanted.dedup();
     for chunk in wanted.chunks(IDS_PER_STATEMENT) {
         let list: Vec<String> = (0..chunk.len()).map(|i| dialect.param(i + 2)).collect();
+        // MySQL keeps ids as bytes (VARBINARY: compared exactly, trailing spaces too).
+        let id = match dialect {
+            Dialect::MySql => "CONVERT(id USING utf8mb4)",
+            _ => "id",
+        };
         let sql = format!(
-            "SELECT id FROM sluice_dedup WHERE connector = {} AND id IN ({})",
+            "SELECT {id} FROM sluice_dedup WHERE connector = {} AND id IN ({})",
             dialect.param(1),
             list.join(", ")
         );
@@ -69,12 +76,15 @@ where
     }
     let skipped = duplicates(keys, &stored);
     let mut skip = skipped.iter().copied().peekable();
-    let fresh: Vec<&DedupKey> = keys
+    let mut fresh: Vec<&DedupKey> = keys
         .iter()
         .enumerate()
         .filter(|(position, _)| skip.next_if_eq(position).is_none())
         .map(|(_, key)| key)
         .collect();
+    // In id order: two tasks storing overlapping ids take their key locks in one order
+    // and queue instead of deadlocking.
+    fresh.sort_unstable_by(|a, b| a.id.cmp(&b.id));
     for chunk in fresh.chunks(IDS_PER_STATEMENT) {
         let groups: Vec<String> = (0..chunk.len())
             .map(|i| {
@@ -100,9 +110,7 @@ where
         match query.execute(&mut *conn).await {
             Ok(_) => {}
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                return Err(SinkError::DedupConflict {
-                    id: conflicting_id(e.message(), chunk),
-                });
+                return Err(SinkError::DedupConflict { ids: chunk.len() });
             }
             Err(e) => return Err(db_error("store producer ids")(e)),
         }
@@ -110,21 +118,10 @@ where
     Ok(skipped)
 }
 
-/// The id a unique violation names, when its message quotes one of `chunk`'s; else the
-/// first of them (the message's wording differs between databases).
-fn conflicting_id(message: &str, chunk: &[&DedupKey]) -> String {
-    chunk
-        .iter()
-        .find(|k| message.contains(&k.id))
-        .or(chunk.first())
-        .map(|k| k.id.clone())
-        .unwrap_or_default()
-}
-
 impl Sink {
-    /// Removes the ids of `delivery.dedup` older than `window` before the newest id kept
-    /// (record timestamps, so a connector that catches up on old records keeps what it
-    /// needs). Returns how many were removed.
+    /// Removes the ids of `delivery.dedup` older than `window` before the newest id kept,
+    /// or before now if that is earlier (record timestamps, so a connector that catches up
+    /// on old records keeps what it needs). Returns how many were removed.
     pub async fn clean_dedup(&self, window: std::time::Duration) -> Result<u64, SinkError> {
         let window = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
         let dialect = self.dialect;
@@ -141,17 +138,43 @@ impl Sink {
                 let Some(newest) = newest else {
                     return Ok(0);
                 };
-                let result = sqlx::query::<DB>(AssertSqlSafe(format!(
-                    "DELETE FROM sluice_dedup WHERE connector = {} AND record_time < {}",
-                    dialect.param(1),
-                    dialect.param(2)
-                )))
-                .bind(self.connector.clone())
-                .bind(newest.saturating_sub(window))
-                .execute(pool)
-                .await
-                .map_err(db_error("clean up producer ids"))?;
-                Ok(<DB as Backend>::rows_affected(&result))
+                // Never past now: a record stamped in the future must not erase the rest.
+                let cutoff = newest.min(crate::sink::control::now_ms()).saturating_sub(window);
+                // In chunks: a large cleanup does not hold the connection (SQLite has one)
+                // or many locks for long.
+                let sql = match dialect {
+                    Dialect::MySql => format!(
+                        "DELETE FROM sluice_dedup WHERE connector = {} AND record_time < {} LIMIT {CLEAN_CHUNK}",
+                        dialect.param(1),
+                        dialect.param(2)
+                    ),
+                    Dialect::Postgres => format!(
+                        "DELETE FROM sluice_dedup WHERE ctid IN (SELECT ctid FROM sluice_dedup \
+                         WHERE connector = {} AND record_time < {} LIMIT {CLEAN_CHUNK})",
+                        dialect.param(1),
+                        dialect.param(2)
+                    ),
+                    Dialect::Sqlite => format!(
+                        "DELETE FROM sluice_dedup WHERE rowid IN (SELECT rowid FROM sluice_dedup \
+                         WHERE connector = {} AND record_time < {} LIMIT {CLEAN_CHUNK})",
+                        dialect.param(1),
+                        dialect.param(2)
+                    ),
+                };
+                let mut removed = 0;
+                loop {
+                    let result = sqlx::query::<DB>(AssertSqlSafe(sql.clone()))
+                        .bind(self.connector.clone())
+                        .bind(cutoff)
+                        .execute(pool)
+                        .await
+                        .map_err(db_error("clean up producer ids"))?;
+                    let gone = <DB as Backend>::rows_affected(&result);
+                    removed += gone;
+                    if gone < CLEAN_CHUNK {
+                        return Ok(removed);
+                    }
+                }
             })
         };
         tokio::time::timeout(CLEAN_TIMEOUT, clean)

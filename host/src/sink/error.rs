@@ -36,11 +36,11 @@ pub enum SinkError {
     },
     /// Another transaction stored one of this batch's `delivery.dedup` ids at the same
     /// time (two partitions carrying copies of one message). The transaction was rolled
-    /// back; written again, it finds the id and skips the copy.
+    /// back; written again, it finds the id and skips the copy (transient).
     #[error(
-        "another task stored producer id {id:?} at the same time (delivery.dedup); the batch was rolled back and is written again"
+        "another transaction stored one of this batch's {ids} new producer ids at the same time (delivery.dedup); the batch was rolled back"
     )]
-    DedupConflict { id: String },
+    DedupConflict { ids: usize },
     /// The database did not answer in time; what happened to the statement is unknown
     /// (a retried batch is fenced by the compare-and-set if it did commit).
     #[error("{action} on table {table}: no answer from the database within {after:?}")]

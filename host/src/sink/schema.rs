@@ -15,7 +15,7 @@
 //! | 2 | MySQL/MariaDB: `sluice_offsets` compares connector and topic names exactly (binary collation); before, `Orders` and `orders` shared one row |
 //! | 3 | `sluice_offsets.cluster_id`: the Kafka cluster an offset was read from |
 //! | 4 | `sluice_control` (a connector's target state and restart requests, set through the admin API) and `sluice_task_status` (each process's tasks, as heartbeats) |
-//! | 5 | `sluice_dedup` (connector, id, record_time): the producer ids written, for `delivery.dedup` |
+//! | 5 | `sluice_dedup` (connector, id, record_time): the producer ids written, for `delivery.dedup` (MySQL/MariaDB: `id` is `VARBINARY`, compared byte for byte: their `_bin` collations ignore trailing spaces) |
 
 use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, Type};
 
@@ -93,7 +93,7 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
         (5, Dialect::MySql) => vec![
             "CREATE TABLE IF NOT EXISTS sluice_dedup (\
              connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
-             id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             id VARBINARY(255) NOT NULL, \
              record_time BIGINT NOT NULL, PRIMARY KEY (connector, id), \
              INDEX sluice_dedup_time (connector, record_time))",
         ],
