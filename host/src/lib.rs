@@ -16,6 +16,8 @@
 //!   compare-and-set) and the dead-letter table.
 //! - [`kafka`]: the task's consumer and its rebalance callback, the dead-letter producer,
 //!   the embedded cluster.
+//! - [`pool`]: the seek-consumer pool: assign-mode consumers lent for one read at a
+//!   partition and position (`inspect`, `dry-run`, the admin API's record reads).
 //! - [`deliver`]: the error policy applied to a prepared batch and the batch written,
 //!   refused rows isolated; used by the task and by `sluice dlq redrive`.
 //! - [`task`]: the actor that drives one consumer through its state machine.
@@ -38,6 +40,7 @@ pub mod kafka;
 pub mod logging;
 pub mod map;
 pub mod metrics;
+pub mod pool;
 pub mod prepare;
 pub mod record;
 pub mod retry;

@@ -63,6 +63,17 @@ struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabel {
+    cluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolStateLabel {
+    cluster: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginLabel {
     connector: String,
     plugin: String,
@@ -111,6 +122,10 @@ pub struct Metrics {
     task_state: Family<StateLabel, Gauge>,
     plugin_call: HistogramFamily<PluginLabel>,
     plugin_failures: Family<PluginFailureLabel, Counter>,
+    pool_consumers: Family<PoolStateLabel, Gauge>,
+    pool_waiting: Family<ClusterLabel, Gauge>,
+    pool_created: Family<ClusterLabel, Counter>,
+    pool_evicted: Family<ClusterLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -266,7 +281,49 @@ impl Metrics {
                 "Failed calls of a transform plugin, by kind: trap, timeout, memory, output",
                 Family::default()
             ),
+            pool_consumers: register!(
+                r,
+                "pool_consumers",
+                "Consumers of the seek-consumer pool (inspect, dry-run), by state: idle or borrowed",
+                Family::default()
+            ),
+            pool_waiting: register!(
+                r,
+                "pool_waiting",
+                "Borrowers waiting for a consumer of the pool",
+                Family::default()
+            ),
+            pool_created: register!(
+                r,
+                "pool_created",
+                "Consumers the pool created (at first use, or to replace a broken or evicted one)",
+                Family::default()
+            ),
+            pool_evicted: register!(
+                r,
+                "pool_evicted",
+                "Consumers the pool closed: idle too long, or broken",
+                Family::default()
+            ),
             registry,
+        }
+    }
+
+    /// The gauges and counters of the seek-consumer pool of `cluster`.
+    pub fn pool(&self, cluster: &str) -> PoolMetrics {
+        let state = |state: &str| PoolStateLabel {
+            cluster: cluster.to_string(),
+            state: state.to_string(),
+        };
+        let label = ClusterLabel {
+            cluster: cluster.to_string(),
+        };
+        PoolMetrics {
+            idle: self.pool_consumers.get_or_create_owned(&state("idle")),
+            borrowed: self.pool_consumers.get_or_create_owned(&state("borrowed")),
+            waiting: self.pool_waiting.get_or_create_owned(&label),
+            created: self.pool_created.get_or_create_owned(&label),
+            evicted: self.pool_evicted.get_or_create_owned(&label),
         }
     }
 
@@ -310,6 +367,21 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+}
+
+/// The metrics of one seek-consumer pool.
+#[derive(Debug, Clone, Default)]
+pub struct PoolMetrics {
+    /// Consumers ready to lend.
+    pub idle: Gauge,
+    /// Consumers lent out.
+    pub borrowed: Gauge,
+    /// Borrowers waiting for a consumer.
+    pub waiting: Gauge,
+    /// Consumers created.
+    pub created: Counter,
+    /// Consumers closed for idleness or breakage.
+    pub evicted: Counter,
 }
 
 /// The metrics of one connector: counters that its tasks share, and the families for the

@@ -9,6 +9,9 @@
 //!   a SIGKILL and two writers at once; ids cleaned up past their window.
 //! - [`faults`]: SIGKILLs, database and broker outages, a broker restart, a rebalance storm.
 //! - [`operate`]: the admin API (Kafka Connect's shapes), metrics, supervision, reload.
+//! - [`pool`]: the seek-consumer pool under concurrent reads, timeouts and a broker
+//!   restart; `sluice inspect`, `sluice dry-run` and their admin API endpoints; the
+//!   latency of a pooled read beside a consumer per read (`POOL-BENCH`).
 //! - [`poison`]: poisoned records under each error policy, dead letters and their redrive.
 //! - [`schema`]: sluice's own tables migrated from an earlier version, a newer one refused.
 //! - [`config_corpus`]: `sluice validate` over a corpus of broken files.
@@ -33,4 +36,5 @@ mod offsets_cas;
 mod operate;
 mod pipeline;
 mod poison;
+mod pool;
 mod schema;

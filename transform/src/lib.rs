@@ -59,7 +59,7 @@ use std::time::Duration;
 
 pub use chain::{CallObserver, Isolation, PluginStats, TransformChain, check_plugin};
 pub use engine::{EngineOptions, TransformEngine, default_cache_dir};
-pub use tools::{PluginTestCase, build_plugin, scaffold_plugin, test_plugin};
+pub use tools::{PluginTestCase, build_plugin, record_to_json, scaffold_plugin, test_plugin};
 
 /// The WIT package version this host implements.
 pub const WIT_PACKAGE: &str = "sluice:transform@0.1.0";

@@ -326,12 +326,58 @@ impl std::fmt::Display for PluginTestCase {
     }
 }
 
-fn json_bytes(v: &Value) -> Option<Vec<u8>> {
+/// The bytes a JSON value stands for in a test line: a string's UTF-8, `{"base64": "…"}`'s
+/// decoded bytes, any other JSON its serialization; `null` is none.
+fn json_bytes(v: &Value) -> Result<Option<Vec<u8>>, String> {
+    use base64::Engine;
     match v {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone().into_bytes()),
-        other => Some(other.to_string().into_bytes()),
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s.clone().into_bytes())),
+        Value::Object(o) if o.len() == 1 && o.contains_key("base64") => match &o["base64"] {
+            Value::String(text) => base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map(Some)
+                .map_err(|e| format!("{{\"base64\": …}} is not base64: {e}")),
+            _ => Err("{\"base64\": …} needs a string".into()),
+        },
+        other => Ok(Some(other.to_string().into_bytes())),
     }
+}
+
+/// A byte field in the JSON shape of a record: a string when it is UTF-8,
+/// `{"base64": "…"}` otherwise; `null` when absent.
+fn bytes_json(bytes: Option<&[u8]>) -> Value {
+    use base64::Engine;
+    match bytes {
+        None => Value::Null,
+        Some(b) => match std::str::from_utf8(b) {
+            Ok(text) => Value::String(text.to_string()),
+            Err(_) => serde_json::json!({
+                "base64": base64::engine::general_purpose::STANDARD.encode(b)
+            }),
+        },
+    }
+}
+
+/// A record in the JSON shape that `sluice inspect` prints and `sluice plugin test --input`
+/// reads: `{"topic", "partition", "offset", "timestamp", "key", "value", "headers"}`, keys,
+/// values and header values as strings when UTF-8, `{"base64": "…"}` otherwise. Headers
+/// are an object: of two headers with one name, the last is kept.
+pub fn record_to_json(record: &Record) -> Value {
+    let headers: serde_json::Map<String, Value> = record
+        .headers
+        .iter()
+        .map(|(name, value)| (name.clone(), bytes_json(value.as_deref())))
+        .collect();
+    serde_json::json!({
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        "key": bytes_json(record.key.as_deref()),
+        "value": bytes_json(record.value.as_deref()),
+        "headers": headers,
+    })
 }
 
 fn parse_test_line(line: &str, index: i64) -> Result<Record, String> {
@@ -364,7 +410,14 @@ fn parse_test_line(line: &str, index: i64) -> Result<Record, String> {
     };
     let headers = match obj.get("headers") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Object(h)) => h.iter().map(|(k, v)| (k.clone(), json_bytes(v))).collect(),
+        Some(Value::Object(h)) => h
+            .iter()
+            .map(|(k, v)| {
+                json_bytes(v)
+                    .map(|b| (k.clone(), b))
+                    .map_err(|e| format!("header `{k}`: {e}"))
+            })
+            .collect::<Result<_, _>>()?,
         Some(_) => return Err("`headers` must be an object of name: value".into()),
     };
     Ok(Record {
@@ -380,8 +433,14 @@ fn parse_test_line(line: &str, index: i64) -> Result<Record, String> {
             .unwrap_or(0),
         offset: int("offset")?.unwrap_or(index),
         timestamp: int("timestamp")?,
-        key: obj.get("key").and_then(json_bytes),
-        value: obj.get("value").and_then(json_bytes),
+        key: match obj.get("key") {
+            Some(v) => json_bytes(v).map_err(|e| format!("`key`: {e}"))?,
+            None => None,
+        },
+        value: match obj.get("value") {
+            Some(v) => json_bytes(v).map_err(|e| format!("`value`: {e}"))?,
+            None => None,
+        },
         headers,
     })
 }
@@ -426,6 +485,35 @@ mod tests {
             parse_test_line(r#"{"valeu":1}"#, 0)
                 .unwrap_err()
                 .contains("valeu")
+        );
+    }
+
+    /// What `sluice inspect` prints, `plugin test` reads back, bytes that are not UTF-8
+    /// included.
+    #[test]
+    fn the_json_shape_of_a_record_round_trips() {
+        let record = Record {
+            topic: "t".into(),
+            partition: 2,
+            offset: 41,
+            timestamp: Some(1_700_000_000_000),
+            key: Some(vec![0xff, 0x00, 0x41]),
+            value: Some(b"#1*a@2".to_vec()),
+            headers: vec![
+                ("text".into(), Some(b"v".to_vec())),
+                ("raw".into(), Some(vec![0xc3, 0x28])),
+                ("null".into(), None),
+            ],
+        };
+        let json = record_to_json(&record);
+        assert_eq!(json["key"], serde_json::json!({"base64": "/wBB"}));
+        assert_eq!(json["value"], "#1*a@2");
+        let back = parse_test_line(&json.to_string(), 0).unwrap();
+        assert_eq!(back, record);
+        let bad = parse_test_line(r#"{"value": {"base64": "%%%"}}"#, 0).unwrap_err();
+        assert!(
+            bad.contains("`value`") && bad.contains("not base64"),
+            "{bad}"
         );
     }
 

@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod connect_api;
+pub mod records;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -151,6 +152,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/metrics", get(metrics))
         .route("/reload", post(reload))
         .merge(connect_api::routes())
+        .merge(records::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .route("/healthz", get(healthz))

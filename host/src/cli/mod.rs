@@ -3,6 +3,7 @@
 
 mod control;
 pub mod demo;
+mod inspect;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use crate::config::{self, Config, ConfigError};
 use crate::kafka::embedded::EmbeddedKafka;
 use crate::sink::Sink;
 use crate::supervisor::Supervisor;
+use inspect::{DryRunFormat, InspectFormat};
 
 /// Exit code: invalid configuration or usage.
 pub const EXIT_INVALID: u8 = 2;
@@ -52,6 +54,59 @@ enum Command {
     Run {
         #[arg(long, short, default_value = "connectors.yaml")]
         config: PathBuf,
+    },
+    /// Print records of a topic, read through the seek-consumer pool (never in a group,
+    /// nothing committed): one JSON object per line (`plugin test --input` reads them), or
+    /// a table.
+    #[command(group(clap::ArgGroup::new("start").required(true).args(["offset", "timestamp", "from_end"])))]
+    Inspect {
+        #[arg(long, short, default_value = "connectors.yaml")]
+        config: PathBuf,
+        #[arg(long)]
+        topic: String,
+        /// Only this partition (default: each partition, `-n` records from each).
+        #[arg(long)]
+        partition: Option<i32>,
+        /// Start at this offset.
+        #[arg(long)]
+        offset: Option<i64>,
+        /// Start at the first record at or after this time: RFC 3339, or ms since the epoch.
+        #[arg(long)]
+        timestamp: Option<String>,
+        /// Start this many records before the end.
+        #[arg(long)]
+        from_end: Option<i64>,
+        /// Most records (per partition).
+        #[arg(short = 'n', long = "limit", default_value_t = 10)]
+        limit: usize,
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: InspectFormat,
+    },
+    /// Run a connector's whole path (transforms, schema, mapping, the database's own
+    /// checks in a transaction rolled back) on real records, and print what it would write
+    /// for each, or why it fails. Nothing is written, no offset moves.
+    DryRun {
+        #[arg(long, short, default_value = "connectors.yaml")]
+        config: PathBuf,
+        #[arg(long)]
+        connector: String,
+        /// Records of this topic (default: the connector's first)...
+        #[arg(long, conflicts_with = "dead_letters")]
+        topic: Option<String>,
+        /// ... of this partition (default 0) ...
+        #[arg(long, conflicts_with = "dead_letters")]
+        partition: Option<i32>,
+        /// ... from this offset (default: the last `-n` records).
+        #[arg(long, conflicts_with = "dead_letters")]
+        offset: Option<i64>,
+        /// The connector's dead letters (errors.dlq.table) instead of a topic's records.
+        #[arg(long)]
+        dead_letters: bool,
+        /// Most records.
+        #[arg(short = 'n', long = "limit", default_value_t = 10)]
+        limit: usize,
+        #[arg(long, value_enum, default_value = "text")]
+        format: DryRunFormat,
     },
     /// Check a configuration file and print every problem, one per line.
     Validate {
@@ -220,6 +275,53 @@ pub fn main() -> ExitCode {
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Validate { config } => validate(&config),
+            Command::Inspect {
+                config,
+                topic,
+                partition,
+                offset,
+                timestamp,
+                from_end,
+                limit,
+                format,
+            } => {
+                let start = match (offset, timestamp, from_end) {
+                    (Some(o), _, _) => Ok(crate::pool::Start::Offset(o)),
+                    (_, Some(t), _) => parse_timestamp(&t).map(crate::pool::Start::Timestamp),
+                    (_, _, Some(n)) => Ok(crate::pool::Start::FromEnd(n)),
+                    _ => Err("give --offset, --timestamp or --from-end".into()),
+                };
+                match start {
+                    Ok(start) => {
+                        inspect::inspect(&config, &topic, partition, start, limit, format).await
+                    }
+                    Err(e) => {
+                        eprintln!("{e}");
+                        EXIT_INVALID
+                    }
+                }
+            }
+            Command::DryRun {
+                config,
+                connector,
+                topic,
+                partition,
+                offset,
+                dead_letters,
+                limit,
+                format,
+            } => {
+                let source = if dead_letters {
+                    inspect::DryRunSource::DeadLetters
+                } else {
+                    inspect::DryRunSource::Topic {
+                        topic,
+                        partition: partition.unwrap_or(0),
+                        offset,
+                    }
+                };
+                inspect::dry_run(&config, &connector, source, limit, format).await
+            }
             Command::Run { config } => run(&config).await,
             Command::Demo {
                 config,
@@ -620,6 +722,33 @@ async fn bounded_stop(
     }
 }
 
+/// RFC 3339 (`2026-12-01T10:00:00Z`) or milliseconds since the epoch.
+fn parse_timestamp(text: &str) -> Result<i64, String> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(ms);
+    }
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.timestamp_millis())
+        .map_err(|e| {
+            format!("--timestamp {text}: {e}; write RFC 3339 (2026-12-01T10:00:00Z) or ms since the epoch")
+        })
+}
+
+/// The plugin engine a command needs to run `connector`'s transforms (none without them).
+fn plugin_engine(
+    connector: &config::ConnectorConfig,
+) -> Result<Option<sluice_transform::TransformEngine>, u8> {
+    if connector.transforms.is_empty() {
+        return Ok(None);
+    }
+    sluice_transform::TransformEngine::new(sluice_transform::EngineOptions::default())
+        .map(Some)
+        .map_err(|e| {
+            eprintln!("{e}");
+            EXIT_FAILURE
+        })
+}
+
 async fn redrive(path: &Path, name: &str) -> u8 {
     let config = match load(path) {
         Ok(config) => config,
@@ -649,16 +778,9 @@ async fn redrive(path: &Path, name: &str) -> u8 {
         eprintln!("connector {name}: {e}");
         return EXIT_FAILURE;
     }
-    let engine = if connector.transforms.is_empty() {
-        None
-    } else {
-        match sluice_transform::TransformEngine::new(sluice_transform::EngineOptions::default()) {
-            Ok(engine) => Some(engine),
-            Err(e) => {
-                eprintln!("{e}");
-                return EXIT_FAILURE;
-            }
-        }
+    let engine = match plugin_engine(connector) {
+        Ok(engine) => engine,
+        Err(code) => return code,
     };
     let result = crate::deliver::redrive::redrive(connector, sink.clone(), engine.as_ref()).await;
     sink.close().await;

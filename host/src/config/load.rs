@@ -386,6 +386,12 @@ fn semantic_problems(config: &Config) -> Vec<Problem> {
             "is empty (an unset variable?): leave token out to serve without one",
         ));
     }
+    if config.pool.size == 0 {
+        problems.push(Problem::new("pool.size", "must be at least 1"));
+    }
+    if config.pool.borrow_timeout.0.is_zero() {
+        problems.push(Problem::new("pool.borrow_timeout", "must be longer than 0"));
+    }
     for (index, connector) in config.connectors.iter().enumerate() {
         let at = |rest: &str| format!("connectors[{index}].{rest}");
         if !names.insert(connector.name.as_str()) {

@@ -72,6 +72,12 @@ pub mod defaults {
     pub const RESTART_MAX: Duration = Duration::from_secs(300);
     /// How long `delivery.dedup` remembers a producer id (on record timestamps).
     pub const DEDUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+    /// Consumers of the seek-consumer pool.
+    pub const POOL_SIZE: usize = 4;
+    /// Longest wait for a consumer of the pool.
+    pub const POOL_BORROW_TIMEOUT: Duration = Duration::from_secs(5);
+    /// A pooled consumer unused this long is closed.
+    pub const POOL_IDLE: Duration = Duration::from_secs(60);
     /// Group name: `sluice-<connector name>`.
     pub fn group(connector: &str) -> String {
         format!("sluice-{connector}")
@@ -105,6 +111,10 @@ pub struct Config {
     /// The admin HTTP server (status, control, offsets, metrics, health); off when absent.
     #[serde(default)]
     pub admin: Option<AdminConfig>,
+    /// The pool of seek consumers that `inspect`, `dry-run` and the admin API's record
+    /// reads borrow.
+    #[serde(default)]
+    pub pool: PoolConfig,
     /// The file as checked, `${VAR}`s resolved: what a reload compares, and what the admin
     /// API shows (redacted) as a connector's config.
     #[serde(skip)]
@@ -121,6 +131,42 @@ pub struct AdminConfig {
     /// `Authorization: Bearer <token>`.
     #[serde(default)]
     pub token: Option<Secret>,
+}
+
+/// The seek-consumer pool: assign-mode consumers, never in a group, never committing,
+/// lent to one reader at a time.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Most consumers (and so most reads at once).
+    #[serde(default = "pool_size_default")]
+    pub size: usize,
+    /// Longest wait for a free consumer before a read is refused.
+    #[serde(default = "pool_borrow_timeout_default")]
+    pub borrow_timeout: HumanDuration,
+    /// A consumer unused this long is closed.
+    #[serde(default = "pool_idle_default")]
+    pub idle: HumanDuration,
+}
+
+fn pool_size_default() -> usize {
+    defaults::POOL_SIZE
+}
+fn pool_borrow_timeout_default() -> HumanDuration {
+    HumanDuration(defaults::POOL_BORROW_TIMEOUT)
+}
+fn pool_idle_default() -> HumanDuration {
+    HumanDuration(defaults::POOL_IDLE)
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            size: pool_size_default(),
+            borrow_timeout: pool_borrow_timeout_default(),
+            idle: pool_idle_default(),
+        }
+    }
 }
 
 /// A configuration file as checked (JSON, `${VAR}`s resolved). Its `Debug` prints nothing
@@ -155,7 +201,7 @@ impl Config {
 }
 
 /// How to reach Kafka.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// `host:port[,host:port…]`, or `embedded` for an in-process mock cluster (demo, first run).
@@ -708,6 +754,15 @@ impl TryFrom<String> for DedupIdSource {
             return Ok(DedupIdSource::Header(name.to_string()));
         }
         if text.starts_with('/') {
+            // RFC 6901: `~` only as `~0` (a `~`) or `~1` (a `/`).
+            let bad_escape = text
+                .match_indices('~')
+                .any(|(at, _)| !matches!(text.as_bytes().get(at + 1), Some(b'0' | b'1')));
+            if bad_escape {
+                return Err(format!(
+                    "\"{text}\" is not a JSON pointer: write ~0 for ~ and ~1 for /"
+                ));
+            }
             return Ok(DedupIdSource::Pointer(text));
         }
         Err(format!(

@@ -13,6 +13,7 @@
 //! - `dlq`: a dead letter, in the dead-letter table in the batch's transaction, or produced
 //!   to the dead-letter topic and acknowledged before the transaction begins.
 
+pub mod dry_run;
 mod plan;
 pub mod redrive;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{DeliverError, Job, Plan, Policy, deliver};
 use crate::config::{ConnectorConfig, ErrorPolicy};
 use crate::prepare::Preparer;
-use crate::record::{Incoming, Record};
+use crate::record::Incoming;
 use crate::sink::{Sink, SinkError};
 use crate::validate::RecordSchema;
 
@@ -68,23 +68,7 @@ pub async fn redrive(
             break;
         };
         let page_start = after.replace(last.coordinates());
-        let incoming: Vec<Incoming> = stored
-            .iter()
-            .map(|s| match s.record() {
-                Ok(record) => Incoming::from(record),
-                Err(defect) => Incoming {
-                    record: Record {
-                        topic: s.topic.clone(),
-                        partition: s.partition,
-                        offset: s.offset,
-                        key: s.key.clone(),
-                        value: s.value.clone(),
-                        ..Record::default()
-                    },
-                    defect: Some(defect),
-                },
-            })
-            .collect();
+        let incoming: Vec<Incoming> = stored.iter().map(|s| s.incoming()).collect();
         let mut prepared = preparer.prepare(incoming)?;
         let failed: HashSet<usize> = prepared.failures.iter().map(|f| f.index).collect();
         let redriven = stored

@@ -82,6 +82,25 @@ impl Stored {
         })
     }
 
+    /// The record as the pipeline takes it again (a redrive, a dry run): with damaged
+    /// stored headers, without them and with that defect, so that it fails alone.
+    pub fn incoming(&self) -> crate::record::Incoming {
+        match self.record() {
+            Ok(record) => crate::record::Incoming::from(record),
+            Err(defect) => crate::record::Incoming {
+                record: Record {
+                    topic: self.topic.clone(),
+                    partition: self.partition,
+                    offset: self.offset,
+                    key: self.key.clone(),
+                    value: self.value.clone(),
+                    ..Record::default()
+                },
+                defect: Some(defect),
+            },
+        }
+    }
+
     /// Where it came from, the dead-letter table's key (with the connector).
     pub fn coordinates(&self) -> (String, i32, i64) {
         (self.topic.clone(), self.partition, self.offset)

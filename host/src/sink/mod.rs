@@ -320,6 +320,13 @@ impl Sink {
         Ok(())
     }
 
+    /// Fails when the sink table is missing or lacks a configured column; reads no row.
+    pub async fn check_table(&self) -> Result<(), SinkError> {
+        self.execute(&self.dialect.probe_table(&self.table))
+            .await
+            .map_err(self.db_error("read"))
+    }
+
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
         let sql = AssertSqlSafe(sql.to_string());
         match &self.pool {

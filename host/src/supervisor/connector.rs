@@ -52,6 +52,8 @@ pub struct Context {
     pub brokers: String,
     /// The process's plugin engine, when a connector has transforms.
     pub engine: Option<sluice_transform::TransformEngine>,
+    /// The seek-consumer pool (`inspect`, `dry-run`, the admin API's record reads).
+    pub pool: Arc<crate::pool::ConsumerPool>,
     /// This process in status and heartbeats (`SLUICE_WORKER_ID`, or host and port).
     pub worker_id: String,
 }

@@ -15,6 +15,7 @@ pub use connector::{
 
 use crate::config::{Config, ConnectorConfig};
 use crate::metrics::Metrics;
+use crate::pool::ConsumerPool;
 
 /// Why the supervisor could not start.
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +125,7 @@ impl Supervisor {
             kafka: config.kafka.clone(),
             brokers: brokers.to_string(),
             engine: new_engine(config, None)?,
+            pool: ConsumerPool::new(&config.kafka, brokers, &config.pool, &metrics),
             worker_id,
         });
         let connectors = config
@@ -180,6 +182,22 @@ impl Supervisor {
             .read()
             .map(|c| c.brokers.clone())
             .unwrap_or_default()
+    }
+
+    /// The seek-consumer pool.
+    pub fn pool(&self) -> Arc<ConsumerPool> {
+        self.context
+            .read()
+            .map(|c| c.pool.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().pool.clone())
+    }
+
+    /// The process's plugin engine, when a connector has transforms.
+    pub fn engine(&self) -> Option<sluice_transform::TransformEngine> {
+        self.context
+            .read()
+            .map(|c| c.engine.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().engine.clone())
     }
 
     /// This process in status and heartbeats.
@@ -245,6 +263,7 @@ impl Supervisor {
     /// failures of the tasks that were failed (or restarting after a failure), as
     /// `connector X task N: error` lines.
     pub async fn shutdown(&self) -> Vec<String> {
+        self.pool().close();
         let connectors = self.connectors();
         let stops = connectors.iter().map(|c| c.shutdown());
         futures_util::future::join_all(stops)
@@ -264,10 +283,22 @@ impl Supervisor {
             .read()
             .map(|c| c.clone())
             .unwrap_or_else(|poisoned| poisoned.into_inner().clone());
+        // The pool follows the cluster and its settings; the old one closes (reads in
+        // progress finish on it).
+        let pool = if old_context.kafka == config.kafka
+            && old_context.brokers == brokers
+            && self.config().pool == config.pool
+        {
+            old_context.pool.clone()
+        } else {
+            old_context.pool.close();
+            ConsumerPool::new(&config.kafka, brokers, &config.pool, &self.metrics)
+        };
         let context = Arc::new(Context {
             kafka: config.kafka.clone(),
             brokers: brokers.to_string(),
             engine: new_engine(&config, old_context.engine.clone())?,
+            pool,
             worker_id: old_context.worker_id.clone(),
         });
         let old = self.connectors();
