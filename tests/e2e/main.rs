@@ -15,6 +15,8 @@
 //! - [`poison`]: poisoned records under each error policy, dead letters and their redrive.
 //! - [`schema`]: sluice's own tables migrated from an earlier version, a newer one refused.
 //! - [`config_corpus`]: `sluice validate` over a corpus of broken files.
+//! - [`dlq_topic`]: `sluice dlq redrive` of a dead-letter topic: each record once, however
+//!   often and however many redrives run.
 //! - [`examples`]: the scenarios of `examples/` run as their READMEs run them, faults too.
 //! - [`error_classes`]: database errors classified as transient, refused or permanent, each
 //!   provoked for real.
@@ -27,6 +29,7 @@ mod harness;
 
 mod config_corpus;
 mod dedup;
+mod dlq_topic;
 mod error_classes;
 mod examples;
 mod faults;

@@ -214,14 +214,33 @@ enum PluginAction {
 
 #[derive(Subcommand, Debug)]
 enum DlqAction {
-    /// Re-submit the dead letters of a connector's dead-letter table through its current
-    /// transforms and sink (after a plugin fix, say): what succeeds is written and removed
-    /// from the table in one transaction, what still fails stays with its new cause.
+    /// Re-submit a connector's dead letters through its current transforms and sink (after
+    /// a plugin fix, say). From its dead-letter table: what succeeds is written and removed
+    /// from the table in one transaction, what still fails stays with its new cause. From
+    /// its dead-letter topic (a range of it): what succeeds is written and recorded as
+    /// redriven in the same transaction (so it is never written twice), what still fails
+    /// stays in the topic, and the command says why.
     Redrive {
         #[arg(long, short, default_value = "connectors.yaml")]
         config: PathBuf,
         #[arg(long)]
         connector: String,
+        /// Topic only: one partition of the dead-letter topic (default: all).
+        #[arg(long)]
+        partition: Option<i32>,
+        /// Topic only: start at this offset (default: the log's start).
+        #[arg(long, conflicts_with = "from_time")]
+        from_offset: Option<i64>,
+        /// Topic only: stop before this offset.
+        #[arg(long)]
+        to_offset: Option<i64>,
+        /// Topic only: start at the first dead letter at or after this time (RFC 3339 or
+        /// ms since the epoch).
+        #[arg(long)]
+        from_time: Option<String>,
+        /// Topic only: stop at the first dead letter after this time.
+        #[arg(long)]
+        to_time: Option<String>,
     },
 }
 
@@ -330,8 +349,47 @@ pub fn main() -> ExitCode {
             } => demo::run(&config, records, partitions).await,
             Command::Offsets { action } => offsets(action).await,
             Command::Dlq {
-                action: DlqAction::Redrive { config, connector },
-            } => redrive(&config, &connector).await,
+                action:
+                    DlqAction::Redrive {
+                        config,
+                        connector,
+                        partition,
+                        from_offset,
+                        to_offset,
+                        from_time,
+                        to_time,
+                    },
+            } => {
+                let times = (
+                    from_time.as_deref().map(parse_timestamp).transpose(),
+                    to_time.as_deref().map(parse_timestamp).transpose(),
+                );
+                match times {
+                    (Ok(from_time), Ok(to_time)) => {
+                        let range = crate::deliver::redrive_topic::Range {
+                            partition,
+                            start: match (from_offset, from_time) {
+                                (Some(o), _) => crate::pool::Start::Offset(o),
+                                (_, Some(t)) => crate::pool::Start::Timestamp(t),
+                                // FromEnd of everything: the log's start.
+                                _ => crate::pool::Start::FromEnd(i64::MAX),
+                            },
+                            to_offset,
+                            to_time,
+                        };
+                        let ranged = partition.is_some()
+                            || from_offset.is_some()
+                            || to_offset.is_some()
+                            || from_time.is_some()
+                            || to_time.is_some();
+                        redrive(&config, &connector, range, ranged).await
+                    }
+                    (Err(e), _) | (_, Err(e)) => {
+                        eprintln!("{e}");
+                        EXIT_INVALID
+                    }
+                }
+            }
             Command::Plugin { action } => plugin(action),
             Command::Status { target } => control::status(&target).await,
             Command::Pause { name, target } => {
@@ -749,7 +807,12 @@ fn plugin_engine(
         })
 }
 
-async fn redrive(path: &Path, name: &str) -> u8 {
+async fn redrive(
+    path: &Path,
+    name: &str,
+    range: crate::deliver::redrive_topic::Range,
+    ranged: bool,
+) -> u8 {
     let config = match load(path) {
         Ok(config) => config,
         Err(code) => return code,
@@ -758,12 +821,28 @@ async fn redrive(path: &Path, name: &str) -> u8 {
         eprintln!("{}: no connector named {name}", path.display());
         return EXIT_INVALID;
     };
-    if !matches!(
-        connector.errors.dlq,
-        Some(config::DeadLetterDestination::Table(_))
-    ) {
+    let dlq_topic = match &connector.errors.dlq {
+        Some(config::DeadLetterDestination::Table(_)) => {
+            if ranged {
+                eprintln!(
+                    "connector {name}: --partition, --from-*, --to-* choose a range of a dead-letter topic; this connector's dead letters are in a table (errors.dlq.table), redriven whole"
+                );
+                return EXIT_INVALID;
+            }
+            None
+        }
+        Some(config::DeadLetterDestination::Topic(topic)) => Some(topic.clone()),
+        None => {
+            eprintln!(
+                "connector {name}: it has no dead letters to redrive (errors.dlq is not set)"
+            );
+            return EXIT_INVALID;
+        }
+    };
+    if dlq_topic.is_some() && config.kafka.is_embedded() {
         eprintln!(
-            "connector {name}: redrive reads the dead-letter table, and errors.dlq.table is not set; dead letters in a topic are re-read by a connector whose topics include the dead-letter topic"
+            "{}: kafka.brokers is embedded, a cluster that lives inside `sluice run` only: there is no dead-letter topic to read",
+            path.display()
         );
         return EXIT_INVALID;
     }
@@ -782,21 +861,73 @@ async fn redrive(path: &Path, name: &str) -> u8 {
         Ok(engine) => engine,
         Err(code) => return code,
     };
-    let result = crate::deliver::redrive::redrive(connector, sink.clone(), engine.as_ref()).await;
-    sink.close().await;
-    match result {
-        Ok(report) => {
-            println!(
-                "{name}: {} dead letter(s) read, {} redriven and removed, {} still failing and kept",
-                report.read, report.redriven, report.still_failing
+    let code = match dlq_topic {
+        None => {
+            let result =
+                crate::deliver::redrive::redrive(connector, sink.clone(), engine.as_ref()).await;
+            match result {
+                Ok(report) => {
+                    println!(
+                        "{name}: {} dead letter(s) read, {} redriven and removed, {} still failing and kept",
+                        report.read, report.redriven, report.still_failing
+                    );
+                    0
+                }
+                Err(e) => {
+                    eprintln!("connector {name}: {e}");
+                    EXIT_FAILURE
+                }
+            }
+        }
+        Some(topic) => {
+            let pool = crate::pool::ConsumerPool::new(
+                &config.kafka,
+                &config.kafka.brokers,
+                &config.pool,
+                &crate::metrics::Metrics::new(),
             );
-            0
+            let result = crate::deliver::redrive_topic::redrive_topic(
+                connector,
+                sink.clone(),
+                engine.as_ref(),
+                pool.clone(),
+                &topic,
+                &range,
+            )
+            .await;
+            pool.close();
+            match result {
+                Ok(report) => {
+                    for line in &report.still_failing {
+                        println!("still failing, stays in {topic}: {line}");
+                    }
+                    for line in &report.not_redrivable {
+                        println!("not redriven: {line}");
+                    }
+                    println!(
+                        "{name}: {} dead letter(s) read from {topic}, {} redriven, {} redriven before (passed over), {} still failing, {} not redrivable",
+                        report.read,
+                        report.redriven,
+                        report.already,
+                        report.still_failing.len(),
+                        report.not_redrivable.len()
+                    );
+                    0
+                }
+                Err(e) => {
+                    eprintln!("connector {name}: {e}");
+                    if matches!(&e, crate::deliver::redrive::RedriveError::Read(r) if r.is_usage())
+                    {
+                        EXIT_INVALID
+                    } else {
+                        EXIT_FAILURE
+                    }
+                }
+            }
         }
-        Err(e) => {
-            eprintln!("connector {name}: {e}");
-            EXIT_FAILURE
-        }
-    }
+    };
+    sink.close().await;
+    code
 }
 
 async fn offsets(action: OffsetsAction) -> u8 {

@@ -16,6 +16,7 @@
 pub mod dry_run;
 mod plan;
 pub mod redrive;
+pub mod redrive_topic;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -68,8 +68,9 @@ impl Plan {
         self.retain_ops(|origin| !failed.contains(&origin));
         // A failed record's id is not stored: it was not written.
         self.batch.dedup.retain(|key| !failed.contains(&key.input));
-        if !self.batch.redriven.is_empty() {
-            // A redriven dead letter that fails again stays (with its new cause).
+        if !self.batch.redriven.is_empty() || !self.batch.redriven_from_topic.is_empty() {
+            // A redriven dead letter that fails again stays (with its new cause), and a
+            // record of a dead-letter topic that fails again is not recorded as redriven.
             let again: HashSet<(&str, i32, i64)> = failures
                 .iter()
                 .map(|f| (f.topic.as_str(), f.partition, f.offset))
@@ -77,6 +78,10 @@ impl Plan {
             self.batch
                 .redriven
                 .retain(|(t, p, o)| !again.contains(&(t.as_str(), *p, *o)));
+            self.batch.redriven_from_topic.retain(|r| {
+                let (t, p, o) = &r.source;
+                !again.contains(&(t.as_str(), *p, *o))
+            });
         }
         match policy {
             ErrorPolicy::Fail => {

@@ -38,6 +38,9 @@ pub enum RedriveError {
     Prepare(#[from] crate::prepare::PrepareError),
     #[error(transparent)]
     Schema(#[from] crate::validate::SchemaError),
+    /// The dead-letter topic could not be read.
+    #[error(transparent)]
+    Read(#[from] crate::pool::ReadError),
 }
 
 /// Re-submits every dead letter of `connector`'s table through its current transforms,

@@ -23,6 +23,7 @@ pub mod dialect;
 mod error;
 mod postgres;
 mod probe;
+mod redriven;
 mod runs;
 pub mod schema;
 
@@ -59,6 +60,14 @@ pub struct OffsetAdvance {
     pub next: i64,
 }
 
+/// A record redriven from a dead-letter topic: its source coordinates (its identity) and
+/// where its dead letter is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedrivenFromTopic {
+    pub source: (String, i32, i64),
+    pub dead_letter: (String, i32, i64),
+}
+
 /// What a committed transaction did.
 #[derive(Debug, Clone, Default)]
 pub struct Written {
@@ -87,6 +96,10 @@ pub struct WriteBatch {
     /// Dead letters (topic, partition, offset) that a redrive wrote: deleted from the
     /// dead-letter table in the same transaction.
     pub redriven: Vec<(String, i32, i64)>,
+    /// Records redriven from a dead-letter topic: recorded in `sluice_redriven` in the
+    /// same transaction, where another redrive of the same record meets them (a
+    /// [`SinkError::RedriveConflict`]).
+    pub redriven_from_topic: Vec<RedrivenFromTopic>,
     /// The id of the Kafka cluster the records came from, stored beside the offsets: a
     /// stored offset from another cluster is not resumed from in silence.
     pub cluster: Option<String>,
@@ -483,6 +496,15 @@ impl Sink {
         backend::write_runs::<DB>(conn, self.dialect, &self.table, self.mode, &runs)
             .await
             .map_err(self.db_error("write rows"))?;
+        if !batch.redriven_from_topic.is_empty() {
+            redriven::record::<DB>(
+                conn,
+                self.dialect,
+                &self.connector,
+                &batch.redriven_from_topic,
+            )
+            .await?;
+        }
         if batch.dead_letters.is_empty() && batch.redriven.is_empty() {
             return Ok(written);
         }

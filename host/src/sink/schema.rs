@@ -16,6 +16,7 @@
 //! | 3 | `sluice_offsets.cluster_id`: the Kafka cluster an offset was read from |
 //! | 4 | `sluice_control` (a connector's target state and restart requests, set through the admin API) and `sluice_task_status` (each process's tasks, as heartbeats) |
 //! | 5 | `sluice_dedup` (connector, id, record_time): the producer ids written, for `delivery.dedup` (MySQL/MariaDB: `id` is `VARBINARY`, compared byte for byte: their `_bin` collations ignore trailing spaces) |
+//! | 6 | `sluice_redriven` (connector, source_topic, source_partition, source_offset, dlq_topic, dlq_partition, dlq_offset, redriven_at): the records redriven from a dead-letter topic, so that none is written twice |
 
 use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, Type};
 
@@ -23,7 +24,7 @@ use super::backend::{self, Backend};
 use super::{Dialect, Sink, SinkError, each_pool};
 
 /// The version of sluice's own tables this binary writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// An arbitrary key for PostgreSQL's advisory lock: "sluice" in ASCII.
 const PG_LOCK_KEY: i64 = 0x736c_7569_6365;
@@ -101,6 +102,22 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
             "CREATE TABLE IF NOT EXISTS sluice_dedup (connector TEXT NOT NULL, id TEXT NOT NULL, \
              record_time BIGINT NOT NULL, PRIMARY KEY (connector, id))",
             "CREATE INDEX IF NOT EXISTS sluice_dedup_time ON sluice_dedup (connector, record_time)",
+        ],
+        (6, Dialect::MySql) => vec![
+            "CREATE TABLE IF NOT EXISTS sluice_redriven (\
+             connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             source_topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             source_partition INT NOT NULL, source_offset BIGINT NOT NULL, \
+             dlq_topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             dlq_partition INT NOT NULL, dlq_offset BIGINT NOT NULL, redriven_at BIGINT NOT NULL, \
+             PRIMARY KEY (connector, source_topic, source_partition, source_offset))",
+        ],
+        (6, _) => vec![
+            "CREATE TABLE IF NOT EXISTS sluice_redriven (connector TEXT NOT NULL, \
+             source_topic TEXT NOT NULL, source_partition INTEGER NOT NULL, source_offset BIGINT NOT NULL, \
+             dlq_topic TEXT NOT NULL, dlq_partition INTEGER NOT NULL, dlq_offset BIGINT NOT NULL, \
+             redriven_at BIGINT NOT NULL, \
+             PRIMARY KEY (connector, source_topic, source_partition, source_offset))",
         ],
         _ => Vec::new(),
     }
@@ -279,6 +296,7 @@ mod tests {
             assert!(!migration(dialect, 3).is_empty(), "{dialect:?}");
             assert_eq!(migration(dialect, 4).len(), 2, "{dialect:?}");
             assert!(!migration(dialect, 5).is_empty(), "{dialect:?}");
+            assert!(!migration(dialect, 6).is_empty(), "{dialect:?}");
         }
     }
 
