@@ -60,7 +60,10 @@ fn read_error(error: ReadError) -> ApiError {
         ReadError::Pool(PoolError::Busy { .. } | PoolError::Closed) => {
             StatusCode::SERVICE_UNAVAILABLE
         }
-        _ => StatusCode::BAD_GATEWAY,
+        ReadError::TimedOut { .. } => StatusCode::GATEWAY_TIMEOUT,
+        ReadError::Pool(PoolError::Create { .. }) => StatusCode::INTERNAL_SERVER_ERROR,
+        // The cluster answered with an error.
+        ReadError::Kafka { .. } => StatusCode::BAD_GATEWAY,
     };
     ApiError::new(status, error.to_string())
 }

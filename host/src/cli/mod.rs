@@ -783,6 +783,12 @@ async fn bounded_stop(
 /// RFC 3339 (`2026-12-01T10:00:00Z`) or milliseconds since the epoch.
 fn parse_timestamp(text: &str) -> Result<i64, String> {
     if let Ok(ms) = text.parse::<i64>() {
+        // Negative values are Kafka's markers for "latest" and "earliest", not times.
+        if ms < 0 {
+            return Err(format!(
+                "--timestamp {text}: a time before 1970 is no record's time"
+            ));
+        }
         return Ok(ms);
     }
     chrono::DateTime::parse_from_rfc3339(text)

@@ -68,6 +68,9 @@ pub enum DryRunError {
     Transform(#[from] sluice_transform::TransformError),
     #[error(transparent)]
     Prepare(#[from] PrepareError),
+    /// The thread that ran the pipeline ended without an answer (a panic in it).
+    #[error("the dry run's pipeline thread ended without an answer: {0}")]
+    Worker(String),
 }
 
 /// Runs `connector`'s path on `inputs` without writing anything.
@@ -76,16 +79,25 @@ pub async fn dry_run(
     engine: Option<&sluice_transform::TransformEngine>,
     inputs: Vec<Incoming>,
 ) -> Result<DryRun, DryRunError> {
-    let schema = match &connector.schema {
-        Some(path) => Some(Arc::new(RecordSchema::load(path)?)),
-        None => None,
-    };
-    let mut preparer = Preparer::for_connector(connector, engine, schema)?;
     let coordinates: Vec<(String, i32, i64)> = inputs
         .iter()
         .map(|i| (i.record.topic.clone(), i.record.partition, i.record.offset))
         .collect();
-    let prepared = preparer.prepare(inputs)?;
+    // Compiling plugins and running them is CPU work: off the async workers.
+    let prepared = {
+        let connector = connector.clone();
+        let engine = engine.cloned();
+        tokio::task::spawn_blocking(move || -> Result<_, DryRunError> {
+            let schema = match &connector.schema {
+                Some(path) => Some(Arc::new(RecordSchema::load(path)?)),
+                None => None,
+            };
+            let mut preparer = Preparer::for_connector(&connector, engine.as_ref(), schema)?;
+            Ok(preparer.prepare(inputs)?)
+        })
+        .await
+        .map_err(|e| DryRunError::Worker(e.to_string()))??
+    };
     let mut failures: Vec<Option<Outcome>> = vec![None; coordinates.len()];
     for failure in &prepared.failures {
         failures[failure.index] = Some(Outcome::Failed {

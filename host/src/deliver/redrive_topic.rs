@@ -16,7 +16,7 @@ use std::time::Duration;
 use super::redrive::RedriveError;
 use super::{DeliverError, Job, Plan, Policy, deliver};
 use crate::config::{ConnectorConfig, ErrorPolicy};
-use crate::pool::{ConsumerPool, Start};
+use crate::pool::{ConsumerPool, ReadError, Start};
 use crate::prepare::Preparer;
 use crate::record::{Incoming, Record};
 use crate::sink::{RedrivenFromTopic, Sink, SinkError};
@@ -24,10 +24,11 @@ use crate::validate::RecordSchema;
 
 /// The headers sluice adds to a dead letter it produces
 /// (`kafka::dead_letter_producer`); the record's own come before them.
-const CONTEXT_HEADERS: [&str; 8] = [
+const CONTEXT_HEADERS: [&str; 9] = [
     "sluice.source.topic",
     "sluice.source.partition",
     "sluice.source.offset",
+    "sluice.source.timestamp",
     "sluice.connector",
     "sluice.stage",
     "sluice.error.class",
@@ -93,6 +94,11 @@ fn original_of(letter: &Record, connector: &str) -> Result<Record, String> {
     if let Some(other) = header("sluice.connector").filter(|c| *c != connector) {
         return Err(format!("a dead letter of connector {other}"));
     }
+    if header("sluice.error.class") == Some("header_not_utf8") {
+        return Err(
+            "the record had a header name that is not UTF-8, which the dead letter keeps only lossily: it cannot be redriven as it was".into(),
+        );
+    }
     if let Some(size) = header("sluice.value.omitted") {
         return Err(format!(
             "its value ({size} bytes) was too large for the dead-letter topic and was left out"
@@ -102,7 +108,14 @@ fn original_of(letter: &Record, connector: &str) -> Result<Record, String> {
         topic: topic.to_string(),
         partition,
         offset,
-        timestamp: letter.timestamp,
+        // The record's own time (a dead letter's is when it was produced as one).
+        timestamp: match header("sluice.source.timestamp") {
+            Some(t) => Some(
+                t.parse::<i64>()
+                    .map_err(|_| "its sluice.source.timestamp header is not a number")?,
+            ),
+            None => None,
+        },
         key: letter.key.clone(),
         value: letter.value.clone(),
         headers: letter
@@ -143,20 +156,46 @@ pub async fn redrive_topic(
     for partition in partitions {
         let mut start = range.start;
         loop {
-            let mut letters = pool
+            let mut letters = match pool
                 .read(dlq_topic, partition, start, page, READ_WAIT)
-                .await?;
+                .await
+            {
+                Ok(letters) => letters,
+                // A start outside this partition's log (one --from-offset for all of them,
+                // retention since): its log's start, or nothing past its end.
+                Err(ReadError::OutOfRange {
+                    low, high, offset, ..
+                }) => {
+                    if offset < low {
+                        start = Start::Offset(low);
+                        continue;
+                    }
+                    tracing::info!(
+                        topic = dlq_topic,
+                        partition,
+                        offset,
+                        high,
+                        "the range starts past this partition's end: nothing to redrive in it"
+                    );
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let Some(last) = letters.last().map(|l| l.record.offset) else {
                 break;
             };
-            let before = letters.len();
-            letters.retain(|l| {
-                range.to_offset.is_none_or(|to| l.record.offset < to)
-                    && range
-                        .to_time
-                        .is_none_or(|to| l.record.timestamp.is_none_or(|t| t <= to))
-            });
-            let ended = letters.len() < before;
+            // The range ends at the first dead letter past it (offset or time).
+            let end = letters
+                .iter()
+                .position(|l| {
+                    range.to_offset.is_some_and(|to| l.record.offset >= to)
+                        || range
+                            .to_time
+                            .is_some_and(|to| l.record.timestamp.is_some_and(|t| t > to))
+                })
+                .unwrap_or(letters.len());
+            let ended = end < letters.len();
+            letters.truncate(end);
             let mut attempts = 0;
             loop {
                 match redrive_page(

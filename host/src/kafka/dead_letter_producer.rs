@@ -2,6 +2,7 @@
 //!
 //! Each dead letter keeps the original key, value and headers, and gets context headers:
 //! `sluice.source.topic`, `sluice.source.partition`, `sluice.source.offset`,
+//! `sluice.source.timestamp` (when the record had one),
 //! `sluice.connector`, `sluice.stage`, `sluice.error.class`, `sluice.error.message`. The
 //! task waits for the broker's acknowledgement of every dead letter of a batch before that
 //! batch's offsets commit, so a crash cannot lose one (it can repeat one: a batch whose
@@ -185,6 +186,12 @@ impl DeadLetterProducer {
             headers = headers.insert(Header {
                 key: name.as_str(),
                 value: value.as_deref(),
+            });
+        }
+        if let Some(timestamp) = record.timestamp {
+            headers = headers.insert(Header {
+                key: "sluice.source.timestamp",
+                value: Some(timestamp.to_string().as_bytes()),
             });
         }
         let context = [

@@ -7,3 +7,4 @@ pub mod consumer;
 pub mod dead_letter_producer;
 pub mod embedded;
 pub mod group;
+pub mod topic_ids;

@@ -5,13 +5,14 @@
 //! `sluice dry-run` and the admin API's record reads borrow from it.
 //!
 //! - **Never in a group, never committing**: consumers only `assign`; auto-commit and
-//!   offset store are off.
+//!   offset store are off. librdkafka wants a `group.id` for `assign` (`sluice-pool`, never
+//!   joined; a cluster with group ACLs must let the principal describe it).
 //! - **Bounded**: at most `pool.size` consumers exist; a borrower waits up to
 //!   `pool.borrow_timeout` for one ([`PoolError::Busy`] after that).
 //! - **Validated on borrow**: every read starts with a metadata request; a consumer that
 //!   cannot answer it is closed and replaced by a new one, once.
-//! - **Evicted when idle**: a consumer unused for `pool.idle` is closed (checked whenever
-//!   the pool is used).
+//! - **Evicted when idle**: a consumer unused for `pool.idle` is closed the next time the
+//!   pool is used (lent or given back).
 //! - **Closed on shutdown**: [`ConsumerPool::close`] closes the idle consumers; borrowed
 //!   ones close when they come back.
 
@@ -27,6 +28,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::{KafkaConfig, PoolConfig};
 use crate::metrics::{Metrics, PoolMetrics};
+use prometheus_client::metrics::gauge::Gauge;
 pub use read::{ReadError, Start};
 
 /// Why a consumer could not be borrowed.
@@ -87,7 +89,8 @@ impl ConsumerPool {
             .set("group.id", "sluice-pool")
             .set("client.id", "sluice-pool")
             .set("isolation.level", crate::config::defaults::ISOLATION_LEVEL)
-            .set("enable.partition.eof", "false")
+            // The end of a read: with read_committed, the last stable offset.
+            .set("enable.partition.eof", "true")
             // A read asks for a few records now: no deep prefetch, no waiting at the
             // broker for a fuller fetch, no backoff before the next one.
             .set("queued.min.messages", "1000")
@@ -120,13 +123,21 @@ impl ConsumerPool {
     /// Borrows a consumer, waiting up to `pool.borrow_timeout` for one.
     pub async fn borrow(self: &Arc<Self>) -> Result<Borrowed, PoolError> {
         let waited = Instant::now();
+        // Counted while waiting, also when the borrower gives up (its future dropped).
+        struct Waiting<'a>(&'a Gauge);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.dec();
+            }
+        }
         self.metrics.waiting.inc();
+        let waiting = Waiting(&self.metrics.waiting);
         let permit = tokio::time::timeout(
             self.settings.borrow_timeout.0,
             self.permits.clone().acquire_owned(),
         )
         .await;
-        self.metrics.waiting.dec();
+        drop(waiting);
         let permit = match permit {
             Ok(Ok(permit)) => permit,
             Ok(Err(_)) => return Err(PoolError::Closed),
@@ -152,25 +163,33 @@ impl ConsumerPool {
 
     /// An idle consumer, after closing those idle too long.
     fn take_idle(&self) -> Option<BaseConsumer> {
-        let mut idle = self.lock_idle();
-        self.evict_stale(&mut idle);
-        let taken = idle.pop().map(|i| i.consumer);
-        if taken.is_some() {
-            self.metrics.idle.dec();
-        }
+        let (taken, stale) = {
+            let mut idle = self.lock_idle();
+            let stale = self.evict_stale(&mut idle);
+            let taken = idle.pop().map(|i| i.consumer);
+            if taken.is_some() {
+                self.metrics.idle.dec();
+            }
+            (taken, stale)
+        };
+        close_off_runtime(stale);
         taken
     }
 
-    fn evict_stale(&self, idle: &mut Vec<Idle>) {
+    /// Takes the consumers idle longer than `pool.idle` out of `idle`, to be closed
+    /// outside the lock.
+    fn evict_stale(&self, idle: &mut Vec<Idle>) -> Vec<BaseConsumer> {
         let limit = self.settings.idle.0;
-        let before = idle.len();
-        idle.retain(|i| i.since.elapsed() < limit);
-        let evicted = (before - idle.len()) as i64;
-        if evicted > 0 {
-            self.metrics.idle.dec_by(evicted);
-            self.metrics.evicted.inc_by(evicted as u64);
-            tracing::debug!(cluster = %self.cluster, evicted, "idle pool consumers closed");
+        let (stale, fresh): (Vec<Idle>, Vec<Idle>) = std::mem::take(idle)
+            .into_iter()
+            .partition(|i| i.since.elapsed() >= limit);
+        *idle = fresh;
+        if !stale.is_empty() {
+            self.metrics.idle.dec_by(stale.len() as i64);
+            self.metrics.evicted.inc_by(stale.len() as u64);
+            tracing::debug!(cluster = %self.cluster, evicted = stale.len(), "idle pool consumers closed");
         }
+        stale.into_iter().map(|i| i.consumer).collect()
     }
 
     fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
@@ -190,17 +209,23 @@ impl ConsumerPool {
     /// Takes a consumer back (or closes it, when broken or the pool is closed).
     fn give_back(&self, consumer: BaseConsumer, broken: bool) {
         self.metrics.borrowed.dec();
-        if broken || self.permits.is_closed() {
-            self.metrics.evicted.inc();
-            return;
+        let mut closing = Vec::new();
+        {
+            let mut idle = self.lock_idle();
+            // Under the lock: `close` empties the list under it, after closing the permits.
+            if broken || self.permits.is_closed() {
+                self.metrics.evicted.inc();
+                closing.push(consumer);
+            } else {
+                closing = self.evict_stale(&mut idle);
+                idle.push(Idle {
+                    consumer,
+                    since: Instant::now(),
+                });
+                self.metrics.idle.inc();
+            }
         }
-        let mut idle = self.lock_idle();
-        self.evict_stale(&mut idle);
-        idle.push(Idle {
-            consumer,
-            since: Instant::now(),
-        });
-        self.metrics.idle.inc();
+        close_off_runtime(closing);
     }
 
     /// Closes the pool: idle consumers now, borrowed ones when they come back; later
@@ -209,6 +234,21 @@ impl ConsumerPool {
         self.permits.close();
         let closed = std::mem::take(&mut *self.lock_idle());
         self.metrics.idle.dec_by(closed.len() as i64);
+        close_off_runtime(closed.into_iter().map(|i| i.consumer).collect());
+    }
+}
+
+/// Closes consumers where blocking is allowed: closing one waits for librdkafka to wind
+/// it down, which must not hold an async worker.
+fn close_off_runtime(consumers: Vec<BaseConsumer>) {
+    if consumers.is_empty() {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn_blocking(move || drop(consumers));
+        }
+        Err(_) => drop(consumers),
     }
 }
 
@@ -236,7 +276,10 @@ impl Borrowed {
 
     /// Replaces a consumer that could not reach the cluster with a new one.
     fn replace(&mut self) -> Result<(), PoolError> {
+        // The one that failed is not lent again, whether a new one can be made or not.
+        self.broken = true;
         let fresh = self.pool.create()?;
+        self.broken = false;
         if self.consumer.replace(fresh).is_some() {
             self.pool.metrics.evicted.inc();
         }

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{Borrowed, ConsumerPool, PoolError};
+use crate::kafka::consumer::{PollError, classify_poll_error};
 use crate::record::Incoming;
 
 /// How long one metadata or offsets request may take.
@@ -238,6 +238,11 @@ fn read_range(
     if wanted == 0 {
         return Ok(Vec::new());
     }
+    // Errors queued while the consumer sat idle (a broker that went away and came back)
+    // are not this read's.
+    while let Some(Err(e)) = consumer.poll(Duration::ZERO) {
+        tracing::debug!(%cluster, error = %e, "an error queued before this read");
+    }
     let mut assignment = TopicPartitionList::new();
     assignment
         .add_partition_offset(topic, partition, Offset::Offset(from))
@@ -264,7 +269,12 @@ fn read_range(
             None => {}
             Some(Ok(message)) => {
                 let incoming = crate::kafka::consumer::to_record(&message);
-                let offset = incoming.record.offset;
+                let r = &incoming.record;
+                if r.topic != topic || r.partition != partition {
+                    // Not this read's (nothing else is assigned; never trusted anyway).
+                    continue;
+                }
+                let offset = r.offset;
                 if offset >= from && offset < high {
                     records.push(incoming);
                 }
@@ -272,17 +282,29 @@ fn read_range(
                     break;
                 }
             }
-            Some(Err(KafkaError::PartitionEOF(_))) => break,
-            Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OffsetOutOfRange) => {
-                return Err(ReadError::OutOfRange {
-                    topic: topic.to_string(),
-                    partition,
-                    offset: from,
-                    low,
-                    high,
-                });
-            }
-            Some(Err(e)) => return Err(kafka("read records")(e)),
+            // The end of what can be read: with read_committed, `high` is the last stable
+            // offset, and a transaction's commit marker before it is never delivered.
+            Some(Err(KafkaError::PartitionEOF(p))) if p == partition => break,
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
+            Some(Err(e)) => match classify_poll_error(&e) {
+                PollError::OutOfRange => {
+                    return Err(ReadError::OutOfRange {
+                        topic: topic.to_string(),
+                        partition,
+                        offset: from,
+                        low,
+                        high,
+                    });
+                }
+                // A broker reconnecting, an error left over from before this read: the
+                // client retries; the deadline bounds the wait.
+                PollError::Transient => {
+                    tracing::debug!(%cluster, error = %e, "the pooled consumer reports an error; reading on");
+                }
+                PollError::UnknownTopic | PollError::Fatal(_) => {
+                    return Err(kafka("read records")(e));
+                }
+            },
         }
     }
     Ok(records)

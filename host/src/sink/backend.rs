@@ -102,12 +102,14 @@ where
 
 /// The compare-and-set: each partition's stored offset moves from `expected` to `next`, or
 /// the whole batch fails with [`SinkError::OffsetConflict`]. `cluster` (the Kafka cluster
-/// id, when the broker gives one) is stored beside each offset.
+/// id, when the broker gives one) and each topic's id (`topic_ids`, where the broker has
+/// them) are stored beside each offset.
 pub async fn advance_offsets<DB>(
     conn: &mut DB::Connection,
     dialect: Dialect,
     connector: &str,
     cluster: Option<&str>,
+    topic_ids: &[(String, String)],
     offsets: &[OffsetAdvance],
 ) -> Result<(), SinkError>
 where
@@ -134,11 +136,16 @@ where
     let mut ordered: Vec<&OffsetAdvance> = offsets.iter().collect();
     ordered.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
     for advance in ordered {
+        let topic_id = topic_ids
+            .iter()
+            .find(|(t, _)| *t == advance.topic)
+            .map(|(_, id)| id.clone());
         match advance.expected {
             Some(expected) => {
                 let result = sqlx::query::<DB>(AssertSqlSafe(dialect.advance_offset()))
                     .bind(advance.next)
                     .bind(cluster.map(str::to_string))
+                    .bind(topic_id)
                     .bind(connector.to_string())
                     .bind(advance.topic.clone())
                     .bind(advance.partition)
@@ -157,6 +164,7 @@ where
                     .bind(advance.partition)
                     .bind(advance.next)
                     .bind(cluster.map(str::to_string))
+                    .bind(topic_id)
                     .execute(&mut *conn)
                     .await;
                 match result {

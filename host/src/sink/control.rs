@@ -315,6 +315,8 @@ impl Sink {
                         .bind(topic.clone())
                         .bind(*part)
                         .bind(*next)
+                        // Cluster and topic ids: the connector's next batch stores them.
+                        .bind(None::<String>)
                         .bind(None::<String>)
                         .execute(&mut *tx)
                         .await

@@ -179,36 +179,49 @@ impl Dialect {
         }
     }
 
-    /// Binds: next_offset, cluster id (NULL keeps the stored one), connector, topic,
-    /// partition, expected next_offset.
+    /// Binds, in this order (MySQL and SQLite number `?` by position): next_offset, cluster
+    /// id and topic id (NULL keeps the stored one), connector, topic, partition, expected
+    /// next_offset.
     pub fn advance_offset(self) -> String {
         let p = |n| self.param(n);
         format!(
-            "UPDATE sluice_offsets SET next_offset = {}, cluster_id = COALESCE({}, cluster_id), updated_at = {} \
+            "UPDATE sluice_offsets SET next_offset = {}, cluster_id = COALESCE({}, cluster_id), \
+             topic_id = COALESCE({}, topic_id), updated_at = {} \
              WHERE connector = {} AND topic = {} AND {} = {} AND next_offset = {}",
             p(1),
             p(2),
+            p(3),
             self.now(),
+            p(4),
+            p(5),
+            self.quote("partition"),
+            p(6),
+            p(7)
+        )
+    }
+
+    /// Binds: connector, topic, partition, next_offset, cluster id, topic id. A duplicate key means
+    /// another task stored an offset first.
+    pub fn insert_offset(self) -> String {
+        let p = |n| self.param(n);
+        format!(
+            "INSERT INTO sluice_offsets (connector, topic, {}, next_offset, cluster_id, topic_id) VALUES ({}, {}, {}, {}, {}, {})",
+            self.quote("partition"),
+            p(1),
+            p(2),
             p(3),
             p(4),
-            self.quote("partition"),
             p(5),
             p(6)
         )
     }
 
-    /// Binds: connector, topic, partition, next_offset, cluster id. A duplicate key means
-    /// another task stored an offset first.
-    pub fn insert_offset(self) -> String {
-        let p = |n| self.param(n);
+    /// Binds: connector, topic. Returns the distinct topic ids stored with its offsets.
+    pub fn read_offset_topic_ids(self) -> String {
         format!(
-            "INSERT INTO sluice_offsets (connector, topic, {}, next_offset, cluster_id) VALUES ({}, {}, {}, {}, {})",
-            self.quote("partition"),
-            p(1),
-            p(2),
-            p(3),
-            p(4),
-            p(5)
+            "SELECT DISTINCT topic_id FROM sluice_offsets WHERE connector = {} AND topic = {} AND topic_id IS NOT NULL",
+            self.param(1),
+            self.param(2)
         )
     }
 
@@ -459,9 +472,13 @@ mod tests {
             "DELETE FROM `app`.`words` WHERE `uid` IN (?, ?, ?)"
         );
         let advance = Dialect::Postgres.advance_offset();
-        assert!(advance.contains("next_offset = $6"), "{advance}");
+        assert!(advance.contains("next_offset = $7"), "{advance}");
         assert!(
             advance.contains("cluster_id = COALESCE($2, cluster_id)"),
+            "{advance}"
+        );
+        assert!(
+            advance.contains("topic_id = COALESCE($3, topic_id)"),
             "{advance}"
         );
         assert_eq!(Dialect::Sqlite.rows_per_statement(20), 1500);

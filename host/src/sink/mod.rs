@@ -103,6 +103,10 @@ pub struct WriteBatch {
     /// The id of the Kafka cluster the records came from, stored beside the offsets: a
     /// stored offset from another cluster is not resumed from in silence.
     pub cluster: Option<String>,
+    /// The ids of the batch's topics (topic, id), where the broker has them, stored beside
+    /// the offsets: a stored offset of a topic deleted and created again since is not
+    /// resumed from in silence.
+    pub topic_ids: Vec<(String, String)>,
 }
 
 /// `batch`'s operations without those of `inputs` (sorted); `None` when none is dropped.
@@ -377,10 +381,21 @@ impl Sink {
             .map_err(self.db_error("read offsets"))
     }
 
+    /// The topic ids stored with `topic`'s offsets (none for offsets stored before sluice
+    /// kept them, or from a broker without topic ids).
+    pub async fn stored_topic_ids(&self, topic: &str) -> Result<Vec<String>, SinkError> {
+        self.stored_strings(self.dialect.read_offset_topic_ids(), topic)
+            .await
+    }
+
     /// The Kafka cluster ids stored with `topic`'s offsets (none for offsets stored before
     /// sluice kept them).
     pub async fn stored_clusters(&self, topic: &str) -> Result<Vec<String>, SinkError> {
-        let sql = self.dialect.read_offset_clusters();
+        self.stored_strings(self.dialect.read_offset_clusters(), topic)
+            .await
+    }
+
+    async fn stored_strings(&self, sql: String, topic: &str) -> Result<Vec<String>, SinkError> {
         let read = async {
             each_pool!(self, pool, DB => {
                 sqlx::query_scalar::<DB, String>(AssertSqlSafe(sql))
@@ -472,6 +487,7 @@ impl Sink {
             self.dialect,
             &self.connector,
             batch.cluster.as_deref(),
+            &batch.topic_ids,
             &batch.offsets,
         )
         .await?;

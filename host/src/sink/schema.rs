@@ -17,6 +17,7 @@
 //! | 4 | `sluice_control` (a connector's target state and restart requests, set through the admin API) and `sluice_task_status` (each process's tasks, as heartbeats) |
 //! | 5 | `sluice_dedup` (connector, id, record_time): the producer ids written, for `delivery.dedup` (MySQL/MariaDB: `id` is `VARBINARY`, compared byte for byte: their `_bin` collations ignore trailing spaces) |
 //! | 6 | `sluice_redriven` (connector, source_topic, source_partition, source_offset, dlq_topic, dlq_partition, dlq_offset, redriven_at): the records redriven from a dead-letter topic, so that none is written twice |
+//! | 7 | `sluice_offsets.topic_id`: the id of the topic an offset was read from (where the broker has topic ids): a topic deleted and created again is not resumed from in silence |
 
 use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, Type};
 
@@ -24,7 +25,7 @@ use super::backend::{self, Backend};
 use super::{Dialect, Sink, SinkError, each_pool};
 
 /// The version of sluice's own tables this binary writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// An arbitrary key for PostgreSQL's advisory lock: "sluice" in ASCII.
 const PG_LOCK_KEY: i64 = 0x736c_7569_6365;
@@ -119,6 +120,14 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
              redriven_at BIGINT NOT NULL, \
              PRIMARY KEY (connector, source_topic, source_partition, source_offset))",
         ],
+        (7, Dialect::Postgres) => {
+            vec!["ALTER TABLE sluice_offsets ADD COLUMN IF NOT EXISTS topic_id TEXT"]
+        }
+        // A column already there (1060) is this step done.
+        (7, Dialect::MySql) => vec![
+            "ALTER TABLE sluice_offsets ADD COLUMN topic_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL",
+        ],
+        (7, Dialect::Sqlite) => vec!["ALTER TABLE sluice_offsets ADD COLUMN topic_id TEXT"],
         _ => Vec::new(),
     }
 }
@@ -297,6 +306,7 @@ mod tests {
             assert_eq!(migration(dialect, 4).len(), 2, "{dialect:?}");
             assert!(!migration(dialect, 5).is_empty(), "{dialect:?}");
             assert!(!migration(dialect, 6).is_empty(), "{dialect:?}");
+            assert!(!migration(dialect, 7).is_empty(), "{dialect:?}");
         }
     }
 

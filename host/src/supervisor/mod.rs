@@ -283,15 +283,14 @@ impl Supervisor {
             .read()
             .map(|c| c.clone())
             .unwrap_or_else(|poisoned| poisoned.into_inner().clone());
-        // The pool follows the cluster and its settings; the old one closes (reads in
-        // progress finish on it).
-        let pool = if old_context.kafka == config.kafka
+        // The pool follows the cluster and its settings; the old one closes once the new
+        // context is in place (reads in progress finish on it).
+        let keep_pool = old_context.kafka == config.kafka
             && old_context.brokers == brokers
-            && self.config().pool == config.pool
-        {
+            && self.config().pool == config.pool;
+        let pool = if keep_pool {
             old_context.pool.clone()
         } else {
-            old_context.pool.close();
             ConsumerPool::new(&config.kafka, brokers, &config.pool, &self.metrics)
         };
         let context = Arc::new(Context {
@@ -345,6 +344,9 @@ impl Supervisor {
         }
         if let Ok(mut current) = self.context.write() {
             *current = context;
+        }
+        if !keep_pool {
+            old_context.pool.close();
         }
         if let Ok(mut current) = self.config.write() {
             *current = Arc::new(config);

@@ -205,6 +205,17 @@ impl Actor {
             .shared
             .cluster
             .set(consumer::cluster_id(&consumer, Duration::from_secs(5)));
+        // And which topics: a topic deleted and created again has a new id.
+        let ids = crate::kafka::topic_ids::topic_ids(
+            rdkafka::consumer::Consumer::client(&consumer),
+            &self.spec.connector.topics,
+            Duration::from_secs(5),
+        )
+        .unwrap_or_else(|why| {
+            tracing::info!(%why, "the topics' ids are not known: a topic deleted and created again is noticed only when its stored offsets are out of its range");
+            Default::default()
+        });
+        let _ = self.shared.topic_ids.set(ids);
         self.transition(TaskEvent::Subscribed)?;
         let batch = self.spec.connector.batch.clone();
         let max_bytes = usize::try_from(batch.max_bytes.0).unwrap_or(usize::MAX);
@@ -613,6 +624,13 @@ impl Actor {
             next_offsets,
         );
         plan.batch.cluster = self.shared.cluster();
+        plan.batch.topic_ids = self
+            .spec
+            .connector
+            .topics
+            .iter()
+            .filter_map(|t| self.shared.topic_id(t).map(|id| (t.clone(), id)))
+            .collect();
         let job = Arc::new(Job {
             plan: tokio::sync::Mutex::new(plan),
             prepared,

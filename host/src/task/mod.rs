@@ -109,6 +109,18 @@ pub enum TaskError {
         stored: String,
         current: String,
     },
+    /// Stored offsets of a topic that has been deleted and created again since (its id
+    /// changed), under `on_offset_out_of_range: fail`.
+    #[error(
+        "{topic}: the stored offsets were read from the topic with id {stored}, and the topic now has id {current}: \
+         it was deleted and created again, and the stored offsets are not positions in its new log; \
+         set delivery.on_offset_out_of_range: earliest (read the new topic from its start) or latest"
+    )]
+    TopicRecreated {
+        topic: String,
+        stored: String,
+        current: String,
+    },
     /// The consumer met an error that retrying cannot help.
     #[error("kafka: {reason}: {source}")]
     Consumer {
@@ -140,6 +152,7 @@ impl TaskError {
             | TaskError::OffsetOutOfRange { .. }
             | TaskError::OffsetGap { .. }
             | TaskError::ClusterMismatch { .. }
+            | TaskError::TopicRecreated { .. }
             | TaskError::Consumer { .. } => false,
         }
     }
@@ -189,6 +202,9 @@ struct Shared {
     fresh_start: rdkafka::Offset,
     /// The id of the Kafka cluster the consumer reads (set once, before the first poll).
     cluster: std::sync::OnceLock<Option<String>>,
+    /// The ids of the connector's topics, where the cluster has them (set once, before the
+    /// first poll).
+    topic_ids: std::sync::OnceLock<HashMap<String, String>>,
     /// Gap warnings: at most one per 30 s, at debug level in between.
     gap_warnings: crate::kafka::consumer::Quiet,
 }
@@ -227,12 +243,18 @@ impl Shared {
             fresh_start: crate::kafka::consumer::fresh_start(&spec.kafka, &spec.connector),
             gap_warnings: Default::default(),
             cluster: std::sync::OnceLock::new(),
+            topic_ids: std::sync::OnceLock::new(),
         }
     }
 
     /// The Kafka cluster's id, once known.
     fn cluster(&self) -> Option<String> {
         self.cluster.get().cloned().flatten()
+    }
+
+    /// `topic`'s id, when the cluster has one.
+    fn topic_id(&self, topic: &str) -> Option<String> {
+        self.topic_ids.get().and_then(|ids| ids.get(topic).cloned())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -74,19 +74,28 @@ impl Inner {
     }
 }
 
+/// What the sink database keeps of a topic's positions.
+pub(super) struct Stored {
+    /// Each partition's next offset.
+    pub offsets: HashMap<i32, i64>,
+    /// The Kafka cluster ids stored with them.
+    pub clusters: Vec<String>,
+    /// The topic ids stored with them.
+    pub topic_ids: Vec<String>,
+}
+
 impl Shared {
-    /// One attempt at reading a topic's stored offsets and the Kafka cluster ids stored
-    /// with them, within [`OFFSETS_READ_TIMEOUT`]: called where polling waits for it (an
-    /// assignment, the loop), so it must not wait out an outage.
-    pub(super) fn read_stored_once(
-        &self,
-        topic: &str,
-    ) -> Result<(HashMap<i32, i64>, Vec<String>), SinkError> {
+    /// One attempt at reading a topic's stored offsets and the Kafka cluster and topic ids
+    /// stored with them, within [`OFFSETS_READ_TIMEOUT`]: called where polling waits for
+    /// it (an assignment, the loop), so it must not wait out an outage.
+    pub(super) fn read_stored_once(&self, topic: &str) -> Result<Stored, SinkError> {
         self.runtime.block_on(async {
             let read = async {
-                let offsets = self.sink.read_offsets(topic).await?;
-                let clusters = self.sink.stored_clusters(topic).await?;
-                Ok((offsets, clusters))
+                Ok(Stored {
+                    offsets: self.sink.read_offsets(topic).await?,
+                    clusters: self.sink.stored_clusters(topic).await?,
+                    topic_ids: self.sink.stored_topic_ids(topic).await?,
+                })
             };
             tokio::time::timeout(OFFSETS_READ_TIMEOUT, read)
                 .await
@@ -112,7 +121,7 @@ impl Shared {
                 continue;
             }
             let read = if self.guarantee == Guarantee::ExactlyOnce {
-                self.read_stored_once(topic).map(|(offsets, _)| offsets)
+                self.read_stored_once(topic).map(|stored| stored.offsets)
             } else {
                 // At-least-once keeps no offsets in the database: the group's apply.
                 Ok(HashMap::new())

@@ -13,6 +13,29 @@ use crate::kafka::consumer::RebalanceListener;
 use crate::record::Partition;
 use rdkafka::Offset;
 
+/// Why a topic's stored offsets are not positions in the log being read.
+enum Foreign {
+    /// They were read from another Kafka cluster (these ids).
+    Cluster(Vec<String>),
+    /// They were read from a topic of the same name that has been deleted and created
+    /// again since.
+    Topic { stored: String, current: String },
+}
+
+impl std::fmt::Display for Foreign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Foreign::Cluster(clusters) => {
+                write!(f, "read from Kafka cluster {}", clusters.join(", "))
+            }
+            Foreign::Topic { stored, current } => write!(
+                f,
+                "read from topic id {stored}; the topic now has id {current} (deleted and created again)"
+            ),
+        }
+    }
+}
+
 impl RebalanceListener for Shared {
     fn on_revoke(&self, partitions: &[Partition]) {
         let mut inner = self.lock();
@@ -31,8 +54,9 @@ impl RebalanceListener for Shared {
     fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Offset)> {
         self.metrics.rebalanced(self.task);
         let mut stored: HashMap<String, HashMap<i32, i64>> = HashMap::new();
-        // Topics whose stored offsets came from another Kafka cluster than this one.
-        let mut foreign: HashMap<String, Vec<String>> = HashMap::new();
+        // Topics whose stored offsets came from another Kafka cluster than this one, or from
+        // a topic of the same name that was deleted and created again since.
+        let mut foreign: HashMap<String, Foreign> = HashMap::new();
         // Topics whose stored offsets could not be read now (the database is away): their
         // partitions are read again from the loop, not here: a callback that waits out an
         // outage stops polling and gets the consumer thrown out of its group.
@@ -46,13 +70,23 @@ impl RebalanceListener for Shared {
                 // One short attempt: a database that does not answer at once is retried
                 // from the loop.
                 match self.read_stored_once(topic) {
-                    Ok((offsets, clusters)) => {
+                    Ok(found) => {
                         if let Some(current) = &cluster
-                            && clusters.iter().any(|c| c != current)
+                            && found.clusters.iter().any(|c| c != current)
                         {
-                            foreign.insert(topic.clone(), clusters);
+                            foreign.insert(topic.clone(), Foreign::Cluster(found.clusters));
+                        } else if let Some(current) = self.topic_id(topic)
+                            && found.topic_ids.iter().any(|id| *id != current)
+                        {
+                            foreign.insert(
+                                topic.clone(),
+                                Foreign::Topic {
+                                    stored: found.topic_ids.join(", "),
+                                    current,
+                                },
+                            );
                         }
-                        stored.insert(topic.clone(), offsets);
+                        stored.insert(topic.clone(), found.offsets);
                     }
                     Err(e) if e.is_transient() => {
                         tracing::warn!(topic, error = %e,
@@ -79,16 +113,23 @@ impl RebalanceListener for Shared {
                 .copied();
             let mut state = PartitionState::starting_at(start);
             let mut at = start.map_or(self.fresh_start, Offset::Offset);
-            if let (Some(stored_at), Some(clusters)) = (start, foreign.get(&partition.0)) {
+            if let (Some(stored_at), Some(foreign)) = (start, foreign.get(&partition.0)) {
                 // Offsets read from another cluster (a DR replica, a new cluster behind
-                // the same name): they are not positions in this log.
-                let current = cluster.clone().unwrap_or_default();
+                // the same name), or from a topic deleted and created again since: they are
+                // not positions in this log.
                 match self.out_of_range {
                     OutOfRange::Fail => {
-                        inner.fatal.get_or_insert(TaskError::ClusterMismatch {
-                            topic: partition.0.clone(),
-                            stored: clusters.join(", "),
-                            current,
+                        inner.fatal.get_or_insert(match foreign {
+                            Foreign::Cluster(clusters) => TaskError::ClusterMismatch {
+                                topic: partition.0.clone(),
+                                stored: clusters.join(", "),
+                                current: cluster.clone().unwrap_or_default(),
+                            },
+                            Foreign::Topic { stored, current } => TaskError::TopicRecreated {
+                                topic: partition.0.clone(),
+                                stored: stored.clone(),
+                                current: current.clone(),
+                            },
                         });
                     }
                     policy => {
@@ -103,8 +144,8 @@ impl RebalanceListener for Shared {
                         state.fresh = false;
                         self.metrics.offset_resets.inc();
                         tracing::warn!(topic = %partition.0, partition = partition.1, stored = stored_at,
-                            stored_clusters = ?clusters, current = %current, ?policy,
-                            "stored offset is from another Kafka cluster: reading from the log's start or end, as delivery.on_offset_out_of_range says");
+                            why = %foreign, ?policy,
+                            "stored offset is not a position in this log: reading from the log's start or end, as delivery.on_offset_out_of_range says");
                     }
                 }
             }

@@ -237,6 +237,25 @@ impl Broker {
         }
     }
 
+    /// Deletes `topic` (never while a consumer is assigned to it: Tansu 0.6.0's answer to
+    /// such a consumer crashes librdkafka).
+    pub async fn delete_topic(&self, topic: &str) {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .expect("admin client");
+        let results = admin
+            .delete_topics(
+                &[topic],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            )
+            .await
+            .expect("delete_topics");
+        for result in results {
+            result.unwrap_or_else(|(t, e)| panic!("delete topic {t}: {e}"));
+        }
+    }
+
     /// Produces word events `uid` in `range` as JSON, keyed by uid, spread over the
     /// partitions by key.
     pub async fn produce(&self, topic: &str, range: std::ops::Range<u64>) {
