@@ -95,6 +95,20 @@ async fn producer_duplicates_land_once(kind: Backend) {
 }
 for_each_database!(producer_duplicates_land_once);
 
+/// A sink of an append-only scenario table (`mode: insert`, no key) with `delivery`'s
+/// `dedup` settings, its tables made; the database is kept alive by the returned `TestDb`.
+async fn dedup_sink(kind: Backend, dedup: &str) -> (TestDb, Scenario, Sink) {
+    let db = TestDb::new(kind);
+    let mut scenario = Scenario::new(1);
+    scenario.mode = "insert";
+    scenario.key = "[]";
+    scenario.delivery_extra = dedup.into();
+    let config = scenario.config("unused:9092", &db);
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    sink.prepare().await.expect("prepare");
+    (db, scenario, sink)
+}
+
 /// A batch of one record with producer id `id` (from partition `partition`).
 fn one_record(topic: &str, partition: i32, uid: i64, id: &str, timestamp: i64) -> WriteBatch {
     WriteBatch {
@@ -162,14 +176,7 @@ for_each_database!(concurrent_claims_of_one_id);
 /// Ids more than the window older than the newest id kept are removed; a record whose id
 /// was removed is written again (the window is the promise, and no more).
 async fn ids_past_the_window_are_cleaned_up(kind: Backend) {
-    let db = TestDb::new(kind);
-    let mut scenario = Scenario::new(1);
-    scenario.mode = "insert";
-    scenario.key = "[]";
-    scenario.delivery_extra = "dedup: { id: /uid, window: 1h }".into();
-    let config = scenario.config("unused:9092", &db);
-    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
-    sink.prepare().await.expect("prepare");
+    let (_db, scenario, sink) = dedup_sink(kind, "dedup: { id: /uid, window: 1h }").await;
     let hour = 3_600_000;
     let day0 = 1_700_000_000_000;
     for (i, at) in [day0, day0 + hour / 2, day0 + 2 * hour, day0 + 3 * hour]
@@ -217,14 +224,7 @@ for_each_database!(ids_past_the_window_are_cleaned_up);
 /// ids (MySQL's `_bin` collations would take `a` and `a ` for one), and an id stored once
 /// is found again exactly.
 async fn ids_compare_exactly(kind: Backend) {
-    let db = TestDb::new(kind);
-    let mut scenario = Scenario::new(1);
-    scenario.mode = "insert";
-    scenario.key = "[]";
-    scenario.delivery_extra = "dedup: { id: /uid }".into();
-    let config = scenario.config("unused:9092", &db);
-    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
-    sink.prepare().await.expect("prepare");
+    let (_db, scenario, sink) = dedup_sink(kind, "dedup: { id: /uid }").await;
     let ids = ["a", "a ", "A", "ä", "a\t"];
     let mut batch = WriteBatch::default();
     for (input, id) in ids.iter().enumerate() {

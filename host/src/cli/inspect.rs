@@ -165,14 +165,11 @@ pub async fn dry_run(
     limit: usize,
     format: DryRunFormat,
 ) -> u8 {
-    let config = match load(path) {
-        Ok(config) => config,
+    let (config, connector) = match super::load_connector(path, name) {
+        Ok(found) => found,
         Err(code) => return code,
     };
-    let Some(connector) = config.connectors.iter().find(|c| c.name == name) else {
-        eprintln!("{}: no connector named {name}", path.display());
-        return EXIT_INVALID;
-    };
+    let connector = &config.connectors[connector];
     let inputs: Vec<Incoming> = match source {
         DryRunSource::DeadLetters => {
             if !matches!(connector.errors.dlq, Some(DeadLetterDestination::Table(_))) {

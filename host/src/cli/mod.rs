@@ -798,6 +798,19 @@ fn parse_timestamp(text: &str) -> Result<i64, String> {
         })
 }
 
+/// The file at `path`, and the index of its connector `name` (a clear error if it has
+/// none).
+fn load_connector(path: &Path, name: &str) -> Result<(Config, usize), u8> {
+    let config = load(path)?;
+    match config.connectors.iter().position(|c| c.name == name) {
+        Some(index) => Ok((config, index)),
+        None => {
+            eprintln!("{}: no connector named {name}", path.display());
+            Err(EXIT_INVALID)
+        }
+    }
+}
+
 /// The plugin engine a command needs to run `connector`'s transforms (none without them).
 fn plugin_engine(
     connector: &config::ConnectorConfig,
@@ -819,14 +832,11 @@ async fn redrive(
     range: crate::deliver::redrive_topic::Range,
     ranged: bool,
 ) -> u8 {
-    let config = match load(path) {
-        Ok(config) => config,
+    let (config, connector) = match load_connector(path, name) {
+        Ok(found) => found,
         Err(code) => return code,
     };
-    let Some(connector) = config.connectors.iter().find(|c| c.name == name) else {
-        eprintln!("{}: no connector named {name}", path.display());
-        return EXIT_INVALID;
-    };
+    let connector = &config.connectors[connector];
     let dlq_topic = match &connector.errors.dlq {
         Some(config::DeadLetterDestination::Table(_)) => {
             if ranged {
