@@ -16,25 +16,12 @@ use std::time::Duration;
 use super::redrive::RedriveError;
 use super::{DeliverError, Job, Plan, Policy, deliver};
 use crate::config::{ConnectorConfig, ErrorPolicy};
+use crate::kafka::dead_letter_producer::header;
 use crate::pool::{ConsumerPool, ReadError, Start};
 use crate::prepare::Preparer;
 use crate::record::{Incoming, Record};
 use crate::sink::{RedrivenFromTopic, Sink, SinkError};
 use crate::validate::RecordSchema;
-
-/// The headers sluice adds to a dead letter it produces
-/// (`kafka::dead_letter_producer`); the record's own come before them.
-const CONTEXT_HEADERS: [&str; 9] = [
-    "sluice.source.topic",
-    "sluice.source.partition",
-    "sluice.source.offset",
-    "sluice.source.timestamp",
-    "sluice.connector",
-    "sluice.stage",
-    "sluice.error.class",
-    "sluice.error.message",
-    "sluice.value.omitted",
-];
 
 /// How long a page's read waits for the records the log says it has.
 const READ_WAIT: Duration = Duration::from_secs(30);
@@ -74,7 +61,7 @@ pub struct TopicRedriveReport {
 
 /// The record a dead letter was, or why it cannot be had.
 fn original_of(letter: &Record, connector: &str) -> Result<Record, String> {
-    let header = |name: &str| {
+    let named = |name: &str| {
         letter
             .headers
             .iter()
@@ -83,23 +70,23 @@ fn original_of(letter: &Record, connector: &str) -> Result<Record, String> {
             .and_then(|(_, v)| v.as_deref())
             .and_then(|v| std::str::from_utf8(v).ok())
     };
-    let topic = header("sluice.source.topic")
+    let topic = named(header::SOURCE_TOPIC)
         .ok_or("it has no sluice.source.topic header: not a dead letter sluice produced")?;
-    let partition = header("sluice.source.partition")
+    let partition = named(header::SOURCE_PARTITION)
         .and_then(|p| p.parse::<i32>().ok())
         .ok_or("its sluice.source.partition header is missing or not a number")?;
-    let offset = header("sluice.source.offset")
+    let offset = named(header::SOURCE_OFFSET)
         .and_then(|o| o.parse::<i64>().ok())
         .ok_or("its sluice.source.offset header is missing or not a number")?;
-    if let Some(other) = header("sluice.connector").filter(|c| *c != connector) {
+    if let Some(other) = named(header::CONNECTOR).filter(|c| *c != connector) {
         return Err(format!("a dead letter of connector {other}"));
     }
-    if header("sluice.error.class") == Some("header_not_utf8") {
+    if named(header::ERROR_CLASS) == Some("header_not_utf8") {
         return Err(
             "the record had a header name that is not UTF-8, which the dead letter keeps only lossily: it cannot be redriven as it was".into(),
         );
     }
-    if let Some(size) = header("sluice.value.omitted") {
+    if let Some(size) = named(header::VALUE_OMITTED) {
         return Err(format!(
             "its value ({size} bytes) was too large for the dead-letter topic and was left out"
         ));
@@ -109,7 +96,7 @@ fn original_of(letter: &Record, connector: &str) -> Result<Record, String> {
         partition,
         offset,
         // The record's own time (a dead letter's is when it was produced as one).
-        timestamp: match header("sluice.source.timestamp") {
+        timestamp: match named(header::SOURCE_TIMESTAMP) {
             Some(t) => Some(
                 t.parse::<i64>()
                     .map_err(|_| "its sluice.source.timestamp header is not a number")?,
@@ -121,7 +108,7 @@ fn original_of(letter: &Record, connector: &str) -> Result<Record, String> {
         headers: letter
             .headers
             .iter()
-            .filter(|(n, _)| !CONTEXT_HEADERS.contains(&n.as_str()))
+            .filter(|(n, _)| !header::ALL.contains(&n.as_str()))
             .cloned()
             .collect(),
     })

@@ -22,6 +22,32 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use crate::config::KafkaConfig;
 use crate::failure::DeadLetter;
 
+/// The headers sluice adds to a dead letter, after the record's own: what the topic
+/// redrive (`deliver::redrive_topic`) reads back and drops.
+pub mod header {
+    pub const SOURCE_TOPIC: &str = "sluice.source.topic";
+    pub const SOURCE_PARTITION: &str = "sluice.source.partition";
+    pub const SOURCE_OFFSET: &str = "sluice.source.offset";
+    pub const SOURCE_TIMESTAMP: &str = "sluice.source.timestamp";
+    pub const CONNECTOR: &str = "sluice.connector";
+    pub const STAGE: &str = "sluice.stage";
+    pub const ERROR_CLASS: &str = "sluice.error.class";
+    pub const ERROR_MESSAGE: &str = "sluice.error.message";
+    pub const VALUE_OMITTED: &str = "sluice.value.omitted";
+    /// Every one of them.
+    pub const ALL: [&str; 9] = [
+        SOURCE_TOPIC,
+        SOURCE_PARTITION,
+        SOURCE_OFFSET,
+        SOURCE_TIMESTAMP,
+        CONNECTOR,
+        STAGE,
+        ERROR_CLASS,
+        ERROR_MESSAGE,
+        VALUE_OMITTED,
+    ];
+}
+
 /// How long librdkafka keeps trying to deliver one dead letter.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -178,7 +204,7 @@ impl DeadLetterProducer {
         if !fits(letter) {
             let size = letter.record.value.as_ref().map_or(0, Vec::len);
             headers = headers.insert(Header {
-                key: "sluice.value.omitted",
+                key: header::VALUE_OMITTED,
                 value: Some(size.to_string().as_bytes()),
             });
         }
@@ -190,18 +216,18 @@ impl DeadLetterProducer {
         }
         if let Some(timestamp) = record.timestamp {
             headers = headers.insert(Header {
-                key: "sluice.source.timestamp",
+                key: header::SOURCE_TIMESTAMP,
                 value: Some(timestamp.to_string().as_bytes()),
             });
         }
         let context = [
-            ("sluice.source.topic", record.topic.clone()),
-            ("sluice.source.partition", record.partition.to_string()),
-            ("sluice.source.offset", record.offset.to_string()),
-            ("sluice.connector", self.connector.clone()),
-            ("sluice.stage", letter.stage.name().to_string()),
-            ("sluice.error.class", letter.class.to_string()),
-            ("sluice.error.message", letter.message.clone()),
+            (header::SOURCE_TOPIC, record.topic.clone()),
+            (header::SOURCE_PARTITION, record.partition.to_string()),
+            (header::SOURCE_OFFSET, record.offset.to_string()),
+            (header::CONNECTOR, self.connector.clone()),
+            (header::STAGE, letter.stage.name().to_string()),
+            (header::ERROR_CLASS, letter.class.to_string()),
+            (header::ERROR_MESSAGE, letter.message.clone()),
         ];
         for (name, value) in &context {
             headers = headers.insert(Header {

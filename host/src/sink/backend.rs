@@ -55,19 +55,20 @@ macro_rules! impl_backend {
 
 impl_backend!(sqlx::MySql, sqlx::Sqlite, sqlx::Postgres);
 
-/// `(partition, next_offset)` of every stored partition of a topic.
+/// `(partition, next_offset, cluster_id, topic_id)` of every stored partition of a topic.
 pub async fn read_offsets<'p, DB>(
     executor: impl Executor<'p, Database = DB>,
     sql: String,
     connector: &str,
     topic: &str,
-) -> Result<Vec<(i32, i64)>, sqlx::Error>
+) -> Result<Vec<StoredRow>, sqlx::Error>
 where
     DB: Database,
     DB::Arguments: IntoArguments<DB>,
     String: for<'q> Encode<'q, DB> + Type<DB>,
     i32: for<'r> Decode<'r, DB> + Type<DB>,
     i64: for<'r> Decode<'r, DB> + Type<DB>,
+    Option<String>: for<'r> Decode<'r, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
 {
     let rows = sqlx::query::<DB>(AssertSqlSafe(sql))
@@ -76,9 +77,19 @@ where
         .fetch_all(executor)
         .await?;
     rows.iter()
-        .map(|row| Ok((row.try_get::<i32, _>(0)?, row.try_get::<i64, _>(1)?)))
+        .map(|row| {
+            Ok((
+                row.try_get::<i32, _>(0)?,
+                row.try_get::<i64, _>(1)?,
+                row.try_get::<Option<String>, _>(2)?,
+                row.try_get::<Option<String>, _>(3)?,
+            ))
+        })
         .collect()
 }
+
+/// One stored partition: partition, next offset, cluster id, topic id.
+pub type StoredRow = (i32, i64, Option<String>, Option<String>);
 
 /// Deletes the stored offsets of a topic; returns how many partitions had one.
 pub async fn delete_offsets<'p, DB>(

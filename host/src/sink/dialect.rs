@@ -216,28 +216,10 @@ impl Dialect {
         )
     }
 
-    /// Binds: connector, topic. Returns the distinct topic ids stored with its offsets.
-    pub fn read_offset_topic_ids(self) -> String {
-        format!(
-            "SELECT DISTINCT topic_id FROM sluice_offsets WHERE connector = {} AND topic = {} AND topic_id IS NOT NULL",
-            self.param(1),
-            self.param(2)
-        )
-    }
-
-    /// Binds: connector, topic. Returns the distinct cluster ids stored with its offsets.
-    pub fn read_offset_clusters(self) -> String {
-        format!(
-            "SELECT DISTINCT cluster_id FROM sluice_offsets WHERE connector = {} AND topic = {} AND cluster_id IS NOT NULL",
-            self.param(1),
-            self.param(2)
-        )
-    }
-
-    /// Binds: connector, topic. Returns (partition, next_offset).
+    /// Binds: connector, topic. Returns (partition, next_offset, cluster_id, topic_id).
     pub fn read_offsets(self) -> String {
         format!(
-            "SELECT {}, next_offset FROM sluice_offsets WHERE connector = {} AND topic = {}",
+            "SELECT {}, next_offset, cluster_id, topic_id FROM sluice_offsets WHERE connector = {} AND topic = {}",
             self.quote("partition"),
             self.param(1),
             self.param(2)

@@ -60,6 +60,17 @@ pub struct OffsetAdvance {
     pub next: i64,
 }
 
+/// What the sink database keeps of a topic's positions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredPositions {
+    /// Each partition's next offset.
+    pub offsets: HashMap<i32, i64>,
+    /// The distinct Kafka cluster ids stored with them.
+    pub clusters: Vec<String>,
+    /// The distinct topic ids stored with them.
+    pub topic_ids: Vec<String>,
+}
+
 /// A record redriven from a dead-letter topic: its source coordinates (its identity) and
 /// where its dead letter is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -355,7 +366,19 @@ impl Sink {
 
     /// The stored `next_offset` of each partition of `topic` that has one.
     pub async fn read_offsets(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
-        tokio::time::timeout(READ_TIMEOUT, self.read_offsets_now(topic))
+        self.read_positions(topic).await.map(|p| p.offsets)
+    }
+
+    /// The Kafka cluster ids stored with `topic`'s offsets (none for offsets stored before
+    /// sluice kept them).
+    pub async fn stored_clusters(&self, topic: &str) -> Result<Vec<String>, SinkError> {
+        self.read_positions(topic).await.map(|p| p.clusters)
+    }
+
+    /// What is stored of `topic`'s positions, in one query: each partition's next offset,
+    /// and the cluster and topic ids they were read from.
+    pub async fn read_positions(&self, topic: &str) -> Result<StoredPositions, SinkError> {
+        tokio::time::timeout(READ_TIMEOUT, self.read_positions_now(topic))
             .await
             .unwrap_or_else(|_| {
                 Err(SinkError::Timeout {
@@ -366,53 +389,25 @@ impl Sink {
             })
     }
 
-    async fn read_offsets_now(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
+    async fn read_positions_now(&self, topic: &str) -> Result<StoredPositions, SinkError> {
         let sql = self.dialect.read_offsets();
-        let rows = match &self.pool {
-            Pool::Postgres(p) => {
-                backend::read_offsets::<Postgres>(p, sql, &self.connector, topic).await
+        let rows = each_pool!(self, pool, DB => {
+            backend::read_offsets::<DB>(pool, sql, &self.connector, topic).await
+        })
+        .map_err(self.db_error("read offsets"))?;
+        let mut stored = StoredPositions::default();
+        for (partition, next, cluster, topic_id) in rows {
+            stored.offsets.insert(partition, next);
+            for (found, all) in [
+                (cluster, &mut stored.clusters),
+                (topic_id, &mut stored.topic_ids),
+            ] {
+                if let Some(found) = found.filter(|f| !all.contains(f)) {
+                    all.push(found);
+                }
             }
-            Pool::MySql(p) => backend::read_offsets::<MySql>(p, sql, &self.connector, topic).await,
-            Pool::Sqlite(p) => {
-                backend::read_offsets::<Sqlite>(p, sql, &self.connector, topic).await
-            }
-        };
-        rows.map(|rows| rows.into_iter().collect())
-            .map_err(self.db_error("read offsets"))
-    }
-
-    /// The topic ids stored with `topic`'s offsets (none for offsets stored before sluice
-    /// kept them, or from a broker without topic ids).
-    pub async fn stored_topic_ids(&self, topic: &str) -> Result<Vec<String>, SinkError> {
-        self.stored_strings(self.dialect.read_offset_topic_ids(), topic)
-            .await
-    }
-
-    /// The Kafka cluster ids stored with `topic`'s offsets (none for offsets stored before
-    /// sluice kept them).
-    pub async fn stored_clusters(&self, topic: &str) -> Result<Vec<String>, SinkError> {
-        self.stored_strings(self.dialect.read_offset_clusters(), topic)
-            .await
-    }
-
-    async fn stored_strings(&self, sql: String, topic: &str) -> Result<Vec<String>, SinkError> {
-        let read = async {
-            each_pool!(self, pool, DB => {
-                sqlx::query_scalar::<DB, String>(AssertSqlSafe(sql))
-                    .bind(self.connector.clone())
-                    .bind(topic.to_string())
-                    .fetch_all(pool)
-                    .await
-            })
-        };
-        match tokio::time::timeout(READ_TIMEOUT, read).await {
-            Ok(result) => result.map_err(self.db_error("read offsets")),
-            Err(_) => Err(SinkError::Timeout {
-                action: "read offsets",
-                table: "sluice_offsets".into(),
-                after: READ_TIMEOUT,
-            }),
         }
+        Ok(stored)
     }
 
     /// Forgets the stored offsets of `topic` (`sluice offsets reset`).

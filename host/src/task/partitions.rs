@@ -11,7 +11,7 @@ use crate::deliver::DeliverError;
 use crate::kafka::consumer::{self, SourceConsumer};
 use crate::record::Partition;
 use crate::retry::Retrying;
-use crate::sink::SinkError;
+use crate::sink::{SinkError, StoredPositions};
 
 /// Longest wait for one attempt at reading stored offsets where polling waits for it (an
 /// assignment callback, the loop); past it the partitions wait and the loop tries again
@@ -74,29 +74,13 @@ impl Inner {
     }
 }
 
-/// What the sink database keeps of a topic's positions.
-pub(super) struct Stored {
-    /// Each partition's next offset.
-    pub offsets: HashMap<i32, i64>,
-    /// The Kafka cluster ids stored with them.
-    pub clusters: Vec<String>,
-    /// The topic ids stored with them.
-    pub topic_ids: Vec<String>,
-}
-
 impl Shared {
     /// One attempt at reading a topic's stored offsets and the Kafka cluster and topic ids
     /// stored with them, within [`OFFSETS_READ_TIMEOUT`]: called where polling waits for
     /// it (an assignment, the loop), so it must not wait out an outage.
-    pub(super) fn read_stored_once(&self, topic: &str) -> Result<Stored, SinkError> {
+    pub(super) fn read_stored_once(&self, topic: &str) -> Result<StoredPositions, SinkError> {
         self.runtime.block_on(async {
-            let read = async {
-                Ok(Stored {
-                    offsets: self.sink.read_offsets(topic).await?,
-                    clusters: self.sink.stored_clusters(topic).await?,
-                    topic_ids: self.sink.stored_topic_ids(topic).await?,
-                })
-            };
+            let read = self.sink.read_positions(topic);
             tokio::time::timeout(OFFSETS_READ_TIMEOUT, read)
                 .await
                 .unwrap_or(Err(SinkError::Timeout {
