@@ -252,3 +252,124 @@ async fn ids_compare_exactly(kind: Backend) {
     sink.close().await;
 }
 for_each_database!(ids_compare_exactly);
+
+/// A cleanup larger than one chunk (10,000 ids per statement) removes every id past the
+/// window, over several statements, and keeps the rest.
+async fn a_large_cleanup_goes_in_chunks(kind: Backend) {
+    let (_db, scenario, sink) = dedup_sink(kind, "dedup: { id: /uid, window: 1h }").await;
+    let old = 1_700_000_000_000i64;
+    let new = old + 2 * 3_600_000;
+    let mut batch = WriteBatch::default();
+    for input in 0..25_001usize {
+        batch.origins.push(input);
+        batch.dedup.push(DedupKey {
+            input,
+            id: format!("id-{input}"),
+            // The last one is new: it sets the newest time, and stays.
+            timestamp: if input == 25_000 { new } else { old },
+        });
+    }
+    batch.offsets = vec![OffsetAdvance {
+        topic: scenario.topic.clone(),
+        partition: 0,
+        expected: None,
+        next: 25_001,
+    }];
+    sink.write(&batch).await.expect("write ids");
+    assert_eq!(sink.dedup_ids().await.expect("ids"), 25_001);
+    let removed = sink
+        .clean_dedup(Duration::from_secs(3600))
+        .await
+        .expect("clean");
+    assert_eq!(removed, 25_000);
+    assert_eq!(sink.dedup_ids().await.expect("ids"), 1);
+    sink.close().await;
+}
+for_each_database!(a_large_cleanup_goes_in_chunks);
+
+/// Nine copies of one record that the database refuses, in one batch: the copies fail with
+/// it in the same round of isolating refused rows (each would otherwise cost a round of
+/// the eight a batch has, and the batch would give up), and the good record commits.
+async fn copies_of_a_refused_record_fail_together(kind: Backend) {
+    use sluice::config::ErrorPolicy;
+    use sluice::deliver::{Job, Plan, Policy, deliver};
+    use sluice::prepare::Preparer;
+    use sluice::record::{Incoming, Record};
+    use std::sync::Arc;
+
+    let db = TestDb::new(kind);
+    let mut scenario = Scenario::new(1);
+    scenario.mode = "insert";
+    scenario.key = "[]";
+    scenario.delivery_extra = "dedup: { id: /uid }".into();
+    scenario.extra_connector = "    errors: { policy: skip }".into();
+    let config = scenario.config("unused:9092", &db);
+    let connector = &config.connectors[0];
+    let sink = Arc::new(Sink::connect(connector).await.expect("connect"));
+    let time = match kind {
+        Backend::Postgres => "TIMESTAMPTZ",
+        Backend::MariaDb => "DATETIME(6)",
+        Backend::Sqlite => "TEXT",
+    };
+    // A word column that takes one character: "toolong" is refused by the database.
+    sink.execute_statement(&format!(
+        "CREATE TABLE {} (uid BIGINT, word VARCHAR(1) CHECK (length(word) <= 1), produced_at {time}, src_partition INT, src_offset BIGINT)",
+        scenario.table
+    ))
+    .await
+    .expect("create table");
+    sink.prepare().await.expect("prepare");
+    let mut records: Vec<Incoming> = (0..9)
+        .map(|offset| {
+            Incoming::from(Record::from_value(
+                &scenario.topic,
+                0,
+                offset,
+                r#"{"uid": 1, "word": "toolong", "produced_at": 1700000000000}"#,
+            ))
+        })
+        .collect();
+    records.push(Incoming::from(Record::from_value(
+        &scenario.topic,
+        0,
+        9,
+        r#"{"uid": 2, "word": "w", "produced_at": 1700000000000}"#,
+    )));
+    let mut prepared = Preparer::new(connector, None, None)
+        .prepare(records)
+        .expect("prepared");
+    let plan = Plan::new(
+        ErrorPolicy::Skip,
+        false,
+        &mut prepared,
+        Vec::new(),
+        Vec::new(),
+    );
+    let job = Arc::new(Job {
+        plan: tokio::sync::Mutex::new(plan),
+        prepared,
+        partitions: Vec::new(),
+    });
+    let policy = Arc::new(Policy {
+        policy: ErrorPolicy::Skip,
+        dlq_topic: None,
+        dlq_table: false,
+    });
+    let delivered = deliver(sink.clone(), policy, job)
+        .await
+        .expect("delivered, not given up");
+    assert_eq!(
+        delivered.handled.len(),
+        9,
+        "every copy fails with the refused one"
+    );
+    assert_eq!(delivered.rows, 1);
+    let stats = sluice::cli::demo::sequence_stats(&sink, "uid")
+        .await
+        .expect("stats");
+    assert_eq!((stats.rows, stats.min), (1, Some(2)));
+    // The refused record's id is not kept; the good one's is.
+    assert_eq!(sink.dedup_ids().await.expect("ids"), 1);
+    sink.close().await;
+}
+for_each_database!(copies_of_a_refused_record_fail_together);
