@@ -211,8 +211,7 @@ impl ConnectorHandle {
 
     /// Resolves at the runner's next change of the view.
     pub async fn changed(&self) {
-        let mut view = self.view.clone();
-        let _ = view.changed().await;
+        next_change(&self.view).await;
     }
 
     /// Sends a command; a runner that has ended ignores it.
@@ -953,5 +952,42 @@ async fn clean_dedup(sink: Arc<Sink>, window: Duration) {
             }
         }
         tokio::time::sleep(DEDUP_CLEAN_INTERVAL).await;
+    }
+}
+
+/// Resolves at the next change of `view` after this call. A clone of a receiver starts at
+/// the version its original has seen, and `view()` never marks one seen: without marking
+/// the clone, every call after the first change resolved at once, and
+/// `Supervisor::all_failed` spun a whole core for the life of the process.
+async fn next_change<T>(view: &watch::Receiver<T>) {
+    let mut view = view.clone();
+    view.mark_unchanged();
+    let _ = view.changed().await;
+}
+
+#[cfg(test)]
+mod change_tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_change_seen_before_is_not_a_change_again() {
+        let (sender, view) = watch::channel(0);
+        sender.send_replace(1);
+        // The change before the call does not count...
+        let early = tokio::time::timeout(Duration::from_millis(50), next_change(&view)).await;
+        assert!(early.is_err(), "resolved without a change");
+        // ...one after it does.
+        let waiting = tokio::spawn({
+            let view = view.clone();
+            async move { next_change(&view).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        sender.send_replace(2);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("resolved at the change")
+            .expect("task");
     }
 }
