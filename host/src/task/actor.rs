@@ -26,8 +26,22 @@ use crate::sink::{OffsetAdvance, SinkError};
 
 /// Longest single poll: the loop checks control messages and writes this often.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// How many batches may wait behind the one being written before the partitions pause.
+/// How many batches may wait behind the one being written before the task stops taking
+/// records from its consumer (backpressure).
 const BACKPRESSURE_BATCHES: usize = 4;
+/// While the buffer is full, the loop still polls this often, one record at most, so that
+/// the consumer serves its rebalance callbacks in good time.
+const HOLDING_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How a full buffer holds the source back: by taking no records from librdkafka, whose
+/// own prefetch queue (`queued.min.messages`, `queued.max.messages.kbytes`) then stops
+/// fetching, or, with `SLUICE_BACKPRESSURE=pause` (kept for comparing the two, see
+/// docs/performance.md), by pausing the partitions, which throws away what librdkafka
+/// prefetched and fetches it again on resume.
+fn backpressure_pauses() -> bool {
+    static PAUSES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PAUSES.get_or_init(|| std::env::var("SLUICE_BACKPRESSURE").as_deref() == Ok("pause"))
+}
 /// How often, at most, an exactly-once task mirrors its committed offsets to the Kafka
 /// group (for lag tools).
 const MIRROR_INTERVAL: Duration = Duration::from_secs(2);
@@ -57,6 +71,11 @@ pub(super) struct Actor {
     mirror_pending: HashMap<Partition, i64>,
     /// When the mirror last went.
     mirror_sent: Option<Instant>,
+    /// The buffer is full: the loop takes no records (but one per
+    /// [`HOLDING_POLL_INTERVAL`]) until a batch leaves it.
+    holding: bool,
+    /// When the loop last polled the consumer.
+    polled_at: Instant,
 }
 
 /// Whether the exactly-once mirror of offsets to the Kafka group goes now.
@@ -85,6 +104,8 @@ impl Actor {
             lag_partitions: Vec::new(),
             mirror_pending: HashMap::new(),
             mirror_sent: None,
+            holding: false,
+            polled_at: Instant::now(),
         }
     }
 
@@ -188,6 +209,7 @@ impl Actor {
             Worker::start(
                 preparer,
                 format!("{}-{}-transform", self.spec.connector.name, self.spec.task),
+                self.shared.wake.clone(),
             )
             .map_err(PrepareError::WorkerStart)?,
         );
@@ -254,9 +276,26 @@ impl Actor {
                 return Err(error);
             }
 
-            // Poll: drain what is ready without blocking, then wait a little.
+            // Poll: drain what is ready without blocking, then wait a little. A paused
+            // consumer has nothing to wait for: it serves its callbacks, then the loop
+            // waits for the write or the transform to finish (or the poll interval). A
+            // holding task takes no records until a batch leaves the buffer.
+            let paused = self.shared.paused.load(Ordering::Relaxed)
+                || self.shared.backpressure.load(Ordering::Relaxed);
+            let limit = if !self.holding {
+                batch.max_records
+            } else if self.polled_at.elapsed() >= HOLDING_POLL_INTERVAL {
+                1
+            } else {
+                0
+            };
+            if limit == 0 {
+                self.shared.wake.wait(POLL_INTERVAL);
+                continue;
+            }
+            self.polled_at = Instant::now();
             let mut polled = 0;
-            while let Some(message) = consumer.poll(if polled == 0 {
+            while let Some(message) = consumer.poll(if polled == 0 && !paused && !self.holding {
                 POLL_INTERVAL
             } else {
                 Duration::ZERO
@@ -302,9 +341,12 @@ impl Actor {
                     }
                 }
                 polled += 1;
-                if polled >= batch.max_records {
+                if polled >= limit {
                     break;
                 }
+            }
+            if (paused || self.holding) && polled == 0 {
+                self.shared.wake.wait(POLL_INTERVAL);
             }
         }
 
@@ -376,19 +418,21 @@ impl Actor {
         if inner.transforming.is_none() && !inner.buffer.is_empty() && (full || due) && chain_due {
             self.submit(&mut inner, max_records, max_bytes)?;
         }
-        // Pausing purges librdkafka's prefetched records and costs a fetch round trip on
-        // resume, so the buffer may run BACKPRESSURE_BATCHES batches ahead before it does.
-        // While a transient failure is retried, the partitions pause too: polling goes on,
-        // so the consumer stays in its group.
+        // Backpressure: the buffer may run BACKPRESSURE_BATCHES batches ahead of the write;
+        // past that the task holds (takes no more records), and librdkafka's bounded
+        // prefetch stops fetching. Nothing is thrown away and fetched again, as a pause
+        // would. While a transient failure is retried, the partitions pause: polling goes
+        // on, so the consumer stays in its group however long the outage lasts.
         let retrying = self.chain_retrying.is_some()
             || inner
                 .in_flight
                 .as_ref()
                 .is_some_and(|f| f.retrying.is_some());
-        let full = retrying
-            || inner
-                .buffer
-                .holds(BACKPRESSURE_BATCHES, max_records, max_bytes);
+        let buffer_full = inner
+            .buffer
+            .holds(BACKPRESSURE_BATCHES, max_records, max_bytes);
+        let full = retrying || (buffer_full && backpressure_pauses());
+        self.holding = buffer_full && !full;
         drop(inner);
         if full != self.shared.backpressure.load(Ordering::Relaxed) {
             tracing::debug!(paused = full, "backpressure");

@@ -20,9 +20,56 @@ use crate::sink::SinkError;
 /// past it the batch is given up (and read again).
 const FINISH_WAIT: Duration = Duration::from_secs(5);
 
+/// A write running on the runtime. Its result comes through a channel, sent before the
+/// task's bell rings: a loop woken by the bell finds the result there (a `JoinHandle` is
+/// marked finished only a moment after the future returns, and a loop that looked in
+/// between would sleep a whole poll interval).
+pub(super) struct Writing {
+    task: tokio::task::JoinHandle<()>,
+    result: tokio::sync::oneshot::Receiver<Result<Delivered, DeliverError>>,
+    /// The result, once taken from the channel.
+    outcome: Option<Result<Delivered, DeliverError>>,
+}
+
+impl Writing {
+    fn ended_abnormally() -> Result<Delivered, DeliverError> {
+        Err(DeliverError::Sink(SinkError::Internal(
+            "write task ended abnormally (cancelled or panicked)".into(),
+        )))
+    }
+
+    /// Whether the result is in.
+    pub(super) fn is_finished(&mut self) -> bool {
+        use tokio::sync::oneshot::error::TryRecvError;
+        if self.outcome.is_none() {
+            match self.result.try_recv() {
+                Ok(result) => self.outcome = Some(result),
+                Err(TryRecvError::Empty) => return false,
+                Err(TryRecvError::Closed) => self.outcome = Some(Self::ended_abnormally()),
+            }
+        }
+        true
+    }
+
+    /// The result, waiting for it.
+    async fn finish(&mut self) -> Result<Delivered, DeliverError> {
+        if let Some(outcome) = self.outcome.take() {
+            return outcome;
+        }
+        (&mut self.result)
+            .await
+            .unwrap_or_else(|_| Self::ended_abnormally())
+    }
+
+    /// Cancels the write; its transaction rolls back unless it committed already.
+    pub(super) fn abort(&self) {
+        self.task.abort();
+    }
+}
+
 /// A batch being written.
 pub(super) struct InFlight {
-    pub(super) handle: tokio::task::JoinHandle<Result<Delivered, DeliverError>>,
+    pub(super) handle: Writing,
     pub(super) job: Arc<Job>,
     /// Records the batch covers (written, deleted or skipped).
     pub(super) records: u64,
@@ -54,16 +101,25 @@ pub(super) enum Settle {
 
 impl Shared {
     /// Starts writing `job` on the runtime, in the task's span.
-    pub(super) fn spawn_delivery(
-        &self,
-        job: Arc<Job>,
-    ) -> tokio::task::JoinHandle<Result<Delivered, DeliverError>> {
+    pub(super) fn spawn_delivery(&self, job: Arc<Job>) -> Writing {
         let sink = self.sink.clone();
         let policy = self.policy.clone();
-        self.runtime.spawn(
-            async move { deliver::deliver(sink, policy, job).await }
-                .instrument(tracing::Span::current()),
-        )
+        let wake = self.wake.clone();
+        let (sender, result) = tokio::sync::oneshot::channel();
+        let task = self.runtime.spawn(
+            async move {
+                let delivered = deliver::deliver(sink, policy, job).await;
+                // The task ended (and does not want the result) when this fails.
+                let _ = sender.send(delivered);
+                wake.ring();
+            }
+            .instrument(tracing::Span::current()),
+        );
+        Writing {
+            task,
+            result,
+            outcome: None,
+        }
     }
 
     /// Waits for the in-flight write, then applies its result. Transient failures are
@@ -103,14 +159,11 @@ impl Shared {
             // Finishing waits a bounded time: a database that does not answer within it is
             // treated as away (a write that committed meanwhile is fenced for whoever
             // reads the batch again by the compare-and-set).
-            let waited = self
-                .runtime
-                .block_on(async { tokio::time::timeout(FINISH_WAIT, &mut flight.handle).await });
+            let waited = self.runtime.block_on(async {
+                tokio::time::timeout(FINISH_WAIT, flight.handle.finish()).await
+            });
             let result = match waited {
-                Ok(Ok(result)) => result,
-                Ok(Err(join)) => Err(DeliverError::Sink(SinkError::Internal(format!(
-                    "write task ended abnormally: {join}"
-                )))),
+                Ok(result) => result,
                 Err(_) => {
                     inner.in_flight = Some(flight);
                     self.give_up(inner, "no answer from the database in time");

@@ -5,8 +5,11 @@
 //! slow the database is. A batch is cut when it reaches `max_records` or `max_bytes`, or
 //! `linger` after its first record; it is transformed and mapped on a thread of its own
 //! (so polling goes on however long a plugin takes) and written on the tokio runtime while
-//! the next batch fills and is transformed. When the next batch is full before the write
-//! ends, the partitions are paused (backpressure) and polling goes on.
+//! the next batch fills and is transformed. When batches pile up behind the write, the task
+//! takes no more records (backpressure: librdkafka's bounded prefetch then stops fetching)
+//! and polls only for its group's callbacks; while a failure is retried, the partitions
+//! are paused and polling goes on. The write and the transform thread ring the task's
+//! [`wake`] bell when they finish.
 //!
 //! The rooms of a task:
 //! - [`handle`]: the supervisor's side: spec, control messages, status, metrics.
@@ -17,6 +20,7 @@
 //! - [`partitions`]: where each partition stands; moving partitions to stored offsets.
 //! - [`rebalance`]: what an assignment or a revocation does.
 //! - [`state`]: the transition table.
+//! - [`wake`]: the bell the write and the transform thread ring when they finish.
 //!
 //! The state that both the loop and the rebalance callback touch sits in [`Shared`]; the
 //! loop never holds its lock across `poll`, which is where the callback runs. Every log
@@ -30,6 +34,7 @@ mod partitions;
 mod rebalance;
 pub mod state;
 mod transforming;
+mod wake;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -207,6 +212,8 @@ struct Shared {
     topic_ids: std::sync::OnceLock<HashMap<String, String>>,
     /// Gap warnings: at most one per 30 s, at debug level in between.
     gap_warnings: crate::kafka::consumer::Quiet,
+    /// Rung when the write in flight or the batch being transformed finishes.
+    wake: Arc<wake::Wake>,
 }
 
 impl Shared {
@@ -244,6 +251,7 @@ impl Shared {
             gap_warnings: Default::default(),
             cluster: std::sync::OnceLock::new(),
             topic_ids: std::sync::OnceLock::new(),
+            wake: Arc::default(),
         }
     }
 

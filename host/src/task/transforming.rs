@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 
+use super::wake::Wake;
 use crate::prepare::{PrepareError, Prepared, Preparer};
 use crate::record::{Incoming, Partition};
 
@@ -36,7 +37,12 @@ pub(super) struct Worker {
 
 impl Worker {
     /// Starts the worker thread, in the caller's span (the task's).
-    pub(super) fn start(mut preparer: Preparer, name: String) -> std::io::Result<Self> {
+    /// `wake` is rung after each answer.
+    pub(super) fn start(
+        mut preparer: Preparer,
+        name: String,
+        wake: Arc<Wake>,
+    ) -> std::io::Result<Self> {
         let (batches, requests) = mpsc::channel::<Vec<Incoming>>();
         let (answer, answers) = mpsc::channel::<Answer>();
         let cancel = Arc::new(AtomicBool::new(false));
@@ -57,6 +63,7 @@ impl Worker {
                     // The task ended and does not want the answer.
                     break;
                 }
+                wake.ring();
             }
         })?;
         Ok(Worker {
