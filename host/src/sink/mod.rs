@@ -8,6 +8,8 @@
 //!   with delivery.dedup: claim the batch's producer ids in sluice_dedup; the rows of
 //!   records whose id was there already are dropped (crate::dedup)
 //!   write the rows: runs of writes and deletes, each run one bulk statement per chunk
+//!   (PostgreSQL: inserts with COPY, upserts with COPY into a staging table and one
+//!   INSERT … SELECT … ON CONFLICT, updates and deletes with UNNEST)
 //! COMMIT
 //! ```
 //!
@@ -21,6 +23,8 @@ pub mod dead_letters;
 mod dedup;
 pub mod dialect;
 mod error;
+mod nodelay;
+mod pg_copy;
 mod postgres;
 mod probe;
 mod redriven;
@@ -31,8 +35,8 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -201,16 +205,32 @@ impl Sink {
         };
         let connections = connector.tasks + 1;
         let pool = match dialect {
-            Dialect::Postgres => Pool::Postgres(
-                PgPoolOptions::new()
-                    .max_connections(connections)
-                    .acquire_timeout(ACQUIRE_TIMEOUT)
-                    .connect(url)
-                    .await
-                    .map_err(connect_error)?,
-            ),
+            Dialect::Postgres => {
+                let options = PgConnectOptions::from_str(url).map_err(connect_error)?;
+                let peers = match options.get_socket() {
+                    Some(_) => Vec::new(),
+                    None => nodelay::server_addresses(options.get_host(), options.get_port()).await,
+                };
+                Pool::Postgres(
+                    PgPoolOptions::new()
+                        .max_connections(connections)
+                        .acquire_timeout(ACQUIRE_TIMEOUT)
+                        .after_connect(move |_, _| {
+                            nodelay::set_on_connections_to(&peers);
+                            Box::pin(async { Ok(()) })
+                        })
+                        .connect_with(options)
+                        .await
+                        .map_err(connect_error)?,
+                )
+            }
             Dialect::MySql => {
                 let url = url.replacen("mariadb://", "mysql://", 1);
+                let options = MySqlConnectOptions::from_str(&url).map_err(connect_error)?;
+                let peers = match options.get_socket() {
+                    Some(_) => Vec::new(),
+                    None => nodelay::server_addresses(options.get_host(), options.get_port()).await,
+                };
                 Pool::MySql(
                     MySqlPoolOptions::new()
                         .max_connections(connections)
@@ -219,7 +239,8 @@ impl Sink {
                         // deadlock; the compare-and-set needs no more than READ COMMITTED.
                         // A server logging statements (binlog_format=STATEMENT) refuses
                         // writes at READ COMMITTED (error 1665): it keeps its default.
-                        .after_connect(|conn, _| {
+                        .after_connect(move |conn, _| {
+                            nodelay::set_on_connections_to(&peers);
                             Box::pin(async move {
                                 let format: Option<String> =
                                     sqlx::query_scalar("SELECT @@SESSION.binlog_format")
@@ -237,7 +258,7 @@ impl Sink {
                                 .map(|_| ())
                             })
                         })
-                        .connect(&url)
+                        .connect_with(options)
                         .await
                         .map_err(connect_error)?,
                 )

@@ -1,0 +1,298 @@
+//! PostgreSQL's fastest way in: a run of inserts is one `COPY … FROM STDIN`, a run of
+//! upserts is a `COPY` into a session's staging table followed by one
+//! `INSERT … SELECT … ON CONFLICT`. Both run inside the batch's transaction, after the
+//! offsets' compare-and-set, so exactly-once is what it was with `UNNEST`.
+//!
+//! The data travels in COPY's text format, not its binary one: PostgreSQL parses each
+//! value with the input function of the column's real type, so a table made by hand with
+//! other types than sluice's vocabulary (an `INTEGER` for a `bigint`, a `VARCHAR(40)` for
+//! a `text`) takes the rows as it took them through `UNNEST`'s casts, and refuses the same
+//! values with the same errors. Binary COPY would need each column's exact type.
+//!
+//! Updates and deletes stay with `UNNEST` (`postgres.rs`).
+
+use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
+
+use sqlx::{AssertSqlSafe, PgConnection};
+
+use super::dialect::{Dialect, TableSpec, timestamp_text};
+use crate::config::ColumnType;
+use crate::map::SqlValue;
+
+/// COPY data is sent in pieces of about this size, so a large batch is not held twice.
+const SEND_CHUNK: usize = 1 << 20;
+
+/// The name of the staging column that keeps the run's row order (the lock order).
+const POSITION: &str = "sluice position";
+
+/// Inserts `rows` with one `COPY` into the table.
+pub async fn insert(
+    conn: &mut PgConnection,
+    table: &TableSpec,
+    rows: &[&[SqlValue]],
+) -> Result<(), sqlx::Error> {
+    let d = Dialect::Postgres;
+    let all: Vec<usize> = (0..table.columns.len()).collect();
+    let statement = format!(
+        "COPY {} ({}) FROM STDIN",
+        d.quote(&table.name),
+        d.column_list(table, &all)
+    );
+    copy(conn, &statement, table, rows, false).await
+}
+
+/// Upserts `rows` (last row per key, in key order: see `runs.rs`): `COPY` into the
+/// staging table, then one `INSERT … SELECT … ON CONFLICT` that empties it, in the
+/// staged order, so rows are locked in key order as with one `UNNEST` statement.
+pub async fn upsert(
+    conn: &mut PgConnection,
+    table: &TableSpec,
+    rows: &[&[SqlValue]],
+) -> Result<(), sqlx::Error> {
+    let d = Dialect::Postgres;
+    let stage = staging_table(conn, table).await?;
+    let all: Vec<usize> = (0..table.columns.len()).collect();
+    let names = d.column_list(table, &all);
+    let position = d.quote(POSITION);
+    copy(
+        conn,
+        &format!("COPY {stage} ({position}, {names}) FROM STDIN"),
+        table,
+        rows,
+        true,
+    )
+    .await?;
+    let values = table.value_columns();
+    let action = if values.is_empty() {
+        "DO NOTHING".to_string()
+    } else {
+        let set: Vec<String> = values
+            .iter()
+            .map(|&i| format!("{0} = EXCLUDED.{0}", d.quote(&table.columns[i].0)))
+            .collect();
+        format!("DO UPDATE SET {}", set.join(", "))
+    };
+    // Emptying the staging table in the same statement lets a transaction write several
+    // runs through it; ON COMMIT DELETE ROWS truncates what a failure left behind.
+    let sql = format!(
+        "WITH staged AS (DELETE FROM {stage} RETURNING *) \
+         INSERT INTO {t} ({names}) SELECT {names} FROM staged ORDER BY {position} \
+         ON CONFLICT ({key}) {action}",
+        t = d.quote(&table.name),
+        key = d.column_list(table, &table.key),
+    );
+    sqlx::query(AssertSqlSafe(sql)).execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// The session's staging table for `table`, created on first use: the configured columns
+/// with the table's own types (so values parse as they would into the table), no
+/// constraints, and the position column. Temporary tables belong to one connection.
+async fn staging_table(conn: &mut PgConnection, table: &TableSpec) -> Result<String, sqlx::Error> {
+    let d = Dialect::Postgres;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    table.name.hash(&mut hasher);
+    for (name, column_type) in &table.columns {
+        (name, column_type.name()).hash(&mut hasher);
+    }
+    let name = format!("sluice_stage_{:016x}", hasher.finish());
+    let exists: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT to_regclass('pg_temp.{name}') IS NOT NULL"
+    )))
+    .fetch_one(&mut *conn)
+    .await?;
+    if !exists {
+        let all: Vec<usize> = (0..table.columns.len()).collect();
+        let sql = format!(
+            "CREATE TEMPORARY TABLE {name} ON COMMIT DELETE ROWS AS \
+             SELECT 0::int4 AS {position}, {columns} FROM {t} WITH NO DATA",
+            position = d.quote(POSITION),
+            columns = d.column_list(table, &all),
+            t = d.quote(&table.name),
+        );
+        sqlx::query(AssertSqlSafe(sql)).execute(&mut *conn).await?;
+    }
+    Ok(format!("pg_temp.{name}"))
+}
+
+/// Runs one `COPY … FROM STDIN` (text format) with `rows`, each led by its position when
+/// `numbered`.
+async fn copy(
+    conn: &mut PgConnection,
+    statement: &str,
+    table: &TableSpec,
+    rows: &[&[SqlValue]],
+    numbered: bool,
+) -> Result<(), sqlx::Error> {
+    // Encoded before COPY starts: a value of the wrong kind (a bug upstream) fails the
+    // batch without leaving the connection in the middle of a COPY.
+    let mut pieces = Vec::new();
+    let mut data = Vec::with_capacity(SEND_CHUNK.min(rows.len() * 64 + 64));
+    for (position, row) in rows.iter().enumerate() {
+        if numbered {
+            let _ = write!(Out(&mut data), "{position}\t");
+        }
+        for (n, (value, (_, column_type))) in row.iter().zip(&table.columns).enumerate() {
+            if n > 0 {
+                data.push(b'\t');
+            }
+            encode(&mut data, value, *column_type)?;
+        }
+        data.push(b'\n');
+        if data.len() >= SEND_CHUNK {
+            pieces.push(std::mem::replace(
+                &mut data,
+                Vec::with_capacity(SEND_CHUNK + 4096),
+            ));
+        }
+    }
+    pieces.push(data);
+    let mut copy_in = conn.copy_in_raw(statement).await?;
+    for piece in pieces {
+        if let Err(e) = copy_in.send(piece).await {
+            // The connection is in doubt; the transaction is rolled back by its owner.
+            let _ = copy_in.abort("sluice: sending COPY data failed").await;
+            return Err(e);
+        }
+    }
+    copy_in.finish().await?;
+    Ok(())
+}
+
+/// `io::Write`-free formatting into a byte buffer.
+struct Out<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Out<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Appends `value` in COPY's text format for a `column_type` column. The value kinds each
+/// column type takes are those `UNNEST`'s arrays take (`postgres.rs`).
+fn encode(out: &mut Vec<u8>, value: &SqlValue, column_type: ColumnType) -> Result<(), sqlx::Error> {
+    use ColumnType::*;
+    match (value, column_type) {
+        (SqlValue::Null, _) => out.extend_from_slice(b"\\N"),
+        (SqlValue::Int(v), Bigint | Int) => {
+            let _ = write!(Out(out), "{v}");
+        }
+        // `{:e}` is the shortest text that reads back as the same double.
+        (SqlValue::Double(v), Double) => {
+            let _ = write!(Out(out), "{v:e}");
+        }
+        (SqlValue::Int(v), Double) => {
+            let _ = write!(Out(out), "{:e}", *v as f64);
+        }
+        (SqlValue::Bool(v), Bool) => out.push(if *v { b't' } else { b'f' }),
+        (SqlValue::Bytes(v), Bytes) => {
+            // bytea's hex form, its backslash escaped for COPY.
+            out.extend_from_slice(b"\\\\x");
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            for b in v {
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 15)]);
+            }
+        }
+        (SqlValue::Text(v), Numeric | Text | Date | Json | Uuid) => escape(out, v.as_bytes()),
+        (SqlValue::Timestamp(t), Timestamp | Timestamptz) => {
+            out.extend_from_slice(timestamp_text(t).as_bytes());
+            // A timestamptz is a UTC instant; without the offset PostgreSQL would read it
+            // in the session's time zone.
+            if column_type == Timestamptz {
+                out.extend_from_slice(b"+00");
+            }
+        }
+        _ => {
+            return Err(sqlx::Error::Protocol(format!(
+                "value {value:?} does not fit a {} column",
+                column_type.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Appends text with COPY's escapes: backslash, and the characters that end a field or a
+/// row. A NUL stays as it is, and PostgreSQL refuses it as it refuses it in any text.
+fn escape(out: &mut Vec<u8>, text: &[u8]) {
+    if !text
+        .iter()
+        .any(|b| matches!(b, b'\\' | b'\t' | b'\n' | b'\r'))
+    {
+        out.extend_from_slice(text);
+        return;
+    }
+    for &b in text {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            other => out.push(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(value: SqlValue, column_type: ColumnType) -> String {
+        let mut out = Vec::new();
+        encode(&mut out, &value, column_type).expect("encodes");
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    #[test]
+    fn values_take_copy_text_form() {
+        assert_eq!(encoded(SqlValue::Null, ColumnType::Text), "\\N");
+        assert_eq!(encoded(SqlValue::Int(-42), ColumnType::Bigint), "-42");
+        assert_eq!(encoded(SqlValue::Bool(true), ColumnType::Bool), "t");
+        assert_eq!(
+            encoded(SqlValue::Bytes(vec![0, 0xab, 0x5c]), ColumnType::Bytes),
+            "\\\\x00ab5c"
+        );
+        assert_eq!(
+            encoded(SqlValue::Text("a\\b\tc\nd\re\\N".into()), ColumnType::Text),
+            "a\\\\b\\tc\\nd\\re\\\\N"
+        );
+        let t = chrono::DateTime::from_timestamp_micros(1_700_000_000_123_456)
+            .expect("ts")
+            .naive_utc();
+        assert_eq!(
+            encoded(SqlValue::Timestamp(t), ColumnType::Timestamptz),
+            "2023-11-14 22:13:20.123456+00"
+        );
+        assert_eq!(
+            encoded(SqlValue::Timestamp(t), ColumnType::Timestamp),
+            "2023-11-14 22:13:20.123456"
+        );
+    }
+
+    #[test]
+    fn doubles_read_back_exactly() {
+        for v in [
+            0.1,
+            -0.0,
+            1e300,
+            -2.5e-308,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            123456.789,
+        ] {
+            let text = encoded(SqlValue::Double(v), ColumnType::Double);
+            assert_eq!(text.parse::<f64>().expect("parses"), v, "{text}");
+        }
+        assert_eq!(encoded(SqlValue::Int(3), ColumnType::Double), "3e0");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_kind_is_an_error() {
+        let mut out = Vec::new();
+        assert!(encode(&mut out, &SqlValue::Text("x".into()), ColumnType::Bigint).is_err());
+        assert!(encode(&mut out, &SqlValue::Double(1.5), ColumnType::Int).is_err());
+    }
+}

@@ -1,0 +1,309 @@
+//! PostgreSQL's inserts and upserts go through `COPY` (`host/src/sink/pg_copy.rs`): every
+//! column type at its edges reads back as written, text with COPY's own special characters
+//! included; several runs of upserts in one transaction share the staging table; a table
+//! made by hand with other types than sluice's takes the rows, and refuses the values it
+//! refused before, one row at a time. No broker needed.
+
+use crate::harness;
+
+use harness::{Backend, TestDb};
+use sluice::config::{self, Config};
+use sluice::map::{RowOp, SqlValue};
+use sluice::sink::{Sink, WriteBatch};
+
+const TYPES: [&str; 12] = [
+    "bigint",
+    "int",
+    "double",
+    "numeric",
+    "text",
+    "bool",
+    "timestamp",
+    "timestamptz",
+    "date",
+    "json",
+    "bytes",
+    "uuid",
+];
+
+fn connector(table: &str, mode: &str, url: &str, create: bool) -> sluice::config::ConnectorConfig {
+    let columns: String = TYPES
+        .iter()
+        .map(|t| format!("        c_{t}: {{ from: /c{t}, type: {t} }}\n"))
+        .collect();
+    let text = format!(
+        "kafka: {{ brokers: localhost:9092 }}\nconnectors:\n  - name: {table}\n    topics: [t]\n    sink:\n      url: \"{url}\"\n      table: {table}\n      mode: {mode}\n      key: [c_bigint]\n      columns:\n{columns}      create_table: {create}\n"
+    );
+    let config: Config = config::load_str(&text, &|_| None).expect("config is valid");
+    config.connectors.into_iter().next().expect("connector")
+}
+
+fn timestamp(micros: i64) -> SqlValue {
+    SqlValue::Timestamp(
+        chrono::DateTime::from_timestamp_micros(micros)
+            .expect("timestamp")
+            .naive_utc(),
+    )
+}
+
+/// A row of every type, in TYPES order, keyed by `key`.
+fn row(key: i64, text: &str, double: f64) -> Vec<SqlValue> {
+    vec![
+        SqlValue::Int(key),
+        SqlValue::Int(i64::from(i32::MIN)),
+        SqlValue::Double(double),
+        SqlValue::Text("-12345678901234567890.000000001".into()),
+        SqlValue::Text(text.into()),
+        SqlValue::Bool(true),
+        timestamp(1_704_164_645_123_456),
+        timestamp(-1_000_000),
+        SqlValue::Text("2024-02-29".into()),
+        SqlValue::Text("{\"a\":[1,\"x\\ty\"],\"b\":null}".into()),
+        SqlValue::Bytes(vec![0, 255, b'\\', b'\n', b'\t']),
+        SqlValue::Text("123e4567-e89b-12d3-a456-426614174000".into()),
+    ]
+}
+
+/// Every column of row `key` as PostgreSQL prints it (timestamptz in UTC).
+async fn read_back(pool: &sqlx::PgPool, table: &str, key: i64) -> Vec<Option<String>> {
+    let select: Vec<String> = TYPES
+        .iter()
+        .map(|t| match *t {
+            "timestamptz" => format!("(c_{t} AT TIME ZONE 'UTC')::text"),
+            _ => format!("c_{t}::text"),
+        })
+        .collect();
+    let row: sqlx::postgres::PgRow = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {} FROM {table} WHERE c_bigint = $1",
+        select.join(", ")
+    )))
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .expect("row");
+    use sqlx::Row;
+    (0..TYPES.len())
+        .map(|i| row.try_get::<Option<String>, _>(i).expect("text"))
+        .collect()
+}
+
+fn expected(key: i64, text: &str, double: &str) -> Vec<Option<String>> {
+    [
+        key.to_string().as_str(),
+        "-2147483648",
+        double,
+        "-12345678901234567890.000000001",
+        text,
+        "true",
+        "2024-01-02 03:04:05.123456",
+        "1969-12-31 23:59:59",
+        "2024-02-29",
+        "{\"a\": [1, \"x\\ty\"], \"b\": null}",
+        "\\x00ff5c0a09",
+        "123e4567-e89b-12d3-a456-426614174000",
+    ]
+    .iter()
+    .map(|s| Some(s.to_string()))
+    .collect()
+}
+
+/// Text that COPY's text format must escape, or could take for its own markers.
+const AWKWARD: &str = "tab\there\nnew line\r\\back\\slash \\N \\. é ☃";
+
+#[test]
+fn every_column_type_reads_back_as_written() {
+    harness::run_test(async {
+        let db = TestDb::new(Backend::Postgres);
+        let table = harness::unique("copy_types");
+        let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+        for (mode, keys) in [("insert", [1i64, 2, 3]), ("upsert", [2, 3, 4])] {
+            let sink = Sink::connect(&connector(&table, mode, &db.url, true))
+                .await
+                .expect("sink");
+            sink.prepare().await.expect("prepare");
+            let mut ops: Vec<RowOp> = keys
+                .iter()
+                .map(|&k| RowOp::Write(row(k, &format!("{AWKWARD} {mode} {k}"), 0.1)))
+                .collect();
+            // Edges: the extremes of bigint and double, and a row of NULLs but its key.
+            ops.push(RowOp::Write(row(i64::MAX, AWKWARD, 1e300)));
+            ops.push(RowOp::Write(row(i64::MIN, AWKWARD, f64::MIN_POSITIVE)));
+            let mut nulls = vec![SqlValue::Null; TYPES.len()];
+            nulls[0] = SqlValue::Int(100);
+            ops.push(RowOp::Write(nulls));
+            sink.write(&WriteBatch {
+                ops,
+                ..WriteBatch::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
+            for &k in &keys {
+                assert_eq!(
+                    read_back(&pool, &table, k).await,
+                    expected(k, &format!("{AWKWARD} {mode} {k}"), "0.1"),
+                    "{mode} row {k}"
+                );
+            }
+            assert_eq!(
+                read_back(&pool, &table, i64::MAX).await,
+                expected(i64::MAX, AWKWARD, "1e+300")
+            );
+            assert_eq!(
+                read_back(&pool, &table, i64::MIN).await,
+                expected(i64::MIN, AWKWARD, "2.2250738585072014e-308")
+            );
+            let mut none = vec![None; TYPES.len()];
+            none[0] = Some("100".to_string());
+            assert_eq!(read_back(&pool, &table, 100).await, none);
+            if mode == "insert" {
+                // Inserting the same keys again is refused, row by row.
+                let refused = sink
+                    .find_refused(&[RowOp::Write(row(1, "again", 0.5))])
+                    .await
+                    .expect("probe");
+                assert_eq!(refused.len(), 1, "{refused:?}");
+            }
+            sink.close().await;
+        }
+        let count: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+                .fetch_one(&pool)
+                .await
+                .expect("count");
+        assert_eq!(count, 7, "keys 1..4, 100 and the two extremes, each once");
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
+            .execute(&pool)
+            .await;
+    });
+}
+
+/// Runs of upserts, deletes and upserts again in one transaction: each upsert run goes
+/// through the staging table, which the one before must have left empty.
+#[test]
+fn upsert_runs_in_one_transaction_share_the_staging_table() {
+    harness::run_test(async {
+        let db = TestDb::new(Backend::Postgres);
+        let table = harness::unique("copy_runs");
+        let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+        let sink = Sink::connect(&connector(&table, "upsert", &db.url, true))
+            .await
+            .expect("sink");
+        sink.prepare().await.expect("prepare");
+        let key = |k: i64| vec![SqlValue::Int(k)];
+        let ops = vec![
+            RowOp::Write(row(1, "one", 1.0)),
+            RowOp::Write(row(2, "two", 2.0)),
+            RowOp::Delete(key(2)),
+            RowOp::Write(row(1, "one again", 1.5)),
+            RowOp::Write(row(3, "three", 3.0)),
+            RowOp::Delete(key(9)),
+            RowOp::Write(row(2, "two again", 2.5)),
+        ];
+        sink.write(&WriteBatch {
+            ops,
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("write");
+        let rows: Vec<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT c_bigint, c_text FROM {table} ORDER BY c_bigint"
+        )))
+        .fetch_all(&pool)
+        .await
+        .expect("rows");
+        assert_eq!(
+            rows,
+            vec![
+                (1, "one again".to_string()),
+                (2, "two again".to_string()),
+                (3, "three".to_string())
+            ]
+        );
+        // And the next transaction starts with an empty staging table too.
+        sink.write(&WriteBatch {
+            ops: vec![RowOp::Write(row(4, "four", 4.0))],
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("write");
+        let count: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+                .fetch_one(&pool)
+                .await
+                .expect("count");
+        assert_eq!(count, 4);
+        sink.close().await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
+            .execute(&pool)
+            .await;
+    });
+}
+
+/// A table made by hand: narrower types than sluice's (INTEGER for bigint, VARCHAR(12) for
+/// text, json for jsonb), a column sluice does not write with its default. COPY parses
+/// each value with the column's own type, so the rows land, in insert and upsert, and a
+/// value too long for the column is refused alone.
+#[test]
+fn a_table_made_by_hand_takes_the_rows_and_refuses_what_does_not_fit() {
+    harness::run_test(async {
+        let db = TestDb::new(Backend::Postgres);
+        let table = harness::unique("copy_hand");
+        let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE {table} (c_bigint INTEGER PRIMARY KEY, c_int SMALLINT, c_double REAL, \
+             c_numeric NUMERIC(40, 9), c_text VARCHAR(12), c_bool BOOLEAN, c_timestamp TIMESTAMP(3), \
+             c_timestamptz TIMESTAMPTZ, c_date DATE, c_json JSON, c_bytes BYTEA, c_uuid UUID, \
+             created_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )))
+        .execute(&pool)
+        .await
+        .expect("create");
+        let fitting = |k: i64, text: &str| {
+            let mut r = row(k, text, 0.5);
+            r[1] = SqlValue::Int(7);
+            r
+        };
+        for mode in ["insert", "upsert"] {
+            let sink = Sink::connect(&connector(&table, mode, &db.url, false))
+                .await
+                .expect("sink");
+            sink.prepare().await.expect("prepare");
+            let base = if mode == "insert" { 0 } else { 10 };
+            sink.write(&WriteBatch {
+                ops: (1..=3)
+                    .map(|k| RowOp::Write(fitting(base + k, &format!("{mode} {k}"))))
+                    .collect(),
+                ..WriteBatch::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
+            let ops = vec![
+                RowOp::Write(fitting(base + 4, "fits")),
+                RowOp::Write(fitting(base + 5, "far too long for twelve")),
+                RowOp::Write(fitting(base + 6, "fits too")),
+            ];
+            let refused = sink.find_refused(&ops).await.expect("probe");
+            assert_eq!(
+                refused.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+                vec![1],
+                "{mode}: {refused:?}"
+            );
+            sink.close().await;
+        }
+        let rows: Vec<(i32, String, String, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT c_bigint, c_text, c_timestamp::text, created_at IS NOT NULL FROM {table} ORDER BY c_bigint"
+        )))
+        .fetch_all(&pool)
+        .await
+        .expect("rows");
+        assert_eq!(rows.len(), 6, "{rows:?}");
+        assert_eq!(
+            rows[0],
+            (1, "insert 1".into(), "2024-01-02 03:04:05.123".into(), true)
+        );
+        assert_eq!(rows[3].1, "upsert 1");
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
+            .execute(&pool)
+            .await;
+    });
+}
