@@ -230,6 +230,11 @@ pub fn consumer_config(
         .set("auto.offset.reset", defaults::AUTO_OFFSET_RESET)
         .set("isolation.level", defaults::ISOLATION_LEVEL)
         .set("queued.min.messages", defaults::QUEUED_MIN_MESSAGES)
+        .set("fetch.queue.backoff.ms", defaults::FETCH_QUEUE_BACKOFF_MS)
+        .set(
+            "queued.max.messages.kbytes",
+            defaults::QUEUED_MAX_MESSAGES_KBYTES,
+        )
         .set(
             "reconnect.backoff.max.ms",
             defaults::RECONNECT_BACKOFF_MAX_MS,
