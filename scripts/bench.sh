@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# Throughput figures: 100k records into each database, with baselines from the same run.
+# The pipeline benchmark (release build): a backlog of 1M records (--records N) produced in
+# lz4 batches, drained by sluice into PostgreSQL, MariaDB and SQLite, beside the baselines of
+# the same run (psql \copy, a bare librdkafka drain, a per-row INSERT consumer). Prints one
+# table and writes it as JSON to target/bench/pipeline.json. What each column means, and the
+# figures from the development machine: docs/performance.md.
+#
+#   scripts/bench.sh                      # everything, about 10 minutes on 2 cores
+#   scripts/bench.sh --records 200000     # a smaller backlog
+#   scripts/bench.sh --only "postgres insert,restart"   # runs whose names contain these
+#   scripts/bench.sh --sluice path/to/sluice            # measure another build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
-exec cargo bench -p sluice --bench pipeline "$@"
+exec cargo bench -p sluice --bench pipeline -- "$@"
