@@ -44,10 +44,59 @@ pub enum MapError {
     Column { column: String, message: String },
 }
 
+/// A JSON pointer (RFC 6901), split into its unescaped tokens once, when the connector is
+/// configured: `Value::pointer` splits and unescapes the text again, with an allocation
+/// per token, for every column of every record.
+#[derive(Debug, Clone, PartialEq)]
+struct JsonPointer {
+    text: String,
+    /// `None` for text that is not a pointer (it finds nothing, as `Value::pointer`).
+    tokens: Option<Vec<String>>,
+}
+
+impl JsonPointer {
+    fn new(text: &str) -> Self {
+        let tokens = if text.is_empty() {
+            Some(Vec::new())
+        } else {
+            text.strip_prefix('/').map(|rest| {
+                rest.split('/')
+                    .map(|t| t.replace("~1", "/").replace("~0", "~"))
+                    .collect()
+            })
+        };
+        JsonPointer {
+            text: text.to_string(),
+            tokens,
+        }
+    }
+
+    /// What `Value::pointer` finds.
+    fn find<'v>(&self, document: &'v Value) -> Option<&'v Value> {
+        let mut at = document;
+        for token in self.tokens.as_ref()? {
+            at = match at {
+                Value::Object(map) => map.get(token.as_str())?,
+                Value::Array(items) => items.get(array_index(token)?)?,
+                _ => return None,
+            };
+        }
+        Some(at)
+    }
+}
+
+/// An array index as a JSON pointer token spells it: digits, no leading zero or sign.
+fn array_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+        return None;
+    }
+    token.parse().ok()
+}
+
 /// Where a column's value comes from.
 #[derive(Debug, Clone, PartialEq)]
 enum Source {
-    Pointer(String),
+    Pointer(JsonPointer),
     Topic,
     Partition,
     Offset,
@@ -69,7 +118,7 @@ impl Source {
             "$now" => Source::Now,
             "$key" => Source::Key,
             "$value" => Source::Value,
-            pointer => Source::Pointer(pointer.to_string()),
+            pointer => Source::Pointer(JsonPointer::new(pointer)),
         }
     }
 }
@@ -171,11 +220,14 @@ impl RowMapper {
         document: Option<&Value>,
         raw: &[u8],
     ) -> Result<SqlValue, MapError> {
+        static NULL: Value = Value::Null;
         let json = match &column.source {
-            Source::Pointer(pointer) => match document.and_then(|d| d.pointer(pointer)) {
-                Some(v) => v.clone(),
-                None => Value::Null,
-            },
+            // Converted from where it lies in the document, not from a copy.
+            Source::Pointer(pointer) => {
+                let found = document.and_then(|d| pointer.find(d)).unwrap_or(&NULL);
+                return convert(found, column.column_type)
+                    .map_err(|message| column_error(column, &message));
+            }
             Source::Value => return bytes_value(column, raw),
             Source::Key => match &record.key {
                 Some(key) => return bytes_value(column, key),
@@ -209,7 +261,7 @@ impl RowMapper {
                 Source::Pointer(pointer) => {
                     let json = match &decoded_key {
                         Some(key @ (Value::Object(_) | Value::Array(_))) => {
-                            key.pointer(pointer).cloned()
+                            pointer.find(key).cloned()
                         }
                         Some(scalar) if self.key.len() == 1 => Some(scalar.clone()),
                         _ => None,
@@ -217,7 +269,7 @@ impl RowMapper {
                     .ok_or_else(|| {
                         column_error(
                             column,
-                            &format!("tombstone: cannot find {pointer} in the record key"),
+                            &format!("tombstone: cannot find {} in the record key", pointer.text),
                         )
                     })?;
                     convert(&json, column.column_type).map_err(|m| column_error(column, &m))?
@@ -409,6 +461,37 @@ fn is_uuid(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pointers_find_what_value_pointer_finds() {
+        let document = json!({
+            "a": {"b": [10, {"c~d/e": "x"}], "": 1, "0": "zero"},
+            "list": [1, 2, 3],
+        });
+        for text in [
+            "",
+            "/a",
+            "/a/b",
+            "/a/b/0",
+            "/a/b/1/c~0d~1e",
+            "/a/b/01",
+            "/a/b/+1",
+            "/a/b/9",
+            "/a/",
+            "/a/0",
+            "/list/2",
+            "/list/-",
+            "/nope",
+            "a",
+            "/a/b/0/deeper",
+        ] {
+            assert_eq!(
+                JsonPointer::new(text).find(&document),
+                document.pointer(text),
+                "{text}"
+            );
+        }
+    }
     use crate::config::{ColumnConfig, IndexedColumns, WriteMode};
     use serde_json::json;
 

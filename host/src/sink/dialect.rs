@@ -408,12 +408,83 @@ impl Dialect {
 
 /// `YYYY-MM-DD HH:MM:SS.ffffff`, the form all three accept for a timestamp.
 pub fn timestamp_text(t: &chrono::NaiveDateTime) -> String {
-    t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
+    use chrono::{Datelike, Timelike};
+    // chrono's formatter interprets the pattern for every value (it was a tenth of the
+    // PostgreSQL sink's CPU); years 0..=9999 outside a leap second are written directly,
+    // the rest (a sign before the year, a 60th second) by chrono.
+    let year = t.year();
+    let nanos = t.nanosecond();
+    if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
+        return t.format("%Y-%m-%d %H:%M:%S%.6f").to_string();
+    }
+    let mut out = [0u8; 26];
+    let mut put = |at: usize, value: u32, width: usize| {
+        let mut v = value;
+        for i in (0..width).rev() {
+            out[at + i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, year as u32, 4);
+    put(5, t.month(), 2);
+    put(8, t.day(), 2);
+    put(11, t.hour(), 2);
+    put(14, t.minute(), 2);
+    put(17, t.second(), 2);
+    put(20, nanos / 1000, 6);
+    for (at, c) in [
+        (4, b'-'),
+        (7, b'-'),
+        (10, b' '),
+        (13, b':'),
+        (16, b':'),
+        (19, b'.'),
+    ] {
+        out[at] = c;
+    }
+    out.iter().map(|&b| char::from(b)).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamp_text_is_what_chrono_writes() {
+        let chrono_text = |t: &chrono::NaiveDateTime| t.format("%Y-%m-%d %H:%M:%S%.6f").to_string();
+        let mut times: Vec<chrono::NaiveDateTime> = [
+            0i64,
+            1,
+            -1,
+            999_999,
+            1_704_164_645_123_456,
+            -62_135_596_800_000_000, // 0001-01-01
+            253_402_300_799_999_999, // 9999-12-31 23:59:59.999999
+            253_402_300_800_000_000, // 10000-01-01: chrono's signed year
+            -62_167_219_200_000_001, // before year 0
+        ]
+        .iter()
+        .map(|&us| {
+            chrono::DateTime::from_timestamp_micros(us)
+                .expect("in range")
+                .naive_utc()
+        })
+        .collect();
+        // Nanoseconds are cut, and a leap second keeps chrono's spelling.
+        times.push(
+            chrono::NaiveDate::from_ymd_opt(2016, 12, 31)
+                .and_then(|d| d.and_hms_nano_opt(23, 59, 59, 1_999_999_999))
+                .expect("leap second"),
+        );
+        times.push(
+            chrono::NaiveDate::from_ymd_opt(2024, 2, 29)
+                .and_then(|d| d.and_hms_nano_opt(1, 2, 3, 456_789_999))
+                .expect("time"),
+        );
+        for t in &times {
+            assert_eq!(timestamp_text(t), chrono_text(t), "{t:?}");
+        }
+    }
 
     fn table() -> TableSpec {
         TableSpec {
