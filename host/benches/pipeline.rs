@@ -559,8 +559,9 @@ struct Process {
 impl Process {
     fn start(sluice: &Path, config: &Path, env: &[(&str, &str)]) -> Process {
         let log = harness::log_dir().join(format!(
-            "bench-{}.log",
-            config.file_stem().unwrap_or_default().to_string_lossy()
+            "bench-{}-{:04x}.log",
+            config.file_stem().unwrap_or_default().to_string_lossy(),
+            rand::random::<u16>()
         ));
         let child = Command::new(sluice)
             .args(["run", "--config"])
