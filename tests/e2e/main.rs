@@ -13,9 +13,8 @@
 //!   restart; `sluice inspect`, `sluice dry-run` and their admin API endpoints; the
 //!   latency of a pooled read beside a consumer per read (`POOL-BENCH`).
 //! - [`poison`]: poisoned records under each error policy, dead letters and their redrive.
-//! - [`pg_copy`]: PostgreSQL's inserts and upserts through `COPY`: every column type at its
-//!   edges, COPY's special characters, runs sharing the staging table, a table made by
-//!   hand with narrower types.
+//! - [`pg_copy`]: PostgreSQL's inserts through `COPY`: every column type at its edges,
+//!   COPY's special characters, a table made by hand with narrower types.
 //! - [`schema`]: sluice's own tables migrated from an earlier version, a newer one refused.
 //! - [`config_corpus`]: `sluice validate` over a corpus of broken files.
 //! - [`dlq_topic`]: `sluice dlq redrive` of a dead-letter topic: each record once, however

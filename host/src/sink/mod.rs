@@ -8,8 +8,7 @@
 //!   with delivery.dedup: claim the batch's producer ids in sluice_dedup; the rows of
 //!   records whose id was there already are dropped (crate::dedup)
 //!   write the rows: runs of writes and deletes, each run one bulk statement per chunk
-//!   (PostgreSQL: inserts with COPY, upserts with COPY into a staging table and one
-//!   INSERT … SELECT … ON CONFLICT, updates and deletes with UNNEST)
+//!   (PostgreSQL: inserts with COPY; upserts, updates and deletes with UNNEST)
 //! COMMIT
 //! ```
 //!

@@ -1,7 +1,6 @@
-//! PostgreSQL's fastest way in: a run of inserts is one `COPY … FROM STDIN`, a run of
-//! upserts is a `COPY` into a session's staging table followed by one
-//! `INSERT … SELECT … ON CONFLICT`. Both run inside the batch's transaction, after the
-//! offsets' compare-and-set, so exactly-once is what it was with `UNNEST`.
+//! PostgreSQL's fastest way in: a run of inserts is one `COPY … FROM STDIN`, inside the
+//! batch's transaction after the offsets' compare-and-set, so exactly-once is what it was
+//! with `UNNEST`.
 //!
 //! The data travels in COPY's text format, not its binary one: PostgreSQL parses each
 //! value with the input function of the column's real type, so a table made by hand with
@@ -9,12 +8,14 @@
 //! a `text`) takes the rows as it took them through `UNNEST`'s casts, and refuses the same
 //! values with the same errors. Binary COPY would need each column's exact type.
 //!
-//! Updates and deletes stay with `UNNEST` (`postgres.rs`).
+//! Upserts, updates and deletes stay with `UNNEST` (`postgres.rs`). A `COPY` into a
+//! session's staging table followed by one `INSERT … SELECT … ON CONFLICT` was measured
+//! for upserts and was slower than `UNNEST … ON CONFLICT` (222–228k rows/s against
+//! 244–256k, docs/performance.md), so it is not kept.
 
 use std::fmt::Write as _;
-use std::hash::{Hash, Hasher};
 
-use sqlx::{AssertSqlSafe, PgConnection};
+use sqlx::PgConnection;
 
 use super::dialect::{Dialect, TableSpec, timestamp_text};
 use crate::config::ColumnType;
@@ -22,9 +23,6 @@ use crate::map::SqlValue;
 
 /// COPY data is sent in pieces of about this size, so a large batch is not held twice.
 const SEND_CHUNK: usize = 1 << 20;
-
-/// The name of the staging column that keeps the run's row order (the lock order).
-const POSITION: &str = "sluice position";
 
 /// Inserts `rows` with one `COPY` into the table.
 pub async fn insert(
@@ -39,100 +37,21 @@ pub async fn insert(
         d.quote(&table.name),
         d.column_list(table, &all)
     );
-    copy(conn, &statement, table, rows, false).await
+    copy(conn, &statement, table, rows).await
 }
 
-/// Upserts `rows` (last row per key, in key order: see `runs.rs`): `COPY` into the
-/// staging table, then one `INSERT … SELECT … ON CONFLICT` that empties it, in the
-/// staged order, so rows are locked in key order as with one `UNNEST` statement.
-pub async fn upsert(
-    conn: &mut PgConnection,
-    table: &TableSpec,
-    rows: &[&[SqlValue]],
-) -> Result<(), sqlx::Error> {
-    let d = Dialect::Postgres;
-    let stage = staging_table(conn, table).await?;
-    let all: Vec<usize> = (0..table.columns.len()).collect();
-    let names = d.column_list(table, &all);
-    let position = d.quote(POSITION);
-    copy(
-        conn,
-        &format!("COPY {stage} ({position}, {names}) FROM STDIN"),
-        table,
-        rows,
-        true,
-    )
-    .await?;
-    let values = table.value_columns();
-    let action = if values.is_empty() {
-        "DO NOTHING".to_string()
-    } else {
-        let set: Vec<String> = values
-            .iter()
-            .map(|&i| format!("{0} = EXCLUDED.{0}", d.quote(&table.columns[i].0)))
-            .collect();
-        format!("DO UPDATE SET {}", set.join(", "))
-    };
-    // Emptying the staging table in the same statement lets a transaction write several
-    // runs through it; ON COMMIT DELETE ROWS truncates what a failure left behind.
-    let sql = format!(
-        "WITH staged AS (DELETE FROM {stage} RETURNING *) \
-         INSERT INTO {t} ({names}) SELECT {names} FROM staged ORDER BY {position} \
-         ON CONFLICT ({key}) {action}",
-        t = d.quote(&table.name),
-        key = d.column_list(table, &table.key),
-    );
-    sqlx::query(AssertSqlSafe(sql)).execute(&mut *conn).await?;
-    Ok(())
-}
-
-/// The session's staging table for `table`, created on first use: the configured columns
-/// with the table's own types (so values parse as they would into the table), no
-/// constraints, and the position column. Temporary tables belong to one connection.
-async fn staging_table(conn: &mut PgConnection, table: &TableSpec) -> Result<String, sqlx::Error> {
-    let d = Dialect::Postgres;
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    table.name.hash(&mut hasher);
-    for (name, column_type) in &table.columns {
-        (name, column_type.name()).hash(&mut hasher);
-    }
-    let name = format!("sluice_stage_{:016x}", hasher.finish());
-    let exists: bool = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT to_regclass('pg_temp.{name}') IS NOT NULL"
-    )))
-    .fetch_one(&mut *conn)
-    .await?;
-    if !exists {
-        let all: Vec<usize> = (0..table.columns.len()).collect();
-        let sql = format!(
-            "CREATE TEMPORARY TABLE {name} ON COMMIT DELETE ROWS AS \
-             SELECT 0::int4 AS {position}, {columns} FROM {t} WITH NO DATA",
-            position = d.quote(POSITION),
-            columns = d.column_list(table, &all),
-            t = d.quote(&table.name),
-        );
-        sqlx::query(AssertSqlSafe(sql)).execute(&mut *conn).await?;
-    }
-    Ok(format!("pg_temp.{name}"))
-}
-
-/// Runs one `COPY … FROM STDIN` (text format) with `rows`, each led by its position when
-/// `numbered`.
+/// Runs one `COPY … FROM STDIN` (text format) with `rows`.
 async fn copy(
     conn: &mut PgConnection,
     statement: &str,
     table: &TableSpec,
     rows: &[&[SqlValue]],
-    numbered: bool,
 ) -> Result<(), sqlx::Error> {
     // Encoded before COPY starts: a value of the wrong kind (a bug upstream) fails the
     // batch without leaving the connection in the middle of a COPY.
     let mut pieces = Vec::new();
     let mut data = Vec::with_capacity(SEND_CHUNK.min(rows.len() * 64 + 64));
-    for (position, row) in rows.iter().enumerate() {
-        if numbered {
-            let _ = write!(Out(&mut data), "{position}\t");
-        }
+    for row in rows {
         for (n, (value, (_, column_type))) in row.iter().zip(&table.columns).enumerate() {
             if n > 0 {
                 data.push(b'\t');

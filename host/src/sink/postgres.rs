@@ -1,10 +1,9 @@
-//! PostgreSQL writes a run of inserts or upserts with `COPY` (`pg_copy.rs`), and a run of
+//! PostgreSQL writes a run of inserts with `COPY` (`pg_copy.rs`), and a run of upserts,
 //! updates or deletes as one statement: each column travels as one array parameter and
 //! `UNNEST` turns the arrays back into rows, so a batch of any size is a handful of binds.
 //!
-//! `SLUICE_PG_WRITE=unnest` in the environment writes inserts and upserts with `UNNEST`
-//! too: the way sluice wrote them before `COPY`, kept for comparing the two
-//! (`scripts/bench.sh`).
+//! `SLUICE_PG_WRITE=unnest` in the environment writes inserts with `UNNEST` too: the way
+//! sluice wrote them before `COPY`, kept for comparing the two (`scripts/bench.sh`).
 
 use sqlx::{AssertSqlSafe, PgConnection, Postgres};
 
@@ -83,13 +82,13 @@ fn pg_type(column_type: ColumnType) -> &'static str {
     Dialect::Postgres.type_name(column_type, false)
 }
 
-/// Whether inserts and upserts go through `COPY` (unless `SLUICE_PG_WRITE=unnest`).
+/// Whether inserts go through `COPY` (unless `SLUICE_PG_WRITE=unnest`).
 fn copy_enabled() -> bool {
     static COPY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *COPY.get_or_init(|| std::env::var("SLUICE_PG_WRITE").as_deref() != Ok("unnest"))
 }
 
-/// Writes one run: inserts and upserts with `COPY`, updates and deletes in one statement.
+/// Writes one run: inserts with `COPY`, the rest in one `UNNEST` statement.
 pub async fn write_run(
     conn: &mut PgConnection,
     table: &TableSpec,
@@ -100,9 +99,6 @@ pub async fn write_run(
         (Run::Write(rows), _) if rows.is_empty() => Ok(()),
         (Run::Write(rows), WriteMode::Insert) if copy_enabled() => {
             super::pg_copy::insert(conn, table, rows).await
-        }
-        (Run::Write(rows), WriteMode::Upsert) if copy_enabled() && !table.key.is_empty() => {
-            super::pg_copy::upsert(conn, table, rows).await
         }
         _ => write_unnest(conn, table, mode, run).await,
     }
