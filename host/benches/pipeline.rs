@@ -118,6 +118,9 @@ struct Figure {
     holes: u64,
     seconds: f64,
     rows_per_s: f64,
+    /// The rate from the commit that passed a quarter of the records to the last one:
+    /// without the start and an early rebalance (a second task joining).
+    rows_per_s_after_quarter: Option<f64>,
     /// rows_per_s / COPY's (PostgreSQL, same table with its primary key, same run).
     ratio_to_copy: Option<f64>,
     /// CPU seconds (user + system) of the sluice process per million rows.
@@ -125,6 +128,9 @@ struct Figure {
     /// The share of that CPU spent on the tasks' transform threads.
     transform_cpu_share: Option<f64>,
     peak_rss_mb: Option<f64>,
+    /// RSS when a quarter, half, three quarters and all of the records had committed:
+    /// flat or growing.
+    rss_mb_at_quarters: Vec<f64>,
     note: String,
 }
 
@@ -142,6 +148,8 @@ impl Figure {
             cpu_s_per_million: None,
             transform_cpu_share: None,
             peak_rss_mb: None,
+            rows_per_s_after_quarter: None,
+            rss_mb_at_quarters: Vec::new(),
             note: note.to_string(),
         }
     }
@@ -213,13 +221,6 @@ fn matrix() -> Vec<Run> {
         )
     });
     runs.push(Run {
-        env: vec![("SLUICE_PG_WRITE", "unnest")],
-        ..base(
-            "lever: postgres upsert word_parse 1t, UNNEST not COPY",
-            "upsert",
-        )
-    });
-    runs.push(Run {
         env: vec![("SLUICE_BACKPRESSURE", "pause")],
         ..base(
             "lever: postgres insert word_parse 1t, pause for backpressure",
@@ -241,24 +242,16 @@ fn matrix() -> Vec<Run> {
         )
     });
     runs.push(Run {
-        kafka: "    fetch.queue.backoff.ms: 10\n".into(),
+        kafka: "    fetch.queue.backoff.ms: 1000\n".into(),
         ..base(
-            "lever: postgres insert word_parse 1t, fetch.queue.backoff.ms 10",
+            "lever: postgres insert word_parse 1t, fetch.queue.backoff.ms=1000",
             "insert",
         )
     });
     runs.push(Run {
-        kafka: "    fetch.queue.backoff.ms: 10\n    queued.max.messages.kbytes: 32768\n".into(),
+        kafka: "    queued.max.messages.kbytes: 65536\n".into(),
         ..base(
-            "lever: postgres insert word_parse 1t, backoff 10 ms, 32 MiB queue",
-            "insert",
-        )
-    });
-    runs.push(Run {
-        kafka: "    fetch.queue.backoff.ms: 10\n    queued.max.messages.kbytes: 32768\n".into(),
-        tasks: 2,
-        ..base(
-            "lever: postgres insert word_parse 2t, backoff 10 ms, 32 MiB queue",
+            "lever: postgres insert word_parse 1t, queued.max.messages.kbytes=65536",
             "insert",
         )
     });
@@ -491,6 +484,7 @@ struct ProcessUse {
     cpu_seconds: f64,
     transform_cpu_seconds: f64,
     peak_rss_mb: f64,
+    rss_mb: f64,
 }
 
 fn clock_ticks() -> f64 {
@@ -537,14 +531,19 @@ fn process_use(pid: u32, ticks: f64) -> ProcessUse {
     }
     if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
         for line in status.lines() {
-            if let Some(kb) = line.strip_prefix("VmHWM:") {
-                let kb: f64 = kb
-                    .trim()
+            let mb = |kb: &str| {
+                kb.trim()
                     .trim_end_matches("kB")
                     .trim()
-                    .parse()
-                    .unwrap_or(0.0);
-                usage.peak_rss_mb = kb / 1024.0;
+                    .parse::<f64>()
+                    .unwrap_or(0.0)
+                    / 1024.0
+            };
+            if let Some(kb) = line.strip_prefix("VmHWM:") {
+                usage.peak_rss_mb = mb(kb);
+            }
+            if let Some(kb) = line.strip_prefix("VmRSS:") {
+                usage.rss_mb = mb(kb);
             }
         }
     }
@@ -709,12 +708,20 @@ async fn run_sluice(
     let started = Instant::now();
     let mut first: Option<(Instant, u64, ProcessUse)> = None;
     let mut progress = (Instant::now(), 0u64);
+    let mut quarter: Option<(Instant, u64)> = None;
+    let mut rss = Vec::new();
     let mut done;
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         done = committed(&sink, &scenario.connector, topic).await;
         if done > progress.1 {
             progress = (Instant::now(), done);
+            while rss.len() < 4 && done >= n * (rss.len() as u64 + 1) / 4 {
+                rss.push(process_use(pid, ticks).rss_mb);
+            }
+            if quarter.is_none() && done >= n / 4 {
+                quarter = Some(progress);
+            }
         }
         if done > 0 && first.is_none() {
             first = Some((Instant::now(), done, process_use(pid, ticks)));
@@ -755,6 +762,11 @@ async fn run_sluice(
         holes: n.saturating_sub(distinct),
         seconds: drain.as_secs_f64(),
         rows_per_s: drained as f64 / drain.as_secs_f64().max(1e-9),
+        rows_per_s_after_quarter: quarter.map(|(at, from)| {
+            done.saturating_sub(from) as f64
+                / end.saturating_duration_since(at).as_secs_f64().max(1e-9)
+        }),
+        rss_mb_at_quarters: rss,
         ratio_to_copy: None,
         // Over the drain, like the rate: the start (plugin compilation, connections, the
         // group join) is in the note.
@@ -852,6 +864,8 @@ async fn restart_to_first_commit(
         cpu_s_per_million: None,
         transform_cpu_share: None,
         peak_rss_mb: None,
+        rows_per_s_after_quarter: None,
+        rss_mb_at_quarters: Vec::new(),
         note: format!(
             "{} records committed before the stop; session.timeout.ms 6000{}",
             before,
@@ -866,8 +880,8 @@ async fn restart_to_first_commit(
 
 fn print_table(figures: &[Figure]) {
     println!(
-        "\n{:<62} {:>10} {:>7} {:>9} {:>7} {:>8} {:>7} {:>8}",
-        "run", "rows/s", "×COPY", "CPU s/M", "xform%", "RSS MB", "holes", "seconds"
+        "\n{:<70} {:>8} {:>8} {:>6} {:>8} {:>7} {:>16} {:>6} {:>7}",
+        "run", "rows/s", ">25%", "×COPY", "CPU s/M", "xform%", "RSS MB ¼ ½ ¾ 1", "holes", "seconds"
     );
     for f in figures {
         let opt = |v: Option<f64>, digits: usize| {
@@ -878,14 +892,24 @@ fn print_table(figures: &[Figure]) {
         } else {
             format!("{:.0}", f.rows_per_s)
         };
+        let rss = if f.rss_mb_at_quarters.is_empty() {
+            opt(f.peak_rss_mb, 0)
+        } else {
+            f.rss_mb_at_quarters
+                .iter()
+                .map(|mb| format!("{mb:.0}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         println!(
-            "{:<62} {:>10} {:>7} {:>9} {:>7} {:>8} {:>7} {:>8.2}",
+            "{:<70} {:>8} {:>8} {:>6} {:>8} {:>7} {:>16} {:>6} {:>7.2}",
             f.name,
             rate,
+            opt(f.rows_per_s_after_quarter, 0),
             opt(f.ratio_to_copy, 2),
             opt(f.cpu_s_per_million, 2),
             opt(f.transform_cpu_share.map(|s| s * 100.0), 1),
-            opt(f.peak_rss_mb, 0),
+            rss,
             f.holes,
             f.seconds
         );
