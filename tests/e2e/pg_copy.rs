@@ -121,6 +121,8 @@ fn every_column_type_reads_back_as_written() {
                 .await
                 .expect("sink");
             sink.prepare().await.expect("prepare");
+            // Inserts into the table sluice made go through COPY; upserts through UNNEST.
+            assert_eq!(sink.writes_with_copy(), mode == "insert");
             let mut ops: Vec<RowOp> = keys
                 .iter()
                 .map(|&k| RowOp::Write(row(k, &format!("{AWKWARD} {mode} {k}"), 0.1)))
@@ -177,10 +179,11 @@ fn every_column_type_reads_back_as_written() {
     });
 }
 
-/// A table made by hand: narrower types than sluice's (INTEGER for bigint, VARCHAR(12) for
-/// text, json for jsonb), a column sluice does not write with its default. COPY parses
-/// each value with the column's own type, so the rows land as they land through UNNEST's
-/// casts (upsert), and a value too long for the column is refused alone.
+/// A table made by hand with narrower types than sluice's (INTEGER for bigint, VARCHAR(12)
+/// for text, json for jsonb) and a column sluice does not write, with its default. COPY
+/// would parse values with the columns' input functions where UNNEST assigned them with
+/// casts, so inserts into it go through UNNEST: the rows land, and a value too long for
+/// its column is refused alone.
 #[test]
 fn a_table_made_by_hand_takes_the_rows_and_refuses_what_does_not_fit() {
     harness::run_test(async {
@@ -206,6 +209,10 @@ fn a_table_made_by_hand_takes_the_rows_and_refuses_what_does_not_fit() {
                 .await
                 .expect("sink");
             sink.prepare().await.expect("prepare");
+            assert!(
+                !sink.writes_with_copy(),
+                "{mode}: other types than sluice's"
+            );
             let base = if mode == "insert" { 0 } else { 10 };
             sink.write(&WriteBatch {
                 ops: (1..=3)
@@ -243,5 +250,128 @@ fn a_table_made_by_hand_takes_the_rows_and_refuses_what_does_not_fit() {
         let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
             .execute(&pool)
             .await;
+    });
+}
+
+/// A COPY cancelled while it waits for the server (here on a row lock another transaction
+/// holds; in production the write's time bound or a revocation giving the batch up) must
+/// not leave its connection in the pool halfway through the exchange: every write after
+/// it succeeds, and nothing of the cancelled one is kept.
+#[test]
+fn a_copy_cancelled_while_waiting_leaves_no_broken_connection_behind() {
+    harness::run_test(async {
+        let db = TestDb::new(Backend::Postgres);
+        let table = harness::unique("copy_cancel");
+        let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+        let sink = Sink::connect(&connector(&table, "insert", &db.url, true))
+            .await
+            .expect("sink");
+        sink.prepare().await.expect("prepare");
+        assert!(sink.writes_with_copy());
+        // Another transaction holds key 500.
+        let mut other = pool.begin().await.expect("begin");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {table} (c_bigint) VALUES (500)"
+        )))
+        .execute(&mut *other)
+        .await
+        .expect("hold key 500");
+        let waiting = tokio::time::timeout(
+            std::time::Duration::from_millis(800),
+            sink.write(&WriteBatch {
+                ops: vec![RowOp::Write(row(500, "waits", 1.0))],
+                ..WriteBatch::default()
+            }),
+        )
+        .await;
+        assert!(
+            waiting.is_err(),
+            "the COPY should wait on the lock: {waiting:?}"
+        );
+        other.rollback().await.expect("rollback");
+        // The pool holds two connections: enough writes to use each of them again.
+        for k in 0..6 {
+            sink.write(&WriteBatch {
+                ops: vec![RowOp::Write(row(1000 + k, "after", 1.0))],
+                ..WriteBatch::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("write {k} after the cancelled COPY: {e}"));
+        }
+        let counts: (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT COUNT(*) FILTER (WHERE c_bigint >= 1000), COUNT(*) FILTER (WHERE c_bigint = 500) FROM {table}"
+        )))
+        .fetch_one(&pool)
+        .await
+        .expect("counts");
+        assert_eq!(counts, (6, 0));
+        sink.close().await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
+            .execute(&pool)
+            .await;
+    });
+}
+
+/// COPY only where the table takes it as it takes an INSERT: a table made by hand with
+/// exactly sluice's types (and a column sluice does not write, with its default) takes
+/// COPY; a view over it (COPY refuses views), and the table once it has row-level
+/// security, are written with UNNEST. The rows land every time.
+#[test]
+fn copy_only_where_the_table_takes_it() {
+    harness::run_test(async {
+        let db = TestDb::new(Backend::Postgres);
+        let table = harness::unique("copy_where");
+        let view = format!("{table}_view");
+        let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+        let run = |sql: String| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&pool)
+                    .await
+                    .expect("statement");
+            }
+        };
+        run(format!(
+            "CREATE TABLE {table} (c_bigint BIGINT PRIMARY KEY, c_int INTEGER, c_double DOUBLE PRECISION, \
+             c_numeric NUMERIC, c_text TEXT, c_bool BOOLEAN, c_timestamp TIMESTAMP, \
+             c_timestamptz TIMESTAMPTZ, c_date DATE, c_json JSONB, c_bytes BYTEA, c_uuid UUID, \
+             created_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        ))
+        .await;
+        run(format!("CREATE VIEW {view} AS SELECT * FROM {table}")).await;
+        let mut key = 0;
+        let mut write_through = |target: String, copy: bool| {
+            let url = db.url.clone();
+            key += 1;
+            let k = key;
+            async move {
+                let sink = Sink::connect(&connector(&target, "insert", &url, false))
+                    .await
+                    .expect("sink");
+                sink.prepare().await.expect("prepare");
+                assert_eq!(sink.writes_with_copy(), copy, "{target}");
+                sink.write(&WriteBatch {
+                    ops: vec![RowOp::Write(row(k, "lands", 1.0))],
+                    ..WriteBatch::default()
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{target}: {e}"));
+                sink.close().await;
+            }
+        };
+        write_through(table.clone(), true).await;
+        write_through(view.clone(), false).await;
+        run(format!("ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")).await;
+        write_through(table.clone(), false).await;
+        let rows: Vec<(i64, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT c_bigint, created_at IS NOT NULL FROM {table} ORDER BY c_bigint"
+        )))
+        .fetch_all(&pool)
+        .await
+        .expect("rows");
+        assert_eq!(rows, vec![(1, true), (2, true), (3, true)]);
+        run(format!("DROP VIEW {view}")).await;
+        run(format!("DROP TABLE {table}")).await;
     });
 }

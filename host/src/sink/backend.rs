@@ -191,14 +191,16 @@ where
     Ok(())
 }
 
-/// Writes runs in order: PostgreSQL with one `UNNEST` statement per run, MySQL and SQLite
-/// with multi-row `VALUES`.
+/// Writes runs in order: PostgreSQL with `COPY` for inserts where `copy_in` (the table
+/// takes it: `Sink::prepare`) and one `UNNEST` statement per run otherwise, MySQL and
+/// SQLite with multi-row `VALUES`.
 pub async fn write_runs<DB>(
     conn: &mut DB::Connection,
     dialect: Dialect,
     table: &TableSpec,
     mode: WriteMode,
     runs: &[Run<'_>],
+    copy_in: bool,
 ) -> Result<(), sqlx::Error>
 where
     DB: Backend,
@@ -209,7 +211,7 @@ where
     for run in runs {
         let any: &mut dyn std::any::Any = &mut *conn;
         match any.downcast_mut::<sqlx::PgConnection>() {
-            Some(pg) => super::postgres::write_run(pg, table, mode, run).await?,
+            Some(pg) => super::postgres::write_run(pg, table, mode, run, copy_in).await?,
             None => write_run::<DB>(conn, dialect, table, mode, run).await?,
         }
     }

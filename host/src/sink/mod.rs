@@ -39,7 +39,9 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, MySql, Postgres, Sqlite, Type};
+use sqlx::{
+    AssertSqlSafe, Connection, Encode, Executor, IntoArguments, MySql, Postgres, Sqlite, Type,
+};
 
 use backend::Backend;
 
@@ -158,6 +160,8 @@ pub struct Sink {
     create_table: bool,
     /// The dead-letter table, when `errors.dlq.table` is set.
     dead_letter_table: Option<TableSpec>,
+    /// PostgreSQL: the table takes inserts through `COPY` (checked by `prepare`).
+    copy_in: std::sync::atomic::AtomicBool,
 }
 
 /// Runs `$body` with `$pool` bound to the connector's pool and `$db` to its sqlx database
@@ -181,6 +185,60 @@ macro_rules! each_pool {
     };
 }
 pub(crate) use each_pool;
+
+/// A column type as PostgreSQL's `format_type` names the type sluice creates for it.
+fn pg_type_name(column_type: crate::config::ColumnType) -> &'static str {
+    use crate::config::ColumnType::*;
+    match column_type {
+        Bigint => "bigint",
+        Int => "integer",
+        Double => "double precision",
+        Numeric => "numeric",
+        Text => "text",
+        Bool => "boolean",
+        Timestamp => "timestamp without time zone",
+        Timestamptz => "timestamp with time zone",
+        Date => "date",
+        Json => "jsonb",
+        Bytes => "bytea",
+        Uuid => "uuid",
+    }
+}
+
+/// A connection taken from the pool for one transaction. Dropped before the work on it ran
+/// to completion (its future cancelled: the write's time bound, a revocation or a stop
+/// giving the batch up), it is closed instead of going back to the pool: it may be in the
+/// middle of an exchange with the server that its next user would read as the answer to
+/// its own statements (sqlx's COPY is not cancel-safe: cancelled while it waits for the
+/// server's answer to `CopyDone`, the connection goes back with that answer unread, and
+/// the next `BEGIN` fails). A closed connection costs a reconnect, nothing else.
+pub(crate) struct Checkout<DB: sqlx::Database> {
+    pub(crate) conn: sqlx::pool::PoolConnection<DB>,
+    completed: bool,
+}
+
+impl<DB: sqlx::Database> Checkout<DB> {
+    pub(crate) async fn take(pool: &sqlx::Pool<DB>) -> Result<Self, sqlx::Error> {
+        Ok(Checkout {
+            conn: pool.acquire().await?,
+            completed: false,
+        })
+    }
+
+    /// The work ran to its end (committed, rolled back or failed with an answer from the
+    /// server): the connection may serve again.
+    pub(crate) fn ran_to_completion(&mut self) {
+        self.completed = true;
+    }
+}
+
+impl<DB: sqlx::Database> Drop for Checkout<DB> {
+    fn drop(&mut self) {
+        if !self.completed {
+            self.conn.close_on_drop();
+        }
+    }
+}
 
 /// How long a connection or a statement waits for the database before the error is
 /// treated as transient.
@@ -310,6 +368,7 @@ impl Sink {
                 Some(DeadLetterDestination::Table(name)) => Some(dead_letters::table_spec(name)),
                 _ => None,
             },
+            copy_in: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -365,7 +424,86 @@ impl Sink {
                     .join(", "),
                 source,
             })?;
+        if self.dialect == Dialect::Postgres && self.mode == WriteMode::Insert {
+            self.check_copy_in().await;
+        }
         Ok(())
+    }
+
+    /// Whether inserts go through `COPY` (PostgreSQL, into a table that takes it; known
+    /// after [`Sink::prepare`]).
+    pub fn writes_with_copy(&self) -> bool {
+        self.copy_in()
+    }
+
+    fn copy_in(&self) -> bool {
+        self.copy_in.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// PostgreSQL: inserts go through `COPY` only into a table that takes it as it takes
+    /// an `INSERT`: a plain or partitioned table (COPY refuses views, and bypasses rules),
+    /// without row-level security (COPY FROM refuses it), whose configured columns have
+    /// exactly sluice's types (COPY parses each value with the column's input function,
+    /// where `UNNEST` assigned it with a cast: a double into an integer column, a UTC
+    /// instant into a `timestamp` would land otherwise). Any other table, or a catalog
+    /// that cannot be read, is written with `UNNEST`, as before `COPY`.
+    async fn check_copy_in(&self) {
+        let Pool::Postgres(pool) = &self.pool else {
+            return;
+        };
+        if !postgres::copy_enabled() {
+            return;
+        }
+        let d = Dialect::Postgres;
+        let found: Result<Option<(String, bool, bool, String)>, sqlx::Error> = sqlx::query_as(
+            "SELECT c.relkind::text, c.relrowsecurity, \
+             EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid AND r.rulename <> '_RETURN'), \
+             (SELECT COALESCE(json_agg(json_build_array(a.attname, format_type(a.atttypid, a.atttypmod))), '[]')::text \
+              FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) \
+             FROM pg_class c WHERE c.oid = to_regclass($1)",
+        )
+        .bind(d.quote(&self.table.name))
+        .fetch_optional(pool)
+        .await;
+        let why_not = match found {
+            Err(e) => Some(format!("the catalog cannot be read: {e}")),
+            Ok(None) => Some("the table is not in the catalog".to_string()),
+            Ok(Some((kind, rls, rules, columns))) => {
+                let columns: Vec<(String, String)> =
+                    serde_json::from_str(&columns).unwrap_or_default();
+                let mismatch = self.table.columns.iter().find(|(name, t)| {
+                    !columns
+                        .iter()
+                        .any(|(n, found)| n == name && *found == pg_type_name(*t))
+                });
+                if kind != "r" && kind != "p" {
+                    Some(format!("it is not a plain table (relkind {kind})"))
+                } else if rls {
+                    Some("it has row-level security".to_string())
+                } else if rules {
+                    Some("it has rules".to_string())
+                } else {
+                    mismatch.map(|(name, t)| {
+                        format!(
+                            "column {name} is not of type {} (sluice's {})",
+                            pg_type_name(*t),
+                            t.name()
+                        )
+                    })
+                }
+            }
+        };
+        match &why_not {
+            None => {
+                tracing::debug!(connector = %self.connector, table = %self.table.name, "inserts go through COPY")
+            }
+            Some(why) => {
+                tracing::info!(connector = %self.connector, table = %self.table.name, why = %why,
+                "inserts go through INSERT … UNNEST, not COPY")
+            }
+        }
+        self.copy_in
+            .store(why_not.is_none(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Fails when the sink table is missing or lacks a configured column; reads no row.
@@ -468,15 +606,22 @@ impl Sink {
 
     async fn write_transaction(&self, batch: &WriteBatch) -> Result<Written, SinkError> {
         each_pool!(self, pool, DB => {
-            let mut tx = pool
-                .begin_with(self.dialect.begin())
-                .await
-                .map_err(self.db_error("begin"))?;
-            let mut written = self.write_in::<DB>(&mut tx, batch).await?;
-            let committing = std::time::Instant::now();
-            tx.commit().await.map_err(self.db_error("commit"))?;
-            written.commit_time = committing.elapsed();
-            Ok(written)
+            let mut checkout = Checkout::take(pool).await.map_err(self.db_error("begin"))?;
+            let result = async {
+                let conn: &mut <DB as sqlx::Database>::Connection = &mut checkout.conn;
+                let mut tx = conn
+                    .begin_with(self.dialect.begin())
+                    .await
+                    .map_err(self.db_error("begin"))?;
+                let mut written = self.write_in::<DB>(&mut tx, batch).await?;
+                let committing = std::time::Instant::now();
+                tx.commit().await.map_err(self.db_error("commit"))?;
+                written.commit_time = committing.elapsed();
+                Ok(written)
+            }
+            .await;
+            checkout.ran_to_completion();
+            result
         })
     }
 
@@ -524,9 +669,16 @@ impl Sink {
             self.dialect,
             self.mode != WriteMode::Insert,
         );
-        backend::write_runs::<DB>(conn, self.dialect, &self.table, self.mode, &runs)
-            .await
-            .map_err(self.db_error("write rows"))?;
+        backend::write_runs::<DB>(
+            conn,
+            self.dialect,
+            &self.table,
+            self.mode,
+            &runs,
+            self.copy_in(),
+        )
+        .await
+        .map_err(self.db_error("write rows"))?;
         if !batch.redriven_from_topic.is_empty() {
             redriven::record::<DB>(
                 conn,
@@ -559,7 +711,7 @@ impl Sink {
         if !rows.is_empty() {
             let runs = [Run::Write(rows.iter().map(Vec::as_slice).collect())];
             // Upsert: an at-least-once redelivery stores the same dead letter again.
-            backend::write_runs::<DB>(conn, self.dialect, table, WriteMode::Upsert, &runs)
+            backend::write_runs::<DB>(conn, self.dialect, table, WriteMode::Upsert, &runs, false)
                 .await
                 .map_err(dlq_error("write dead letters"))?;
         }

@@ -82,8 +82,8 @@ fn pg_type(column_type: ColumnType) -> &'static str {
     Dialect::Postgres.type_name(column_type, false)
 }
 
-/// Whether inserts go through `COPY` (unless `SLUICE_PG_WRITE=unnest`).
-fn copy_enabled() -> bool {
+/// Whether inserts may go through `COPY` (unless `SLUICE_PG_WRITE=unnest`).
+pub(super) fn copy_enabled() -> bool {
     static COPY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *COPY.get_or_init(|| std::env::var("SLUICE_PG_WRITE").as_deref() != Ok("unnest"))
 }
@@ -94,10 +94,11 @@ pub async fn write_run(
     table: &TableSpec,
     mode: WriteMode,
     run: &Run<'_>,
+    copy_in: bool,
 ) -> Result<(), sqlx::Error> {
     match (run, mode) {
         (Run::Write(rows), _) if rows.is_empty() => Ok(()),
-        (Run::Write(rows), WriteMode::Insert) if copy_enabled() => {
+        (Run::Write(rows), WriteMode::Insert) if copy_in && copy_enabled() => {
             super::pg_copy::insert(conn, table, rows).await
         }
         _ => write_unnest(conn, table, mode, run).await,

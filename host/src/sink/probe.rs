@@ -43,8 +43,12 @@ impl Sink {
     ) -> Result<Vec<(usize, String)>, SinkError> {
         let probe = async {
             each_pool!(self, pool, DB => {
-                let mut tx = pool
-                    .begin_with(self.dialect.begin())
+                // Closed rather than given back if the probe is cancelled midway (see
+                // `Checkout`).
+                let mut checkout = super::Checkout::take(pool).await.map_err(self.db_error("begin"))?;
+                let outcome = async {
+                let conn: &mut <DB as sqlx::Database>::Connection = &mut checkout.conn;
+                let mut tx = sqlx::Connection::begin_with(conn, self.dialect.begin())
                     .await
                     .map_err(self.db_error("begin"))?;
                 if self.dialect == Dialect::Postgres {
@@ -72,6 +76,10 @@ impl Sink {
                     .unzip();
                 let refused = self.refused_in::<DB>(&mut tx, &kept).await?;
                 Ok(refused.into_iter().map(|(i, message)| (at[i], message)).collect())
+                }
+                .await;
+                checkout.ran_to_completion();
+                outcome
             })
         };
         tokio::time::timeout(WRITE_TIMEOUT, probe)
@@ -112,7 +120,15 @@ impl Sink {
                 .await
                 .map_err(&db_error)?;
             let runs = runs(&ops[start..end], &self.table, self.dialect, dedupe);
-            match backend::write_runs::<DB>(conn, self.dialect, &self.table, self.mode, &runs).await
+            match backend::write_runs::<DB>(
+                conn,
+                self.dialect,
+                &self.table,
+                self.mode,
+                &runs,
+                self.copy_in(),
+            )
+            .await
             {
                 Ok(()) => {}
                 // Only a refusal of the rows themselves is put on them; a lock or

@@ -962,7 +962,11 @@ async fn clean_dedup(sink: Arc<Sink>, window: Duration) {
 async fn next_change<T>(view: &watch::Receiver<T>) {
     let mut view = view.clone();
     view.mark_unchanged();
-    let _ = view.changed().await;
+    if view.changed().await.is_err() {
+        // The runner ended: its view never changes again (not "changed at once", which
+        // would spin the same way).
+        std::future::pending::<()>().await;
+    }
 }
 
 #[cfg(test)]
@@ -989,5 +993,9 @@ mod change_tests {
             .await
             .expect("resolved at the change")
             .expect("task");
+        // A view whose runner ended does not change any more.
+        drop(sender);
+        let ended = tokio::time::timeout(Duration::from_millis(50), next_change(&view)).await;
+        assert!(ended.is_err(), "resolved for a runner that ended");
     }
 }
