@@ -241,6 +241,18 @@ fn matrix() -> Vec<Run> {
             "insert",
         )
     });
+    for tasks in [1, 2] {
+        runs.push(Run {
+            kafka: "    max.partition.fetch.bytes: 4194304\n".into(),
+            tasks,
+            ..base(
+                &format!(
+                    "lever: postgres insert word_parse {tasks}t, max.partition.fetch.bytes=4MiB"
+                ),
+                "insert",
+            )
+        });
+    }
     runs.push(Run {
         kafka: "    fetch.queue.backoff.ms: 1000\n".into(),
         ..base(
