@@ -15,7 +15,8 @@ use sluice::record::{Incoming, Record};
 use sluice::sink::dead_letters::{headers_from_json, headers_to_json};
 use sluice::validate::RecordSchema;
 
-const TYPES: [&str; 12] = [
+/// Every column type, in the order the suites that write one column of each use.
+pub(crate) const TYPES: [&str; 12] = [
     "bigint",
     "int",
     "double",

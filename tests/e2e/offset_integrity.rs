@@ -265,7 +265,9 @@ fn sluice_log(run: &harness::Pipeline) -> std::path::PathBuf {
 /// Records that skip offsets are noticed. The gap is made by the test broker's own fault
 /// (Tansu 0.6.0's memory storage answers a fetch that starts inside a stored batch with
 /// the next batch): batches of 500 records, and a slow sink that makes sluice pause and
-/// resume its partitions mid-batch. So this test always starts Tansu, even when
+/// resume its partitions mid-batch. sluice no longer pauses for backpressure (it stops
+/// taking records instead), so the process runs with `SLUICE_BACKPRESSURE=pause`, the
+/// switch that puts pausing back. This test always starts Tansu, even when
 /// `KAFKA_BROKERS` points elsewhere. `warn` (the default) logs the range and goes on;
 /// `fail` fails the task.
 async fn offset_gaps_are_noticed(
@@ -280,7 +282,9 @@ async fn offset_gaps_are_noticed(
     let table = &run.scenario.table;
     harness::slow_writes(&sink, table, 0.3).await;
     sink.close().await;
-    (run.start(), run)
+    let sluice =
+        harness::SluiceProcess::start_with_env(&run.config, &[("SLUICE_BACKPRESSURE", "pause")]);
+    (sluice, run)
 }
 
 async fn offset_gap_warns(db: Backend) {

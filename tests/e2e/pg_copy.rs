@@ -11,20 +11,7 @@ use sluice::config::{self, Config};
 use sluice::map::{RowOp, SqlValue};
 use sluice::sink::{Sink, WriteBatch};
 
-const TYPES: [&str; 12] = [
-    "bigint",
-    "int",
-    "double",
-    "numeric",
-    "text",
-    "bool",
-    "timestamp",
-    "timestamptz",
-    "date",
-    "json",
-    "bytes",
-    "uuid",
-];
+use crate::fuzz_decode_map::TYPES;
 
 fn connector(table: &str, mode: &str, url: &str, create: bool) -> sluice::config::ConnectorConfig {
     let columns: String = TYPES

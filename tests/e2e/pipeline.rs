@@ -263,8 +263,12 @@ async fn topics_that_differ_only_in_case(db: Backend) {
     let lower = upper.to_lowercase();
     broker.create_topic(&upper, 2).await;
     broker.create_topic(&lower, 2).await;
-    broker.produce(&upper, 0..PER_TOPIC).await;
-    broker.produce(&lower, PER_TOPIC..2 * PER_TOPIC).await;
+    // Half of each topic for the first process, the rest once it has stopped: the second
+    // start reads both topics' stored offsets, and has records to write after it (a
+    // process that finds nothing to do may be stopped before it handles signals).
+    let half = PER_TOPIC / 2;
+    broker.produce(&upper, 0..half).await;
+    broker.produce(&lower, PER_TOPIC..PER_TOPIC + half).await;
     let db = harness::TestDb::new(db);
     let mut scenario = Scenario::new(1);
     scenario.max_records = 500;
@@ -282,6 +286,10 @@ async fn topics_that_differ_only_in_case(db: Backend) {
         )
         .await;
     assert!(first.terminate().success());
+    broker.produce(&upper, half..PER_TOPIC).await;
+    broker
+        .produce(&lower, PER_TOPIC + half..2 * PER_TOPIC)
+        .await;
     let second = harness::SluiceProcess::start(&config);
     let stats = scenario
         .wait_for_rows(

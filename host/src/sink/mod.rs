@@ -264,10 +264,12 @@ impl Sink {
         let pool = match dialect {
             Dialect::Postgres => {
                 let options = PgConnectOptions::from_str(url).map_err(connect_error)?;
-                let peers = match options.get_socket() {
-                    Some(_) => Vec::new(),
-                    None => nodelay::server_addresses(options.get_host(), options.get_port()).await,
-                };
+                let peers = nodelay::tcp_peers(
+                    options.get_socket().is_some(),
+                    options.get_host(),
+                    options.get_port(),
+                )
+                .await;
                 Pool::Postgres(
                     PgPoolOptions::new()
                         .max_connections(connections)
@@ -284,10 +286,12 @@ impl Sink {
             Dialect::MySql => {
                 let url = url.replacen("mariadb://", "mysql://", 1);
                 let options = MySqlConnectOptions::from_str(&url).map_err(connect_error)?;
-                let peers = match options.get_socket() {
-                    Some(_) => Vec::new(),
-                    None => nodelay::server_addresses(options.get_host(), options.get_port()).await,
-                };
+                let peers = nodelay::tcp_peers(
+                    options.get_socket().is_some(),
+                    options.get_host(),
+                    options.get_port(),
+                )
+                .await;
                 Pool::MySql(
                     MySqlPoolOptions::new()
                         .max_connections(connections)

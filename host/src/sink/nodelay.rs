@@ -16,8 +16,17 @@
 
 use std::net::SocketAddr;
 
-/// The addresses `host:port` resolves to (a Unix socket has none, and needs nothing).
-pub(super) async fn server_addresses(host: &str, port: u16) -> Vec<SocketAddr> {
+/// The addresses a pool's connections go to: none over a Unix socket (which has no Nagle
+/// to turn off), else those `host:port` resolves to.
+pub(super) async fn tcp_peers(unix_socket: bool, host: &str, port: u16) -> Vec<SocketAddr> {
+    if unix_socket {
+        return Vec::new();
+    }
+    server_addresses(host, port).await
+}
+
+/// The addresses `host:port` resolves to.
+async fn server_addresses(host: &str, port: u16) -> Vec<SocketAddr> {
     let host = host.trim_matches(['[', ']']);
     match tokio::net::lookup_host((host, port)).await {
         Ok(found) => found.collect(),
