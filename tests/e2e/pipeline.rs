@@ -81,6 +81,59 @@ async fn two_processes_share_then_hand_over(db: Backend) {
 }
 for_each_database!(two_processes_share_then_hand_over);
 
+/// A task whose buffer is full behind a slow write holds (takes no records) instead of
+/// pausing; it still serves its group's callbacks, so a second process that joins gets
+/// its partitions within seconds, not after the backlog, and every record lands once.
+async fn a_holding_task_serves_a_rebalance(db: Backend) {
+    const N: u64 = 6_000;
+    let mut scenario = Scenario::new(1);
+    scenario.max_records = 200;
+    let run = Pipeline::new(db, scenario, PARTITIONS).await;
+    run.produce(0..N).await;
+    let table = &run.scenario.table;
+    let sink = sluice::sink::Sink::connect(
+        &run.scenario
+            .config(&run.broker.bootstrap, &run.db)
+            .connectors[0],
+    )
+    .await
+    .expect("connect");
+    sink.prepare().await.expect("create the table");
+    // Each write takes 1 s: batches pile up behind it and the task holds.
+    harness::slow_writes(&sink, table, 1.0).await;
+    let a = run.start();
+    assert!(run.wait_for_rows(1, 60).await.rows > 0, "no rows");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let joined = std::time::Instant::now();
+    let b = run.start();
+    let assigned = loop {
+        let log = std::fs::read_to_string(&b.log).unwrap_or_default();
+        if log.contains("partitions assigned") {
+            break joined.elapsed();
+        }
+        assert!(
+            joined.elapsed() < Duration::from_secs(30),
+            "the second process got no partitions while the first held: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The first task's revoke waits for its write in flight (1 s) and the join round.
+    assert!(
+        assigned < Duration::from_secs(15),
+        "assigned after {assigned:?}"
+    );
+    sink.execute_statement(&format!("DROP TRIGGER {table}_slow ON {table}"))
+        .await
+        .expect("drop trigger");
+    sink.close().await;
+    let stats = run.wait_for_rows(N as i64, 120).await;
+    assert!(a.terminate().success());
+    assert!(b.terminate().success());
+    assert_exactly(stats, N as i64);
+}
+// slow_writes is a PostgreSQL trigger.
+for_each_database!(a_holding_task_serves_a_rebalance: postgres = Postgres);
+
 /// The cooperative-sticky protocol: two processes, one leaves mid-stream.
 async fn cooperative_sticky_hand_over(db: Backend) {
     const N: u64 = 10_000;
