@@ -26,7 +26,9 @@
 //! - [`admin`]: the admin HTTP server: Kafka Connect's REST API shapes, `/metrics`,
 //!   `/healthz`, `/readyz`, `/reload`.
 //! - [`logging`]: the process's log output (text, or JSON with span fields flattened).
-//! - [`cli`]: the `sluice` command line.
+//! - [`server`]: the `sluice run` process: signals, reload, the admin listener's start and
+//!   the bounded stop.
+//! - [`cli`]: the `sluice` command line: argument parsing and one file per command.
 //!
 //! `docs/architecture.md` says who owns which thread and where each guarantee is kept.
 
@@ -44,6 +46,7 @@ pub mod pool;
 pub mod prepare;
 pub mod record;
 pub mod retry;
+pub mod server;
 pub mod sink;
 pub mod supervisor;
 pub mod task;

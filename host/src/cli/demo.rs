@@ -12,7 +12,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
-use super::{EXIT_FAILURE, EXIT_INVALID, load, resolve_brokers, shutdown_signal};
+use crate::server::signals::shutdown_signal;
+use crate::server::{EXIT_FAILURE, EXIT_INVALID, load, resolve_brokers};
 use crate::sink::{Dialect, Sink, SinkError};
 use crate::supervisor::Supervisor;
 

@@ -23,12 +23,14 @@ mod dedup;
 pub mod dialect;
 mod error;
 mod nodelay;
+mod offsets;
 mod pg_copy;
 mod postgres;
 mod probe;
 mod redriven;
 mod runs;
 pub mod schema;
+mod write;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -39,16 +41,12 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{
-    AssertSqlSafe, Connection, Encode, Executor, IntoArguments, MySql, Postgres, Sqlite, Type,
-};
-
-use backend::Backend;
+use sqlx::{AssertSqlSafe, Executor, MySql, Postgres, Sqlite};
 
 use crate::config::{ConnectorConfig, DeadLetterDestination, WriteMode, redact_url};
 use crate::dedup::DedupKey;
 use crate::failure::DeadLetter;
-use crate::map::{RowOp, SqlValue};
+use crate::map::RowOp;
 pub use dialect::{Dialect, TableSpec};
 pub use error::{ErrorClass, SinkError, classify};
 pub use runs::Run;
@@ -524,222 +522,6 @@ impl Sink {
             Pool::MySql(p) => sqlx::query::<MySql>(sql).execute(p).await.map(|_| ()),
             Pool::Sqlite(p) => sqlx::query::<Sqlite>(sql).execute(p).await.map(|_| ()),
         }
-    }
-
-    /// The stored `next_offset` of each partition of `topic` that has one.
-    pub async fn read_offsets(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
-        self.read_positions(topic).await.map(|p| p.offsets)
-    }
-
-    /// The Kafka cluster ids stored with `topic`'s offsets (none for offsets stored before
-    /// sluice kept them).
-    pub async fn stored_clusters(&self, topic: &str) -> Result<Vec<String>, SinkError> {
-        self.read_positions(topic).await.map(|p| p.clusters)
-    }
-
-    /// What is stored of `topic`'s positions, in one query: each partition's next offset,
-    /// and the cluster and topic ids they were read from.
-    pub async fn read_positions(&self, topic: &str) -> Result<StoredPositions, SinkError> {
-        tokio::time::timeout(READ_TIMEOUT, self.read_positions_now(topic))
-            .await
-            .unwrap_or_else(|_| {
-                Err(SinkError::Timeout {
-                    action: "read offsets",
-                    table: "sluice_offsets".into(),
-                    after: READ_TIMEOUT,
-                })
-            })
-    }
-
-    async fn read_positions_now(&self, topic: &str) -> Result<StoredPositions, SinkError> {
-        let sql = self.dialect.read_offsets();
-        let rows = each_pool!(self, pool, DB => {
-            backend::read_offsets::<DB>(pool, sql, &self.connector, topic).await
-        })
-        .map_err(self.db_error("read offsets"))?;
-        let mut stored = StoredPositions::default();
-        for (partition, next, cluster, topic_id) in rows {
-            stored.offsets.insert(partition, next);
-            for (found, all) in [
-                (cluster, &mut stored.clusters),
-                (topic_id, &mut stored.topic_ids),
-            ] {
-                if let Some(found) = found.filter(|f| !all.contains(f)) {
-                    all.push(found);
-                }
-            }
-        }
-        Ok(stored)
-    }
-
-    /// Forgets the stored offsets of `topic` (`sluice offsets reset`).
-    pub async fn reset_offsets(&self, topic: &str) -> Result<u64, SinkError> {
-        let sql = self.dialect.delete_offsets();
-        let result = match &self.pool {
-            Pool::Postgres(p) => {
-                backend::delete_offsets::<Postgres>(p, sql, &self.connector, topic).await
-            }
-            Pool::MySql(p) => {
-                backend::delete_offsets::<MySql>(p, sql, &self.connector, topic).await
-            }
-            Pool::Sqlite(p) => {
-                backend::delete_offsets::<Sqlite>(p, sql, &self.connector, topic).await
-            }
-        };
-        result.map_err(self.db_error("reset offsets"))
-    }
-
-    /// Writes one batch in one transaction: offsets (compare-and-set), then rows. On any
-    /// error the transaction is rolled back and nothing of the batch is stored.
-    pub async fn write(&self, batch: &WriteBatch) -> Result<(), SinkError> {
-        self.write_timed(batch).await.map(|_| ())
-    }
-
-    /// [`write`](Self::write), returning what the transaction did.
-    pub async fn write_timed(&self, batch: &WriteBatch) -> Result<Written, SinkError> {
-        tokio::time::timeout(WRITE_TIMEOUT, self.write_transaction(batch))
-            .await
-            .unwrap_or_else(|_| {
-                Err(SinkError::Timeout {
-                    action: "write batch",
-                    table: self.table.name.clone(),
-                    after: WRITE_TIMEOUT,
-                })
-            })
-    }
-
-    async fn write_transaction(&self, batch: &WriteBatch) -> Result<Written, SinkError> {
-        each_pool!(self, pool, DB => {
-            let mut checkout = Checkout::take(pool).await.map_err(self.db_error("begin"))?;
-            let result = async {
-                let conn: &mut <DB as sqlx::Database>::Connection = &mut checkout.conn;
-                let mut tx = conn
-                    .begin_with(self.dialect.begin())
-                    .await
-                    .map_err(self.db_error("begin"))?;
-                let mut written = self.write_in::<DB>(&mut tx, batch).await?;
-                let committing = std::time::Instant::now();
-                tx.commit().await.map_err(self.db_error("commit"))?;
-                written.commit_time = committing.elapsed();
-                Ok(written)
-            }
-            .await;
-            checkout.ran_to_completion();
-            result
-        })
-    }
-
-    /// The body of a batch's transaction.
-    async fn write_in<DB>(
-        &self,
-        conn: &mut DB::Connection,
-        batch: &WriteBatch,
-    ) -> Result<Written, SinkError>
-    where
-        DB: Backend,
-        DB::Connection: 'static,
-        DB::Arguments: IntoArguments<DB>,
-        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-        String: for<'q> Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + Type<DB>,
-        i32: for<'q> Encode<'q, DB> + Type<DB>,
-        i64: for<'q> Encode<'q, DB> + Type<DB>,
-        Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
-        usize: sqlx::ColumnIndex<DB::Row>,
-    {
-        backend::advance_offsets::<DB>(
-            conn,
-            self.dialect,
-            &self.connector,
-            batch.cluster.as_deref(),
-            &batch.topic_ids,
-            &batch.offsets,
-        )
-        .await?;
-        let mut written = Written::default();
-        let kept;
-        let ops: &[RowOp] = if batch.dedup.is_empty() {
-            &batch.ops
-        } else {
-            let skipped =
-                dedup::claim::<DB>(conn, self.dialect, &self.connector, &batch.dedup).await?;
-            written.duplicates = skipped.iter().map(|&p| batch.dedup[p].input).collect();
-            kept = without_inputs(batch, &written.duplicates);
-            kept.as_deref().unwrap_or(&batch.ops)
-        };
-        written.rows = ops.len();
-        let runs = runs(
-            ops,
-            &self.table,
-            self.dialect,
-            self.mode != WriteMode::Insert,
-        );
-        backend::write_runs::<DB>(
-            conn,
-            self.dialect,
-            &self.table,
-            self.mode,
-            &runs,
-            self.copy_in(),
-        )
-        .await
-        .map_err(self.db_error("write rows"))?;
-        if !batch.redriven_from_topic.is_empty() {
-            redriven::record::<DB>(
-                conn,
-                self.dialect,
-                &self.connector,
-                &batch.redriven_from_topic,
-            )
-            .await?;
-        }
-        if batch.dead_letters.is_empty() && batch.redriven.is_empty() {
-            return Ok(written);
-        }
-        let Some(table) = &self.dead_letter_table else {
-            return Err(SinkError::Internal(
-                "dead letters for a connector without errors.dlq.table".into(),
-            ));
-        };
-        let dlq_error = |action| {
-            move |source| SinkError::Database {
-                action,
-                table: table.name.clone(),
-                source,
-            }
-        };
-        let rows: Vec<Vec<SqlValue>> = batch
-            .dead_letters
-            .iter()
-            .map(|letter| dead_letters::row(&self.connector, letter))
-            .collect();
-        if !rows.is_empty() {
-            let runs = [Run::Write(rows.iter().map(Vec::as_slice).collect())];
-            // Upsert: an at-least-once redelivery stores the same dead letter again.
-            backend::write_runs::<DB>(conn, self.dialect, table, WriteMode::Upsert, &runs, false)
-                .await
-                .map_err(dlq_error("write dead letters"))?;
-        }
-        // The removal of a redriven dead letter is its compare-and-set: a dead letter that
-        // is gone was redriven by someone else, and this batch must not write it again.
-        let delete = self.dialect.delete_dead_letter(&table.name);
-        for (topic, partition, offset) in &batch.redriven {
-            let result = sqlx::query::<DB>(AssertSqlSafe(delete.clone()))
-                .bind(self.connector.clone())
-                .bind(topic.clone())
-                .bind(*partition)
-                .bind(*offset)
-                .execute(&mut *conn)
-                .await
-                .map_err(dlq_error("remove redriven dead letters"))?;
-            if DB::rows_affected(&result) != 1 {
-                return Err(SinkError::RedriveConflict {
-                    topic: topic.clone(),
-                    partition: *partition,
-                    offset: *offset,
-                });
-            }
-        }
-        Ok(written)
     }
 
     /// The database this sink writes to.

@@ -16,18 +16,19 @@
 //! until restarted through the admin API
 //! ```
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 
+use super::handle::{Command, ConnectorState, ConnectorView};
 use crate::config::{ConnectorConfig, DeadLetterDestination, KafkaConfig};
 use crate::deliver::Policy;
 use crate::kafka::dead_letter_producer::DeadLetterProducer;
 use crate::metrics::ConnectorMetrics;
 use crate::sink::Sink;
-use crate::sink::control::{ControlRow, Target, TaskRow, now_ms};
+use crate::sink::control::{Target, TaskRow};
 use crate::task::{self, Control, TaskHandle, TaskSpec, TaskState, TaskStatus};
 use crate::validate::RecordSchema;
 
@@ -40,7 +41,7 @@ pub const CONTROL_INTERVAL: Duration = Duration::from_secs(2);
 /// `UNASSIGNED`.
 pub const HEARTBEAT_STALE: Duration = Duration::from_secs(15);
 /// Longest a sync with the database may hold the runner (commands wait meanwhile).
-const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
 /// A task that ran this long without failing starts its restart backoff over.
 const RESTART_RESET: Duration = Duration::from_secs(600);
 
@@ -58,219 +59,44 @@ pub struct Context {
     pub worker_id: String,
 }
 
-/// What the operator asks a connector to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Command {
-    /// Pause, resume (`Running`) or stop, here and, through the database, everywhere.
-    Target(Target),
-    /// Kafka Connect's restart: the connector (a failed sink connection), and with
-    /// `include_tasks` its tasks (only the failed ones with `only_failed`).
-    Restart {
-        include_tasks: bool,
-        only_failed: bool,
-    },
-    /// Restart one task of this process.
-    RestartTask(usize),
-    /// Stop the connector's tasks and end the runner (shutdown, reload).
-    Shutdown,
-}
-
-/// A connector's state, in Kafka Connect's names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnectorState {
-    /// Connecting its database (or waiting for it); `trace` says why it waits.
-    Unassigned,
-    Running,
-    Paused,
-    Stopped,
-    /// Its sink failed permanently; restarted through the admin API.
-    Failed,
-}
-
-impl ConnectorState {
-    pub fn name(self) -> &'static str {
-        match self {
-            ConnectorState::Unassigned => "UNASSIGNED",
-            ConnectorState::Running => "RUNNING",
-            ConnectorState::Paused => "PAUSED",
-            ConnectorState::Stopped => "STOPPED",
-            ConnectorState::Failed => "FAILED",
-        }
-    }
-}
-
-/// One task of this process, as the status API shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskView {
-    pub id: usize,
-    /// Kafka Connect's state name: RUNNING, PAUSED, FAILED, RESTARTING, UNASSIGNED.
-    pub state: &'static str,
-    /// The error of a failed (or restarting) task.
-    pub trace: Option<String>,
-    /// A failed task that the runner starts again by itself.
-    pub transient: bool,
-}
-
-/// A connector as its runner last left it.
-#[derive(Clone)]
-pub struct ConnectorView {
-    pub state: ConnectorState,
-    /// Why the connector waits or failed.
-    pub trace: Option<String>,
-    pub tasks: Vec<TaskView>,
-    /// The runner made its first attempt to start (readiness).
-    pub started: bool,
-    /// The connector's sink, once connected.
-    pub sink: Option<Arc<Sink>>,
-    /// Heartbeats of the connector's tasks in other processes, as last read.
-    pub others: Vec<TaskRow>,
-}
-
-impl ConnectorView {
-    fn new() -> Self {
-        Self {
-            state: ConnectorState::Unassigned,
-            trace: Some("starting".into()),
-            tasks: Vec::new(),
-            started: false,
-            sink: None,
-            others: Vec::new(),
-        }
-    }
-
-    /// Failed for good: the connector, or every task, failed permanently.
-    pub fn failed_permanently(&self) -> bool {
-        self.state == ConnectorState::Failed
-            || (!self.tasks.is_empty()
-                && self
-                    .tasks
-                    .iter()
-                    .all(|t| t.state == "FAILED" && !t.transient))
-    }
-}
-
-/// The rest of the process's end of a connector.
-pub struct ConnectorHandle {
-    pub name: String,
-    pub config: Arc<ConnectorConfig>,
-    pub metrics: Arc<ConnectorMetrics>,
-    /// What a reload compares: the connector's section, its plugins' contents, the
-    /// `kafka:` section.
-    pub(super) fingerprint: String,
-    commands: mpsc::UnboundedSender<Command>,
-    view: watch::Receiver<ConnectorView>,
-    runner: Mutex<Option<tokio::task::JoinHandle<Vec<String>>>>,
-}
-
-impl ConnectorHandle {
-    /// Starts the connector's runner.
-    pub(super) fn start(
-        context: Arc<Context>,
-        config: Arc<ConnectorConfig>,
-        metrics: Arc<ConnectorMetrics>,
-        fingerprint: String,
-    ) -> Arc<Self> {
-        let (commands, receiver) = mpsc::unbounded_channel();
-        let (view_tx, view) = watch::channel(ConnectorView::new());
-        let span = tracing::error_span!("connector", connector = %config.name);
-        let runner = Runner {
-            context,
-            config: config.clone(),
-            metrics: metrics.clone(),
-            commands: receiver,
-            view: view_tx,
-            target: Target::Running,
-            pending_target: None,
-            pending_restart: None,
-            restart_seen: None,
-            sink: None,
-            policy: None,
-            dedup_cleaner: None,
-            schema: None,
-            failure: None,
-            slots: Vec::new(),
-            last_sync: None,
-            others: Vec::new(),
-        };
-        let join = tokio::spawn(tracing::Instrument::instrument(runner.run(), span));
-        Arc::new(Self {
-            name: config.name.clone(),
-            config,
-            metrics,
-            fingerprint,
-            commands,
-            view,
-            runner: Mutex::new(Some(join)),
-        })
-    }
-
-    /// The connector as its runner last left it.
-    pub fn view(&self) -> ConnectorView {
-        self.view.borrow().clone()
-    }
-
-    /// Resolves at the runner's next change of the view.
-    pub async fn changed(&self) {
-        next_change(&self.view).await;
-    }
-
-    /// Sends a command; a runner that has ended ignores it.
-    pub fn send(&self, command: Command) {
-        let _ = self.commands.send(command);
-    }
-
-    /// Stops the connector's tasks and waits for its runner: the failures of its tasks,
-    /// as `connector X task N: error` lines.
-    pub async fn shutdown(&self) -> Vec<String> {
-        self.send(Command::Shutdown);
-        let join = self.runner.lock().ok().and_then(|mut r| r.take());
-        match join {
-            Some(join) => join.await.unwrap_or_else(|error| {
-                vec![format!("connector {}: runner ended: {error}", self.name)]
-            }),
-            None => Vec::new(),
-        }
-    }
-}
-
 /// A task slot of this process: the running task, or the failure it left.
-struct Slot {
-    id: usize,
-    handle: Option<TaskHandle>,
+pub(super) struct Slot {
+    pub(super) id: usize,
+    pub(super) handle: Option<TaskHandle>,
     /// The last status seen.
-    status: Option<TaskStatus>,
+    pub(super) status: Option<TaskStatus>,
     /// Restarts since the task last ran for [`RESTART_RESET`].
-    restarts: u32,
+    pub(super) restarts: u32,
     /// A transiently failed task starts again at this time.
-    restart_at: Option<Instant>,
-    started: Instant,
+    pub(super) restart_at: Option<Instant>,
+    pub(super) started: Instant,
 }
 
-struct Runner {
-    context: Arc<Context>,
-    config: Arc<ConnectorConfig>,
-    metrics: Arc<ConnectorMetrics>,
-    commands: mpsc::UnboundedReceiver<Command>,
-    view: watch::Sender<ConnectorView>,
+pub(super) struct Runner {
+    pub(super) context: Arc<Context>,
+    pub(super) config: Arc<ConnectorConfig>,
+    pub(super) metrics: Arc<ConnectorMetrics>,
+    pub(super) commands: mpsc::UnboundedReceiver<Command>,
+    pub(super) view: watch::Sender<ConnectorView>,
     /// What the operator asked for (as last read or set).
-    target: Target,
+    pub(super) target: Target,
     /// A target set here that the database has not taken yet.
-    pending_target: Option<Target>,
+    pub(super) pending_target: Option<Target>,
     /// A restart asked here that the database has not taken yet.
-    pending_restart: Option<(bool, bool)>,
+    pub(super) pending_restart: Option<(bool, bool)>,
     /// The last restart request seen in the database.
-    restart_seen: Option<i64>,
-    sink: Option<Arc<Sink>>,
-    policy: Option<Arc<Policy>>,
-    schema: Option<Arc<RecordSchema>>,
+    pub(super) restart_seen: Option<i64>,
+    pub(super) sink: Option<Arc<Sink>>,
+    pub(super) policy: Option<Arc<Policy>>,
+    pub(super) schema: Option<Arc<RecordSchema>>,
     /// With `delivery.dedup`: the background cleanup of old producer ids, while the sink is
     /// connected.
-    dedup_cleaner: Option<tokio::task::JoinHandle<()>>,
+    pub(super) dedup_cleaner: Option<tokio::task::JoinHandle<()>>,
     /// Why the connector failed permanently (before any task could start).
-    failure: Option<String>,
-    slots: Vec<Slot>,
-    last_sync: Option<Instant>,
-    others: Vec<TaskRow>,
+    pub(super) failure: Option<String>,
+    pub(super) slots: Vec<Slot>,
+    pub(super) last_sync: Option<Instant>,
+    pub(super) others: Vec<TaskRow>,
 }
 
 /// How an attempt to connect ended.
@@ -283,7 +109,7 @@ enum Connect {
 }
 
 impl Runner {
-    async fn run(mut self) -> Vec<String> {
+    pub(super) async fn run(mut self) -> Vec<String> {
         let mut attempts = 0u32;
         loop {
             if self.sink.is_none() && self.failure.is_none() {
@@ -515,7 +341,7 @@ impl Runner {
     }
 
     /// A new target, set here or read from the database.
-    async fn set_target(&mut self, target: Target) {
+    pub(super) async fn set_target(&mut self, target: Target) {
         if target == self.target {
             return;
         }
@@ -641,7 +467,7 @@ impl Runner {
 
     /// Kafka Connect's restart. The connector: a failed sink connection is tried again.
     /// With `include_tasks`, its tasks (only the failed ones with `only_failed`).
-    async fn restart(&mut self, include_tasks: bool, only_failed: bool) {
+    pub(super) async fn restart(&mut self, include_tasks: bool, only_failed: bool) {
         if self.failure.take().is_some() {
             tracing::info!("connector restarted");
             self.close_sink().await;
@@ -746,176 +572,6 @@ impl Runner {
         self.publish(ConnectorState::Unassigned, Some("stopped".into()));
         failures
     }
-
-    fn sync_due(&self) -> bool {
-        self.sink.is_some()
-            && self
-                .last_sync
-                .is_none_or(|t| t.elapsed() >= CONTROL_INTERVAL)
-    }
-
-    /// Shares state with the other processes: writes what was set here, reads the target
-    /// and restart requests set anywhere, writes this process's heartbeats, reads theirs.
-    async fn sync(&mut self) {
-        self.last_sync = Some(Instant::now());
-        let Some(sink) = self.sink.clone() else {
-            return;
-        };
-        let exchanged = tokio::time::timeout(SYNC_TIMEOUT, self.exchange(&sink)).await;
-        match exchanged {
-            Ok(Ok(Some(row))) => self.apply_control(row).await,
-            Ok(Ok(None)) => {}
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "cannot share the connector's state through its database (tried again)")
-            }
-            Err(_) => {
-                tracing::debug!(after = ?SYNC_TIMEOUT, "no answer sharing the connector's state through its database (tried again)")
-            }
-        }
-    }
-
-    /// The body of [`sync`](Self::sync).
-    async fn exchange(
-        &mut self,
-        sink: &Arc<Sink>,
-    ) -> Result<Option<ControlRow>, crate::sink::SinkError> {
-        if let Some(target) = self.pending_target {
-            sink.write_target(target).await?;
-            self.pending_target = None;
-        }
-        if let Some((include_tasks, only_failed)) = self.pending_restart {
-            let seq = sink.request_restart(include_tasks, only_failed).await?;
-            self.restart_seen = Some(seq);
-            self.pending_restart = None;
-        }
-        let row = sink.read_control().await?;
-        let tasks: Vec<(i32, &str, Option<String>)> = self
-            .task_views()
-            .into_iter()
-            .map(|t| (t.id as i32, t.state, t.trace))
-            .collect();
-        sink.write_heartbeats(&self.context.worker_id, &tasks)
-            .await?;
-        let now = now_ms();
-        self.others = sink
-            .read_heartbeats()
-            .await?
-            .into_iter()
-            .filter(|row| row.worker != self.context.worker_id)
-            .map(|mut row| {
-                if now - row.updated_at > HEARTBEAT_STALE.as_millis() as i64 {
-                    row.state = "UNASSIGNED".into();
-                }
-                row
-            })
-            .collect();
-        Ok(row)
-    }
-
-    /// Applies what the database says the operator asked for (outside the sync's time
-    /// bound: stopping tasks takes its own time).
-    async fn apply_control(&mut self, row: ControlRow) {
-        if self.pending_target.is_none() && row.target != self.target {
-            self.set_target(row.target).await;
-        }
-        match self.restart_seen {
-            Some(seen) if row.restart_seq > seen => {
-                tracing::info!("restart requested through another process");
-                self.restart_seen = Some(row.restart_seq);
-                self.restart(row.restart_tasks, row.restart_only_failed)
-                    .await;
-            }
-            None => self.restart_seen = Some(row.restart_seq),
-            _ => {}
-        }
-    }
-
-    fn task_views(&self) -> Vec<TaskView> {
-        self.slots
-            .iter()
-            .map(|slot| {
-                let status = slot.status.as_ref();
-                let (state, trace, transient) = if slot.restart_at.is_some() {
-                    ("RESTARTING", status.and_then(|s| s.error.clone()), true)
-                } else {
-                    match status {
-                        None => (self.starting_state(), None, false),
-                        // A task starting under a pause pauses before its first poll.
-                        Some(s) if s.state == TaskState::Subscribing => {
-                            (self.starting_state(), None, false)
-                        }
-                        Some(s) => (kc_task_state(s.state), s.error.clone(), s.transient),
-                    }
-                };
-                TaskView {
-                    id: slot.id,
-                    state,
-                    trace,
-                    transient,
-                }
-            })
-            .collect()
-    }
-
-    fn starting_state(&self) -> &'static str {
-        if self.target == Target::Paused {
-            "PAUSED"
-        } else {
-            "RUNNING"
-        }
-    }
-
-    /// Publishes the connector's state as it is now.
-    fn publish_current(&self) {
-        let (state, trace) = match (&self.failure, &self.sink) {
-            (Some(failure), _) => (ConnectorState::Failed, Some(failure.clone())),
-            (None, None) => (ConnectorState::Unassigned, Some("connecting".into())),
-            (None, Some(_)) => (
-                match self.target {
-                    Target::Running => ConnectorState::Running,
-                    Target::Paused => ConnectorState::Paused,
-                    Target::Stopped => ConnectorState::Stopped,
-                },
-                None,
-            ),
-        };
-        self.publish(state, trace);
-    }
-
-    fn publish(&self, state: ConnectorState, trace: Option<String>) {
-        let tasks = self.task_views();
-        for task in &tasks {
-            self.metrics.set_task_state(task.id, task.state);
-        }
-        let view = ConnectorView {
-            state,
-            trace,
-            tasks,
-            started: true,
-            sink: self.sink.clone(),
-            others: self.others.clone(),
-        };
-        self.view.send_if_modified(|old| {
-            let changed = old.state != view.state
-                || old.trace != view.trace
-                || old.tasks != view.tasks
-                || old.started != view.started
-                || old.others != view.others
-                || old.sink.is_some() != view.sink.is_some();
-            *old = view;
-            changed
-        });
-    }
-}
-
-/// A task state in Kafka Connect's names.
-pub fn kc_task_state(state: TaskState) -> &'static str {
-    match state {
-        TaskState::Subscribing | TaskState::Consuming | TaskState::Resuming => "RUNNING",
-        TaskState::Pausing | TaskState::Paused => "PAUSED",
-        TaskState::Failed => "FAILED",
-        TaskState::Closing | TaskState::Closed | TaskState::Terminated => "UNASSIGNED",
-    }
 }
 
 /// Tells tasks to stop and waits for their threads (off the runtime's workers).
@@ -952,50 +608,5 @@ async fn clean_dedup(sink: Arc<Sink>, window: Duration) {
             }
         }
         tokio::time::sleep(DEDUP_CLEAN_INTERVAL).await;
-    }
-}
-
-/// Resolves at the next change of `view` after this call. A clone of a receiver starts at
-/// the version its original has seen, and `view()` never marks one seen: without marking
-/// the clone, every call after the first change resolved at once, and
-/// `Supervisor::all_failed` spun a whole core for the life of the process.
-async fn next_change<T>(view: &watch::Receiver<T>) {
-    let mut view = view.clone();
-    view.mark_unchanged();
-    if view.changed().await.is_err() {
-        // The runner ended: its view never changes again (not "changed at once", which
-        // would spin the same way).
-        std::future::pending::<()>().await;
-    }
-}
-
-#[cfg(test)]
-mod change_tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn a_change_seen_before_is_not_a_change_again() {
-        let (sender, view) = watch::channel(0);
-        sender.send_replace(1);
-        // The change before the call does not count...
-        let early = tokio::time::timeout(Duration::from_millis(50), next_change(&view)).await;
-        assert!(early.is_err(), "resolved without a change");
-        // ...one after it does.
-        let waiting = tokio::spawn({
-            let view = view.clone();
-            async move { next_change(&view).await }
-        });
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        sender.send_replace(2);
-        tokio::time::timeout(Duration::from_secs(5), waiting)
-            .await
-            .expect("resolved at the change")
-            .expect("task");
-        // A view whose runner ended does not change any more.
-        drop(sender);
-        let ended = tokio::time::timeout(Duration::from_millis(50), next_change(&view)).await;
-        assert!(ended.is_err(), "resolved for a runner that ended");
     }
 }

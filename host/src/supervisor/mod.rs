@@ -4,13 +4,16 @@
 //! whose settings changed restart, the others run on untouched.
 
 pub mod connector;
+mod handle;
+mod sync;
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, RwLock};
 
-pub use connector::{
-    Command, ConnectorHandle, ConnectorState, ConnectorView, Context, TaskView, kc_task_state,
+pub use connector::Context;
+pub use handle::{
+    Command, ConnectorHandle, ConnectorState, ConnectorView, TaskView, kc_task_state,
 };
 
 use crate::config::{Config, ConnectorConfig};

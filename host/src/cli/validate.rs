@@ -1,0 +1,190 @@
+//! `sluice validate`: the file checked as `run` would load it, plugins started, secrets hidden.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::config::{self, ConfigError};
+use crate::server::{EXIT_FAILURE, EXIT_INVALID, write_config_error};
+
+pub fn validate(path: &Path) -> u8 {
+    validate_to(path, &mut std::io::stdout(), &mut std::io::stderr())
+}
+
+/// `sluice validate`, writing its summary to `out` and its problems to `err`. Secrets show
+/// as `***`: URL passwords and secret query parameters, values of secret properties.
+fn validate_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    let checked = config::load_file(path)
+        .map_err(|error| {
+            write_config_error(err, path, &error);
+            EXIT_INVALID
+        })
+        .and_then(|config| {
+            if config.connectors.iter().all(|c| c.transforms.is_empty()) {
+                return Ok(config);
+            }
+            let engine =
+                sluice_transform::TransformEngine::new(sluice_transform::EngineOptions::default())
+                    .map_err(|e| {
+                        let _ = writeln!(
+                            err,
+                            "{}: cannot start the plugin engine: {e}",
+                            path.display()
+                        );
+                        EXIT_FAILURE
+                    })?;
+            let problems = config::plugin_problems(&config, &engine);
+            if problems.is_empty() {
+                Ok(config)
+            } else {
+                write_config_error(err, path, &ConfigError::Invalid { problems });
+                Err(EXIT_INVALID)
+            }
+        });
+    let config = match checked {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let _ = writeln!(
+        out,
+        "{}: valid, {} connector(s)",
+        path.display(),
+        config.connectors.len()
+    );
+    let properties: Vec<String> = config
+        .kafka
+        .properties
+        .redacted()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  kafka: {}{}",
+        config.kafka.brokers,
+        if properties.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", properties.join(", "))
+        }
+    );
+    for c in &config.connectors {
+        let _ = writeln!(
+            out,
+            "  {}: topics [{}] -> {} table {} ({:?}, {} column(s), {} task(s), group {})",
+            c.name,
+            c.topics.join(", "),
+            c.sink.url,
+            c.sink.table,
+            c.sink.mode,
+            c.sink.columns.0.len(),
+            c.tasks,
+            c.group_id()
+        );
+        for t in &c.transforms {
+            let _ = writeln!(
+                out,
+                "    transform {}: {} (init ok)",
+                t.name,
+                t.plugin.display()
+            );
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EXIT_INVALID, validate_to};
+
+    /// Runs `sluice validate` in-process on `text`: (exit code, stdout, stderr).
+    fn validate_text(text: &str) -> (u8, String, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("connectors.yaml");
+        std::fs::write(&path, text).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = validate_to(&path, &mut out, &mut err);
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    const SECRETS: &str = r#"
+kafka:
+  brokers: localhost:9092
+  properties:
+    security.protocol: SASL_SSL
+    sasl.username: app
+    sasl.password: hunter2-sasl
+    ssl.key.password: hunter2-key
+connectors:
+  - name: userinfo
+    topics: [a]
+    sink:
+      url: postgres://app:hunter2-userinfo@db:5432/test?sslmode=require
+      table: a
+      columns: { v: { from: /v, type: text } }
+  - name: query
+    topics: [b]
+    sink:
+      url: postgres://app@db/test?sslkey=/etc/k.pem&password=hunter2-query
+      table: b
+      columns: { v: { from: /v, type: text } }
+"#;
+
+    fn assert_no_secret(text: &str) {
+        assert!(!text.contains("hunter2"), "a secret is shown:\n{text}");
+    }
+
+    #[test]
+    fn validate_prints_no_secret_of_a_good_file() {
+        let (code, out, err) = validate_text(SECRETS);
+        assert_eq!(code, 0, "{err}");
+        assert_no_secret(&out);
+        assert_no_secret(&err);
+        assert!(out.contains("sasl.password=***"), "{out}");
+        assert!(out.contains("sasl.username=app"), "{out}");
+        assert!(
+            out.contains("postgres://app:***@db:5432/test?sslmode=require"),
+            "{out}"
+        );
+        assert!(out.contains("?sslkey=/etc/k.pem&password=***"), "{out}");
+    }
+
+    #[test]
+    fn validate_prints_no_secret_of_a_bad_file() {
+        for bad in [
+            // A bad field next to the URL.
+            SECRETS.replace("      table: a\n", "      table: a\n      tabel: x\n"),
+            // A value that fails beside it, after the schema.
+            SECRETS.replace("table: b", "table: \"b c\""),
+            // An unsupported scheme: the URL is quoted in the message.
+            SECRETS.replace("postgres://app@db", "oracle://app@db"),
+            // The sink as a list: a schema error about the whole value.
+            SECRETS.replace(
+                "    sink:\n      url: postgres://app:",
+                "    sink:\n    - url: postgres://app:",
+            ),
+            // connectors as a mapping: the schema's message would print all of it.
+            SECRETS
+                .replace(
+                    "connectors:\n  - name: userinfo",
+                    "connectors:\n  first:\n    name: userinfo",
+                )
+                .replace("  - name: query", "  second:\n    name: query"),
+            // An unclosed ${ in the URL: the message quotes the string.
+            SECRETS.replace("?sslmode=require", "?sslmode=${MODE"),
+            // A secret property of the wrong type.
+            SECRETS.replace(
+                "sasl.password: hunter2-sasl",
+                "sasl.password: [hunter2-sasl]",
+            ),
+        ] {
+            let (code, out, err) = validate_text(&bad);
+            assert_eq!(code, EXIT_INVALID, "{bad}\n{out}{err}");
+            assert!(!err.is_empty());
+            assert_no_secret(&out);
+            assert_no_secret(&err);
+        }
+    }
+}

@@ -1,0 +1,610 @@
+//! One connector's section of `connectors.yaml`: topics in, one table out, and everything
+//! between (batching, transforms, the sink, delivery, errors).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Deserializer};
+
+use super::units::{ByteSize, HumanDuration};
+use super::{Properties, SecretUrl, defaults};
+
+/// One connector: topics in, one table out.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectorConfig {
+    /// Unique name; it keys the stored offsets.
+    pub name: String,
+    /// Topics to consume.
+    pub topics: Vec<String>,
+    /// Consumer group; default `sluice-<name>`.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Consumers (threads) this process runs for the connector.
+    #[serde(default = "tasks_default")]
+    pub tasks: u32,
+    /// How a record's value is read.
+    #[serde(default)]
+    pub format: Format,
+    /// When a batch is cut.
+    #[serde(default)]
+    pub batch: BatchConfig,
+    /// The chain of WebAssembly transforms every batch passes through, in order.
+    #[serde(default)]
+    pub transforms: Vec<TransformConfig>,
+    /// A JSON Schema file every value must satisfy after the transforms (`format: json`); a
+    /// relative path is read from the directory of the configuration file.
+    #[serde(default)]
+    pub schema: Option<PathBuf>,
+    /// Largest record accepted: key, value and headers together.
+    #[serde(default = "max_record_bytes_default")]
+    pub max_record_bytes: ByteSize,
+    /// Where rows go.
+    pub sink: SinkConfig,
+    /// Delivery guarantee.
+    #[serde(default)]
+    pub delivery: DeliveryConfig,
+    /// What happens to records that fail, and how long outages are waited out.
+    #[serde(default)]
+    pub errors: ErrorsConfig,
+}
+
+fn max_record_bytes_default() -> ByteSize {
+    ByteSize(defaults::MAX_RECORD_BYTES)
+}
+
+/// Failure handling of one connector.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorsConfig {
+    /// What happens to a record that fails for a reason retrying cannot help.
+    #[serde(default)]
+    pub policy: ErrorPolicy,
+    /// Where dead letters go; required by `policy: dlq`.
+    #[serde(default)]
+    pub dlq: Option<DeadLetterDestination>,
+    /// How transient failures (lost connections, deadlocks, broker transport errors) are
+    /// retried.
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// How far sluice goes to find the records that make a batch fail in a transform.
+    #[serde(default)]
+    pub isolation: IsolationConfig,
+    /// How a task that failed for a transient reason (database or broker unreachable past
+    /// `retry.max_elapsed`) is started again.
+    #[serde(default)]
+    pub restart: RestartConfig,
+}
+
+/// Capped exponential backoff between restarts of a task that failed transiently.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartConfig {
+    /// First wait before a restart.
+    #[serde(default = "restart_initial_default")]
+    pub initial: HumanDuration,
+    /// Longest wait between restarts.
+    #[serde(default = "restart_max_default")]
+    pub max: HumanDuration,
+}
+
+fn restart_initial_default() -> HumanDuration {
+    HumanDuration(defaults::RESTART_INITIAL)
+}
+fn restart_max_default() -> HumanDuration {
+    HumanDuration(defaults::RESTART_MAX)
+}
+
+impl Default for RestartConfig {
+    fn default() -> Self {
+        Self {
+            initial: restart_initial_default(),
+            max: restart_max_default(),
+        }
+    }
+}
+
+impl RestartConfig {
+    /// The wait before restart `attempt + 1` (0-based), with up to 20 % jitter.
+    pub fn backoff(&self, attempt: u32) -> std::time::Duration {
+        let base = self
+            .initial
+            .0
+            .saturating_mul(2u32.saturating_pow(attempt.min(30)))
+            .min(self.max.0);
+        base + base.mul_f64(rand::random::<f64>() * 0.2)
+    }
+}
+
+/// The budget for isolating the records that make a batch fail in a transform (a trap, a
+/// deadline, a memory or output limit). A batch that ran past its deadline is retried
+/// record by record, other failures by halves. Records still unresolved when either
+/// budget runs out become dead letters under `policy: dlq` (their cause says they were not
+/// isolated); under `skip` and `fail` the task fails instead, so an innocent record is never
+/// dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IsolationConfig {
+    /// Wall-clock budget of the whole search in one batch; more than 0.
+    #[serde(default = "isolation_max_time_default")]
+    pub max_time: HumanDuration,
+    /// Failed transform calls allowed while isolating one batch; at least 1.
+    #[serde(default = "isolation_max_failed_calls_default")]
+    pub max_failed_calls: usize,
+}
+
+fn isolation_max_time_default() -> HumanDuration {
+    HumanDuration(defaults::ISOLATION_MAX_TIME)
+}
+fn isolation_max_failed_calls_default() -> usize {
+    defaults::ISOLATION_MAX_FAILED_CALLS
+}
+
+impl Default for IsolationConfig {
+    fn default() -> Self {
+        Self {
+            max_time: isolation_max_time_default(),
+            max_failed_calls: isolation_max_failed_calls_default(),
+        }
+    }
+}
+
+/// What happens to a failing record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorPolicy {
+    /// The task stops in `Failed` with the record's coordinates and the cause; the records
+    /// before it commit.
+    #[default]
+    Fail,
+    /// The record is logged with its coordinates, counted and passed over.
+    Skip,
+    /// The record goes to the dead-letter topic or table, with the cause.
+    Dlq,
+}
+
+impl ErrorPolicy {
+    /// The name as `connectors.yaml` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorPolicy::Fail => "fail",
+            ErrorPolicy::Skip => "skip",
+            ErrorPolicy::Dlq => "dlq",
+        }
+    }
+}
+
+/// The dead-letter destination: `{ topic: NAME }` or `{ table: NAME }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadLetterDestination {
+    /// A Kafka topic (on the connector's cluster): the original key, value and headers,
+    /// with `sluice.*` context headers; acknowledged before the batch's offsets commit.
+    Topic(String),
+    /// A table in the sink database, written in the batch's transaction (created when
+    /// missing).
+    Table(String),
+}
+
+/// Capped exponential backoff with jitter.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    /// First wait.
+    #[serde(default = "retry_initial_default")]
+    pub initial: HumanDuration,
+    /// Longest wait between two attempts.
+    #[serde(default = "retry_max_default")]
+    pub max: HumanDuration,
+    /// After this long failing, the task fails with the cause.
+    #[serde(default = "retry_max_elapsed_default")]
+    pub max_elapsed: HumanDuration,
+}
+
+fn retry_initial_default() -> HumanDuration {
+    HumanDuration(defaults::RETRY_INITIAL)
+}
+fn retry_max_default() -> HumanDuration {
+    HumanDuration(defaults::RETRY_MAX)
+}
+fn retry_max_elapsed_default() -> HumanDuration {
+    HumanDuration(defaults::RETRY_MAX_ELAPSED)
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            initial: retry_initial_default(),
+            max: retry_max_default(),
+            max_elapsed: retry_max_elapsed_default(),
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The wait before attempt `attempt + 1` (0-based), with up to 20 % jitter.
+    pub fn backoff(&self, attempt: u32) -> std::time::Duration {
+        let base = self
+            .initial
+            .0
+            .saturating_mul(2u32.saturating_pow(attempt))
+            .min(self.max.0);
+        base + base.mul_f64(rand::random::<f64>() * 0.2)
+    }
+}
+
+fn tasks_default() -> u32 {
+    defaults::TASKS
+}
+
+impl ConnectorConfig {
+    /// The consumer group: the configured one or `sluice-<name>`.
+    pub fn group_id(&self) -> String {
+        self.group
+            .clone()
+            .unwrap_or_else(|| defaults::group(&self.name))
+    }
+}
+
+/// How the record value reaches the mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// The value is a JSON document; `from: /pointer` reads into it.
+    #[default]
+    Json,
+    /// The value is UTF-8 text, available as `$value`.
+    String,
+    /// The value is raw bytes, available as `$value`.
+    Bytes,
+}
+
+/// When a batch is cut: whichever limit is reached first.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    /// Most records in a batch.
+    #[serde(default = "max_records_default")]
+    pub max_records: usize,
+    /// Most value bytes in a batch.
+    #[serde(default = "max_bytes_default")]
+    pub max_bytes: ByteSize,
+    /// Longest wait for more records once a batch has one.
+    #[serde(default = "linger_default")]
+    pub linger: HumanDuration,
+}
+
+fn max_records_default() -> usize {
+    defaults::BATCH_MAX_RECORDS
+}
+fn max_bytes_default() -> ByteSize {
+    ByteSize(defaults::BATCH_MAX_BYTES)
+}
+fn linger_default() -> HumanDuration {
+    HumanDuration(defaults::BATCH_LINGER)
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            max_records: max_records_default(),
+            max_bytes: max_bytes_default(),
+            linger: linger_default(),
+        }
+    }
+}
+
+/// One WebAssembly transform of a connector's chain.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformConfig {
+    /// Its name in the connector: errors and logs carry it.
+    pub name: String,
+    /// The component (`.wasm`, built for wasm32-wasip2); a relative path is read from the
+    /// directory of the configuration file.
+    pub plugin: PathBuf,
+    /// Passed to the plugin's `init`, as strings; the values of secret keys never print.
+    #[serde(default)]
+    pub config: Properties,
+    /// The sandbox's limits for this plugin.
+    #[serde(default)]
+    pub limits: TransformLimits,
+}
+
+/// Sandbox limits of one plugin.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformLimits {
+    /// Most linear memory of the instance.
+    #[serde(default = "memory_default")]
+    pub memory: ByteSize,
+    /// CPU deadline of one call (one batch).
+    #[serde(default = "timeout_default")]
+    pub timeout: HumanDuration,
+    /// Most output records of one batch.
+    #[serde(default = "max_output_records_default")]
+    pub max_output_records: usize,
+    /// Most output bytes of one batch.
+    #[serde(default = "max_output_bytes_default")]
+    pub max_output_bytes: ByteSize,
+}
+
+fn memory_default() -> ByteSize {
+    ByteSize(defaults::PLUGIN_MEMORY)
+}
+fn timeout_default() -> HumanDuration {
+    HumanDuration(defaults::PLUGIN_TIMEOUT)
+}
+fn max_output_records_default() -> usize {
+    defaults::PLUGIN_MAX_OUTPUT_RECORDS
+}
+fn max_output_bytes_default() -> ByteSize {
+    ByteSize(defaults::PLUGIN_MAX_OUTPUT_BYTES)
+}
+
+impl Default for TransformLimits {
+    fn default() -> Self {
+        Self {
+            memory: memory_default(),
+            timeout: timeout_default(),
+            max_output_records: max_output_records_default(),
+            max_output_bytes: max_output_bytes_default(),
+        }
+    }
+}
+
+impl TransformConfig {
+    /// The plugin host's view of this transform.
+    pub fn spec(&self) -> sluice_transform::PluginSpec {
+        sluice_transform::PluginSpec {
+            name: self.name.clone(),
+            path: self.plugin.clone(),
+            config: self.config.expose().clone(),
+            limits: sluice_transform::Limits {
+                memory_bytes: self.limits.memory.0,
+                timeout: self.limits.timeout.0,
+                max_output_records: self.limits.max_output_records,
+                max_output_bytes: self.limits.max_output_bytes.0,
+            },
+        }
+    }
+}
+
+/// The table a connector writes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkConfig {
+    /// `postgres://…`, `mysql://…` (MariaDB too) or `sqlite://FILE`; it prints with its
+    /// password and secret query parameters as `***`.
+    pub url: SecretUrl,
+    /// Table name, optionally `schema.table`.
+    pub table: String,
+    /// How rows are written.
+    #[serde(default)]
+    pub mode: WriteMode,
+    /// Key columns: the primary key of a created table, the conflict target of `upsert`,
+    /// the match of `update` and of tombstone deletes.
+    #[serde(default)]
+    pub key: Vec<String>,
+    /// Columns in table order: name -> where its value comes from and its type.
+    pub columns: IndexedColumns,
+    /// Create the table from `columns` when it does not exist.
+    #[serde(default)]
+    pub create_table: bool,
+}
+
+/// The columns of a sink, in the order the file gives them.
+#[derive(Debug, Clone)]
+pub struct IndexedColumns(pub Vec<(String, ColumnConfig)>);
+
+impl<'de> Deserialize<'de> for IndexedColumns {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = IndexedColumns;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of column name to { from, type }")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<IndexedColumns, A::Error> {
+                let mut columns = Vec::new();
+                while let Some((name, column)) = map.next_entry::<String, ColumnConfig>()? {
+                    columns.push((name, column));
+                }
+                Ok(IndexedColumns(columns))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
+/// One column.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnConfig {
+    /// A JSON pointer into the value (`/uid`, `/user/name`) or record metadata: `$topic`,
+    /// `$partition`, `$offset`, `$timestamp`, `$now`, `$key`, `$value`.
+    pub from: String,
+    /// The portable column type.
+    #[serde(rename = "type")]
+    pub column_type: ColumnType,
+}
+
+/// The portable column vocabulary, mapped to each SQL dialect in `sink::dialect`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColumnType {
+    Bigint,
+    Int,
+    Double,
+    Numeric,
+    Text,
+    Bool,
+    Timestamp,
+    Timestamptz,
+    Date,
+    Json,
+    Bytes,
+    Uuid,
+}
+
+impl ColumnType {
+    /// The name as `connectors.yaml` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ColumnType::Bigint => "bigint",
+            ColumnType::Int => "int",
+            ColumnType::Double => "double",
+            ColumnType::Numeric => "numeric",
+            ColumnType::Text => "text",
+            ColumnType::Bool => "bool",
+            ColumnType::Timestamp => "timestamp",
+            ColumnType::Timestamptz => "timestamptz",
+            ColumnType::Date => "date",
+            ColumnType::Json => "json",
+            ColumnType::Bytes => "bytes",
+            ColumnType::Uuid => "uuid",
+        }
+    }
+}
+
+/// How rows are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Plain insert; a duplicate key is an error.
+    #[default]
+    Insert,
+    /// Insert, or update the row with the same key.
+    Upsert,
+    /// Update the row with the same key; no row, no change.
+    Update,
+}
+
+/// Delivery settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// `exactly_once` (offsets in the sink database) or `at_least_once`.
+    #[serde(default)]
+    pub guarantee: Guarantee,
+    /// What happens when a partition's stored offset is not in the log (retention overtook
+    /// it, the topic was deleted and created again, another cluster): never a silent jump.
+    #[serde(default)]
+    pub on_offset_out_of_range: OutOfRange,
+    /// What happens when a partition's records skip offsets.
+    #[serde(default)]
+    pub on_offset_gap: OnGap,
+    /// Producer-duplicate detection: records that carry an id already written are skipped.
+    #[serde(default)]
+    pub dedup: Option<DedupConfig>,
+}
+
+/// `delivery.dedup`: detects the duplicates a producer wrote (a retry without idempotence,
+/// a replay): the same message at two offsets, maybe in two partitions. The ids written
+/// are kept in the sink database in the rows' transaction, so a duplicate is skipped
+/// across restarts, rebalances and processes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DedupConfig {
+    /// Where a record's id is, in the record as it arrived (before any transform):
+    /// `header:NAME` (the header's value, UTF-8) or a JSON pointer into the value (`/id`;
+    /// a string or an integer). A record without one is a per-record failure.
+    pub id: DedupIdSource,
+    /// How long an id is remembered, measured on record timestamps: ids of records more
+    /// than `window` older than the newest id kept are cleaned up.
+    #[serde(default = "dedup_window_default")]
+    pub window: HumanDuration,
+}
+
+fn dedup_window_default() -> HumanDuration {
+    HumanDuration(defaults::DEDUP_WINDOW)
+}
+
+/// Where a record's producer id is.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum DedupIdSource {
+    /// `header:NAME`: the value of the record's (last) header named NAME.
+    Header(String),
+    /// `/json/pointer`: a string or an integer in the record's value.
+    Pointer(String),
+}
+
+impl TryFrom<String> for DedupIdSource {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        if let Some(name) = text.strip_prefix("header:") {
+            if name.is_empty() {
+                return Err("\"header:\" names no header: write header:NAME".into());
+            }
+            return Ok(DedupIdSource::Header(name.to_string()));
+        }
+        if text.starts_with('/') {
+            // RFC 6901: `~` only as `~0` (a `~`) or `~1` (a `/`).
+            let bad_escape = text
+                .match_indices('~')
+                .any(|(at, _)| !matches!(text.as_bytes().get(at + 1), Some(b'0' | b'1')));
+            if bad_escape {
+                return Err(format!(
+                    "\"{text}\" is not a JSON pointer: write ~0 for ~ and ~1 for /"
+                ));
+            }
+            return Ok(DedupIdSource::Pointer(text));
+        }
+        Err(format!(
+            "\"{text}\" is not an id source: write header:NAME or a JSON pointer such as /id"
+        ))
+    }
+}
+
+impl std::fmt::Display for DedupIdSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DedupIdSource::Header(name) => write!(f, "header:{name}"),
+            DedupIdSource::Pointer(pointer) => f.write_str(pointer),
+        }
+    }
+}
+
+/// `delivery.on_offset_out_of_range`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutOfRange {
+    /// The task fails with the topic, partition, stored offset and the log's range.
+    #[default]
+    Fail,
+    /// Resume at the log's first offset; skipped offsets are logged and counted.
+    Earliest,
+    /// Resume at the log's end; skipped offsets are logged and counted.
+    Latest,
+}
+
+/// `delivery.on_offset_gap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnGap {
+    /// A warning with the range (at most one per 30 s per task), and a count.
+    #[default]
+    Warn,
+    /// The task fails with the range; a gap of one offset only warns (a transaction's
+    /// commit marker takes one offset the client never sees).
+    Fail,
+    /// Counted and logged at debug level: for compacted topics and transactional producers,
+    /// whose logs have gaps by design.
+    Ignore,
+}
+
+/// Delivery guarantee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Guarantee {
+    /// Rows and offsets commit in one database transaction, fenced by a compare-and-set.
+    #[default]
+    ExactlyOnce,
+    /// Rows commit in the database, then offsets commit to the Kafka consumer group (the
+    /// Kafka Connect way): a crash between the two writes that batch again on restart.
+    AtLeastOnce,
+}

@@ -1,0 +1,410 @@
+//! The checks of a configuration that its JSON Schema cannot express: cross-references,
+//! names, URLs, sources of columns, error policies, plugin limits.
+
+use std::collections::HashSet;
+
+use super::problem::Problem;
+use super::{
+    ColumnConfig, Config, ConnectorConfig, DeadLetterDestination, ErrorPolicy, WriteMode, bounds,
+};
+
+const METADATA_SOURCES: &[&str] = &[
+    "$topic",
+    "$partition",
+    "$offset",
+    "$timestamp",
+    "$now",
+    "$key",
+    "$value",
+];
+
+/// What the schema cannot say: cross-references, names, URLs.
+pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut names = HashSet::new();
+    if config.kafka.brokers.trim().is_empty() {
+        problems.push(Problem::new(
+            "kafka.brokers",
+            "must name at least one broker, or `embedded`",
+        ));
+    }
+    if let Some(reset) = config.kafka.properties.get("auto.offset.reset")
+        && !matches!(
+            reset.as_str(),
+            "earliest" | "smallest" | "beginning" | "latest" | "largest" | "end"
+        )
+    {
+        problems.push(Problem::new(
+            "kafka.properties.auto.offset.reset",
+            format!(
+                "\"{reset}\": use earliest or latest (where a partition with no stored offset starts); a stored offset the log no longer has is delivery.on_offset_out_of_range's"
+            ),
+        ));
+    }
+    if let Some(admin) = &config.admin
+        && admin.listen.parse::<std::net::SocketAddr>().is_err()
+    {
+        problems.push(Problem::new(
+            "admin.listen",
+            format!(
+                "\"{}\" is not an address and port (e.g. 127.0.0.1:8083, or 0.0.0.0:8083 to listen on every interface)",
+                admin.listen
+            ),
+        ));
+    }
+    if let Some(token) = config.admin.as_ref().and_then(|a| a.token.as_ref())
+        && token.expose().trim().is_empty()
+    {
+        problems.push(Problem::new(
+            "admin.token",
+            "is empty (an unset variable?): leave token out to serve without one",
+        ));
+    }
+    if config.pool.size == 0 {
+        problems.push(Problem::new("pool.size", "must be at least 1"));
+    }
+    if config.pool.borrow_timeout.0.is_zero() {
+        problems.push(Problem::new("pool.borrow_timeout", "must be longer than 0"));
+    }
+    for (index, connector) in config.connectors.iter().enumerate() {
+        let at = |rest: &str| format!("connectors[{index}].{rest}");
+        if !names.insert(connector.name.as_str()) {
+            problems.push(Problem::new(
+                at("name"),
+                format!("duplicate connector name \"{}\": names key the stored offsets and must be unique", connector.name),
+            ));
+        }
+        if connector.tasks == 0 {
+            problems.push(Problem::new(at("tasks"), "must be at least 1"));
+        }
+        if connector.batch.max_records == 0 {
+            problems.push(Problem::new(at("batch.max_records"), "must be at least 1"));
+        }
+        if let Some(dedup) = &connector.delivery.dedup
+            && dedup.window.0.is_zero()
+        {
+            problems.push(Problem::new(
+                at("delivery.dedup.window"),
+                "must be longer than 0: ids are remembered this long (on record timestamps)",
+            ));
+        }
+        let sink = &connector.sink;
+        match url_scheme(sink.url.expose()) {
+            Some("postgres" | "postgresql" | "mysql" | "mariadb" | "sqlite") => {}
+            Some(other) => problems.push(Problem::new(
+                at("sink.url"),
+                format!("unsupported database \"{other}\" in {}: use postgres://, mysql:// or sqlite://", sink.url.redacted()),
+            )),
+            None => problems.push(Problem::new(
+                at("sink.url"),
+                format!("\"{}\" is not a database URL: use postgres://, mysql:// or sqlite://", sink.url.redacted()),
+            )),
+        }
+        if !valid_table_name(&sink.table) {
+            problems.push(Problem::new(
+                at("sink.table"),
+                format!("\"{}\" is not a table name: use letters, digits and _, optionally schema.table", sink.table),
+            ));
+        }
+        let mut seen = HashSet::new();
+        for (name, column) in &sink.columns.0 {
+            let column_at = at(&format!("sink.columns.{name}"));
+            if !valid_identifier(name) {
+                problems.push(Problem::new(
+                    &column_at,
+                    "a column name is letters, digits and _, not starting with a digit",
+                ));
+            }
+            if !seen.insert(name.to_ascii_lowercase()) {
+                problems.push(Problem::new(
+                    &column_at,
+                    "defined twice (column names are case-insensitive)",
+                ));
+            }
+            problems.extend(source_problem(column, &column_at, connector.format));
+        }
+        let mut transform_names = HashSet::new();
+        for (t, transform) in connector.transforms.iter().enumerate() {
+            if !transform_names.insert(transform.name.as_str()) {
+                problems.push(Problem::new(
+                    at(&format!("transforms[{t}].name")),
+                    format!("duplicate transform name \"{}\"", transform.name),
+                ));
+            }
+            if transform.limits.max_output_records == 0 {
+                problems.push(Problem::new(
+                    at(&format!("transforms[{t}].limits.max_output_records")),
+                    "must be at least 1",
+                ));
+            }
+            if let Err(message) = check_plugin_timeout(transform.limits.timeout.0) {
+                problems.push(Problem::new(
+                    at(&format!("transforms[{t}].limits.timeout")),
+                    message,
+                ));
+            }
+            if let Err(message) = check_plugin_memory(transform.limits.memory.0) {
+                problems.push(Problem::new(
+                    at(&format!("transforms[{t}].limits.memory")),
+                    message,
+                ));
+            }
+        }
+        if sink.columns.0.is_empty() {
+            problems.push(Problem::new(
+                at("sink.columns"),
+                "define at least one column",
+            ));
+        }
+        for (k, key) in sink.key.iter().enumerate() {
+            if !sink.columns.0.iter().any(|(name, _)| name == key) {
+                problems.push(Problem::new(
+                    at(&format!("sink.key[{k}]")),
+                    format!("column \"{key}\" is not defined in columns"),
+                ));
+            }
+        }
+        if matches!(sink.mode, WriteMode::Upsert | WriteMode::Update) && sink.key.is_empty() {
+            problems.push(Problem::new(
+                at("sink.mode"),
+                format!(
+                    "mode {:?} needs sink.key: the columns that identify a row",
+                    sink.mode
+                )
+                .to_lowercase(),
+            ));
+        }
+        if sink.mode == WriteMode::Update && sink.columns.0.len() == sink.key.len() {
+            problems.push(Problem::new(
+                at("sink.mode"),
+                "mode update needs at least one column that is not in the key",
+            ));
+        }
+        problems.extend(errors_problems(connector, &at));
+        if connector.schema.is_some() && connector.format != super::Format::Json {
+            problems.push(Problem::new(
+                at("schema"),
+                "a JSON Schema needs format: json",
+            ));
+        }
+        if connector.max_record_bytes.0 == 0 {
+            problems.push(Problem::new(at("max_record_bytes"), "must be at least 1"));
+        }
+        for (t, topic) in connector.topics.iter().enumerate() {
+            if topic.is_empty()
+                || topic.len() > 249
+                || !topic
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            {
+                problems.push(Problem::new(
+                    at(&format!("topics[{t}]")),
+                    format!("\"{topic}\" is not a valid Kafka topic name"),
+                ));
+            }
+        }
+    }
+    problems
+}
+
+fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let errors = &connector.errors;
+    match (&errors.policy, &errors.dlq) {
+        (ErrorPolicy::Dlq, None) => problems.push(Problem::new(
+            at("errors.dlq"),
+            "policy dlq needs a destination: dlq: { topic: NAME } or dlq: { table: NAME }",
+        )),
+        (policy, Some(_)) if *policy != ErrorPolicy::Dlq => problems.push(Problem::new(
+            at("errors.dlq"),
+            format!(
+                "a dead-letter destination is set but policy is {}: set policy: dlq or remove dlq",
+                policy.name()
+            ),
+        )),
+        _ => {}
+    }
+    if let Some(dlq) = &errors.dlq {
+        match dlq {
+            DeadLetterDestination::Topic(topic) => {
+                if connector.topics.contains(topic) {
+                    problems.push(Problem::new(
+                        at("errors.dlq.topic"),
+                        format!("\"{topic}\" is also a source topic of this connector"),
+                    ));
+                }
+            }
+            DeadLetterDestination::Table(table) => {
+                if !valid_table_name(table) {
+                    problems.push(Problem::new(
+                        at("errors.dlq.table"),
+                        format!("\"{table}\" is not a table name: use letters, digits and _, optionally schema.table"),
+                    ));
+                } else if table.eq_ignore_ascii_case(&connector.sink.table) {
+                    problems.push(Problem::new(
+                        at("errors.dlq.table"),
+                        "the dead-letter table must not be the sink table",
+                    ));
+                }
+            }
+        }
+    }
+    let retry = &errors.retry;
+    if retry.initial.0.is_zero() {
+        problems.push(Problem::new(
+            at("errors.retry.initial"),
+            "must be more than 0",
+        ));
+    }
+    if retry.initial.0 > retry.max.0 {
+        problems.push(Problem::new(
+            at("errors.retry.max"),
+            format!("must be at least initial ({:?})", retry.initial.0),
+        ));
+    }
+    let isolation = &errors.isolation;
+    if isolation.max_time.0.is_zero() {
+        problems.push(Problem::new(
+            at("errors.isolation.max_time"),
+            "must be more than 0: it is the time allowed to find the records that fail a batch",
+        ));
+    }
+    if isolation.max_failed_calls == 0 {
+        problems.push(Problem::new(
+            at("errors.isolation.max_failed_calls"),
+            "must be at least 1: the call that failed the batch counts",
+        ));
+    }
+    let restart = &errors.restart;
+    if restart.initial.0.is_zero() {
+        problems.push(Problem::new(
+            at("errors.restart.initial"),
+            "must be more than 0",
+        ));
+    }
+    if restart.initial.0 > restart.max.0 {
+        problems.push(Problem::new(
+            at("errors.restart.max"),
+            format!("must be at least initial ({:?})", restart.initial.0),
+        ));
+    }
+    problems
+}
+
+/// A plugin's CPU deadline per call lies in [`bounds::PLUGIN_TIMEOUT_MIN`] ..=
+/// [`bounds::PLUGIN_TIMEOUT_MAX`].
+pub fn check_plugin_timeout(timeout: std::time::Duration) -> Result<(), String> {
+    let (min, max) = (bounds::PLUGIN_TIMEOUT_MIN, bounds::PLUGIN_TIMEOUT_MAX);
+    if timeout < min {
+        Err(format!(
+            "{} is shorter than {}, the shortest deadline sluice can keep (epoch ticks are milliseconds)",
+            human_duration(timeout),
+            human_duration(min)
+        ))
+    } else if timeout > max {
+        Err(format!(
+            "{} is longer than {}, the longest deadline of one call: a batch that computes longer holds its partitions through rebalances; make batches smaller (batch.max_records) instead",
+            human_duration(timeout),
+            human_duration(max)
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// A plugin's memory cap lies in [`bounds::PLUGIN_MEMORY_MIN`] ..=
+/// [`bounds::PLUGIN_MEMORY_MAX`].
+pub fn check_plugin_memory(bytes: u64) -> Result<(), String> {
+    let (min, max) = (bounds::PLUGIN_MEMORY_MIN, bounds::PLUGIN_MEMORY_MAX);
+    if bytes < min {
+        Err(format!(
+            "{} is less than {}, the least memory a component starts with",
+            human_size(bytes),
+            human_size(min)
+        ))
+    } else if bytes > max {
+        Err(format!(
+            "{} is more than {}, the most a 32-bit WebAssembly memory can hold",
+            human_size(bytes),
+            human_size(max)
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// `300s` -> `5m`, `1500ms` -> `1500ms`: the way the file writes durations.
+fn human_duration(duration: std::time::Duration) -> String {
+    let ms = duration.as_millis();
+    if !duration.subsec_nanos().is_multiple_of(1_000_000) {
+        return format!("{}ms", duration.as_secs_f64() * 1000.0);
+    }
+    for (factor, unit) in [(3_600_000, "h"), (60_000, "m"), (1000, "s")] {
+        if ms > 0 && ms.is_multiple_of(factor) {
+            return format!("{}{unit}", ms / factor);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// `4294967296` -> `4GiB`: the way the file writes sizes.
+fn human_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (factor, unit) in UNITS {
+        if bytes >= factor && bytes.is_multiple_of(factor) {
+            return format!("{}{unit}", bytes / factor);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+fn source_problem(column: &ColumnConfig, at: &str, format: super::Format) -> Option<Problem> {
+    let from = column.from.as_str();
+    if from.starts_with('$') {
+        if !METADATA_SOURCES.contains(&from) {
+            return Some(Problem::new(
+                format!("{at}.from"),
+                format!(
+                    "unknown source \"{from}\": use a JSON pointer (/field) or one of {}",
+                    METADATA_SOURCES.join(", ")
+                ),
+            ));
+        }
+        return None;
+    }
+    if !from.starts_with('/') {
+        return Some(Problem::new(
+            format!("{at}.from"),
+            format!("\"{from}\" is not a JSON pointer: write /{from}"),
+        ));
+    }
+    if format != super::Format::Json {
+        return Some(Problem::new(
+            format!("{at}.from"),
+            "a JSON pointer needs format: json; with string or bytes use $value",
+        ));
+    }
+    None
+}
+
+fn url_scheme(url: &str) -> Option<&str> {
+    let end = url.find("://")?;
+    let scheme = &url[..end];
+    (!scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)))
+    .then_some(scheme)
+}
+
+fn valid_identifier(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+}
+
+fn valid_table_name(name: &str) -> bool {
+    let parts: Vec<&str> = name.split('.').collect();
+    parts.len() <= 2 && parts.iter().all(|p| valid_identifier(p))
+}

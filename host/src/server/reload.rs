@@ -1,0 +1,77 @@
+//! Reloading the configuration of a running process (SIGHUP, `POST /reload`).
+
+use std::path::Path;
+
+use crate::admin::{AdminServer, ReloadRequest};
+use crate::config;
+use crate::supervisor::Supervisor;
+
+/// Re-reads the file and applies it: every problem of a file that does not load is
+/// logged and returned, and the running configuration stays. A change of `admin:`
+/// rebinds the listener.
+pub(super) async fn reload(
+    path: &Path,
+    brokers: &str,
+    supervisor: &std::sync::Arc<Supervisor>,
+    admin: &mut Option<AdminServer>,
+    reload_tx: &tokio::sync::mpsc::Sender<ReloadRequest>,
+) -> Result<crate::supervisor::Reloaded, Vec<String>> {
+    let config = match config::load_file(path) {
+        Ok(config) => config,
+        Err(error) => {
+            let lines = error.lines(&path.display().to_string());
+            for line in &lines {
+                tracing::error!(problem = %line, "the new configuration is not valid; the old one runs on");
+            }
+            return Err(lines);
+        }
+    };
+    // The embedded cluster lives as long as the process: a file that still says
+    // `embedded` keeps it.
+    let brokers = if config.kafka.is_embedded() {
+        brokers.to_string()
+    } else {
+        config.kafka.brokers.clone()
+    };
+    let admin_changed =
+        supervisor.config().admin != config.admin || (admin.is_none() && config.admin.is_some());
+    let new_admin = config.admin.clone();
+    let reloaded = supervisor
+        .reload(config, &brokers)
+        .await
+        .map_err(|e| vec![e.to_string()])?;
+    tracing::info!(started = ?reloaded.started, restarted = ?reloaded.restarted,
+        stopped = ?reloaded.stopped, unchanged = ?reloaded.unchanged, "configuration reloaded");
+    if admin_changed {
+        match (admin.take(), new_admin) {
+            // Same address: the token changes in place.
+            (Some(server), Some(new)) if server.listen == new.listen => {
+                server.set_token(new.token);
+                *admin = Some(server);
+            }
+            (old, new) => {
+                // The old server stops in the background: it may be serving this very
+                // reload (POST /reload), whose answer comes after this returns.
+                if let Some(old) = old {
+                    tokio::spawn(old.begin_stop());
+                }
+                if let Some(new) = new {
+                    match AdminServer::start(
+                        &new.listen,
+                        new.token,
+                        supervisor.clone(),
+                        Some(reload_tx.clone()),
+                    )
+                    .await
+                    {
+                        Ok(server) => *admin = Some(server),
+                        Err(error) => {
+                            tracing::error!(%error, "the admin API could not move to its new address; it is off until the next reload")
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(reloaded)
+}

@@ -1,0 +1,167 @@
+//! A batch's transaction: offsets (the compare-and-set), producer ids, rows, redrive
+//! markers and dead letters, committed together.
+
+use sqlx::{AssertSqlSafe, Connection, Encode, Executor, IntoArguments, Type};
+
+use super::backend::{self, Backend};
+use super::{
+    Checkout, Run, Sink, SinkError, WRITE_TIMEOUT, WriteBatch, Written, dead_letters, dedup,
+    each_pool, redriven, runs, without_inputs,
+};
+use crate::config::WriteMode;
+use crate::map::{RowOp, SqlValue};
+
+impl Sink {
+    /// Writes one batch in one transaction: offsets (compare-and-set), then rows. On any
+    /// error the transaction is rolled back and nothing of the batch is stored.
+    pub async fn write(&self, batch: &WriteBatch) -> Result<(), SinkError> {
+        self.write_timed(batch).await.map(|_| ())
+    }
+
+    /// [`write`](Self::write), returning what the transaction did.
+    pub async fn write_timed(&self, batch: &WriteBatch) -> Result<Written, SinkError> {
+        tokio::time::timeout(WRITE_TIMEOUT, self.write_transaction(batch))
+            .await
+            .unwrap_or_else(|_| {
+                Err(SinkError::Timeout {
+                    action: "write batch",
+                    table: self.table.name.clone(),
+                    after: WRITE_TIMEOUT,
+                })
+            })
+    }
+
+    async fn write_transaction(&self, batch: &WriteBatch) -> Result<Written, SinkError> {
+        each_pool!(self, pool, DB => {
+            let mut checkout = Checkout::take(pool).await.map_err(self.db_error("begin"))?;
+            let result = async {
+                let conn: &mut <DB as sqlx::Database>::Connection = &mut checkout.conn;
+                let mut tx = conn
+                    .begin_with(self.dialect.begin())
+                    .await
+                    .map_err(self.db_error("begin"))?;
+                let mut written = self.write_in::<DB>(&mut tx, batch).await?;
+                let committing = std::time::Instant::now();
+                tx.commit().await.map_err(self.db_error("commit"))?;
+                written.commit_time = committing.elapsed();
+                Ok(written)
+            }
+            .await;
+            checkout.ran_to_completion();
+            result
+        })
+    }
+
+    /// The body of a batch's transaction.
+    async fn write_in<DB>(
+        &self,
+        conn: &mut DB::Connection,
+        batch: &WriteBatch,
+    ) -> Result<Written, SinkError>
+    where
+        DB: Backend,
+        DB::Connection: 'static,
+        DB::Arguments: IntoArguments<DB>,
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+        String: for<'q> Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + Type<DB>,
+        i32: for<'q> Encode<'q, DB> + Type<DB>,
+        i64: for<'q> Encode<'q, DB> + Type<DB>,
+        Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
+        usize: sqlx::ColumnIndex<DB::Row>,
+    {
+        backend::advance_offsets::<DB>(
+            conn,
+            self.dialect,
+            &self.connector,
+            batch.cluster.as_deref(),
+            &batch.topic_ids,
+            &batch.offsets,
+        )
+        .await?;
+        let mut written = Written::default();
+        let kept;
+        let ops: &[RowOp] = if batch.dedup.is_empty() {
+            &batch.ops
+        } else {
+            let skipped =
+                dedup::claim::<DB>(conn, self.dialect, &self.connector, &batch.dedup).await?;
+            written.duplicates = skipped.iter().map(|&p| batch.dedup[p].input).collect();
+            kept = without_inputs(batch, &written.duplicates);
+            kept.as_deref().unwrap_or(&batch.ops)
+        };
+        written.rows = ops.len();
+        let runs = runs(
+            ops,
+            &self.table,
+            self.dialect,
+            self.mode != WriteMode::Insert,
+        );
+        backend::write_runs::<DB>(
+            conn,
+            self.dialect,
+            &self.table,
+            self.mode,
+            &runs,
+            self.copy_in(),
+        )
+        .await
+        .map_err(self.db_error("write rows"))?;
+        if !batch.redriven_from_topic.is_empty() {
+            redriven::record::<DB>(
+                conn,
+                self.dialect,
+                &self.connector,
+                &batch.redriven_from_topic,
+            )
+            .await?;
+        }
+        if batch.dead_letters.is_empty() && batch.redriven.is_empty() {
+            return Ok(written);
+        }
+        let Some(table) = &self.dead_letter_table else {
+            return Err(SinkError::Internal(
+                "dead letters for a connector without errors.dlq.table".into(),
+            ));
+        };
+        let dlq_error = |action| {
+            move |source| SinkError::Database {
+                action,
+                table: table.name.clone(),
+                source,
+            }
+        };
+        let rows: Vec<Vec<SqlValue>> = batch
+            .dead_letters
+            .iter()
+            .map(|letter| dead_letters::row(&self.connector, letter))
+            .collect();
+        if !rows.is_empty() {
+            let runs = [Run::Write(rows.iter().map(Vec::as_slice).collect())];
+            // Upsert: an at-least-once redelivery stores the same dead letter again.
+            backend::write_runs::<DB>(conn, self.dialect, table, WriteMode::Upsert, &runs, false)
+                .await
+                .map_err(dlq_error("write dead letters"))?;
+        }
+        // The removal of a redriven dead letter is its compare-and-set: a dead letter that
+        // is gone was redriven by someone else, and this batch must not write it again.
+        let delete = self.dialect.delete_dead_letter(&table.name);
+        for (topic, partition, offset) in &batch.redriven {
+            let result = sqlx::query::<DB>(AssertSqlSafe(delete.clone()))
+                .bind(self.connector.clone())
+                .bind(topic.clone())
+                .bind(*partition)
+                .bind(*offset)
+                .execute(&mut *conn)
+                .await
+                .map_err(dlq_error("remove redriven dead letters"))?;
+            if DB::rows_affected(&result) != 1 {
+                return Err(SinkError::RedriveConflict {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: *offset,
+                });
+            }
+        }
+        Ok(written)
+    }
+}

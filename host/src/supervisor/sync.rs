@@ -1,0 +1,174 @@
+//! A runner's share of state with the other processes, through its sink database: the
+//! operator's target and restart requests, this process's heartbeats and theirs; and the
+//! view of the connector that status and the admin API show.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::connector::{CONTROL_INTERVAL, HEARTBEAT_STALE, Runner, SYNC_TIMEOUT};
+use super::handle::{ConnectorState, ConnectorView, TaskView, kc_task_state};
+use crate::sink::Sink;
+use crate::sink::control::{ControlRow, Target, now_ms};
+use crate::task::TaskState;
+
+impl Runner {
+    pub(super) fn sync_due(&self) -> bool {
+        self.sink.is_some()
+            && self
+                .last_sync
+                .is_none_or(|t| t.elapsed() >= CONTROL_INTERVAL)
+    }
+
+    /// Shares state with the other processes: writes what was set here, reads the target
+    /// and restart requests set anywhere, writes this process's heartbeats, reads theirs.
+    pub(super) async fn sync(&mut self) {
+        self.last_sync = Some(Instant::now());
+        let Some(sink) = self.sink.clone() else {
+            return;
+        };
+        let exchanged = tokio::time::timeout(SYNC_TIMEOUT, self.exchange(&sink)).await;
+        match exchanged {
+            Ok(Ok(Some(row))) => self.apply_control(row).await,
+            Ok(Ok(None)) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "cannot share the connector's state through its database (tried again)")
+            }
+            Err(_) => {
+                tracing::debug!(after = ?SYNC_TIMEOUT, "no answer sharing the connector's state through its database (tried again)")
+            }
+        }
+    }
+
+    /// The body of [`sync`](Self::sync).
+    pub(super) async fn exchange(
+        &mut self,
+        sink: &Arc<Sink>,
+    ) -> Result<Option<ControlRow>, crate::sink::SinkError> {
+        if let Some(target) = self.pending_target {
+            sink.write_target(target).await?;
+            self.pending_target = None;
+        }
+        if let Some((include_tasks, only_failed)) = self.pending_restart {
+            let seq = sink.request_restart(include_tasks, only_failed).await?;
+            self.restart_seen = Some(seq);
+            self.pending_restart = None;
+        }
+        let row = sink.read_control().await?;
+        let tasks: Vec<(i32, &str, Option<String>)> = self
+            .task_views()
+            .into_iter()
+            .map(|t| (t.id as i32, t.state, t.trace))
+            .collect();
+        sink.write_heartbeats(&self.context.worker_id, &tasks)
+            .await?;
+        let now = now_ms();
+        self.others = sink
+            .read_heartbeats()
+            .await?
+            .into_iter()
+            .filter(|row| row.worker != self.context.worker_id)
+            .map(|mut row| {
+                if now - row.updated_at > HEARTBEAT_STALE.as_millis() as i64 {
+                    row.state = "UNASSIGNED".into();
+                }
+                row
+            })
+            .collect();
+        Ok(row)
+    }
+
+    /// Applies what the database says the operator asked for (outside the sync's time
+    /// bound: stopping tasks takes its own time).
+    pub(super) async fn apply_control(&mut self, row: ControlRow) {
+        if self.pending_target.is_none() && row.target != self.target {
+            self.set_target(row.target).await;
+        }
+        match self.restart_seen {
+            Some(seen) if row.restart_seq > seen => {
+                tracing::info!("restart requested through another process");
+                self.restart_seen = Some(row.restart_seq);
+                self.restart(row.restart_tasks, row.restart_only_failed)
+                    .await;
+            }
+            None => self.restart_seen = Some(row.restart_seq),
+            _ => {}
+        }
+    }
+
+    pub(super) fn task_views(&self) -> Vec<TaskView> {
+        self.slots
+            .iter()
+            .map(|slot| {
+                let status = slot.status.as_ref();
+                let (state, trace, transient) = if slot.restart_at.is_some() {
+                    ("RESTARTING", status.and_then(|s| s.error.clone()), true)
+                } else {
+                    match status {
+                        None => (self.starting_state(), None, false),
+                        // A task starting under a pause pauses before its first poll.
+                        Some(s) if s.state == TaskState::Subscribing => {
+                            (self.starting_state(), None, false)
+                        }
+                        Some(s) => (kc_task_state(s.state), s.error.clone(), s.transient),
+                    }
+                };
+                TaskView {
+                    id: slot.id,
+                    state,
+                    trace,
+                    transient,
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn starting_state(&self) -> &'static str {
+        if self.target == Target::Paused {
+            "PAUSED"
+        } else {
+            "RUNNING"
+        }
+    }
+
+    /// Publishes the connector's state as it is now.
+    pub(super) fn publish_current(&self) {
+        let (state, trace) = match (&self.failure, &self.sink) {
+            (Some(failure), _) => (ConnectorState::Failed, Some(failure.clone())),
+            (None, None) => (ConnectorState::Unassigned, Some("connecting".into())),
+            (None, Some(_)) => (
+                match self.target {
+                    Target::Running => ConnectorState::Running,
+                    Target::Paused => ConnectorState::Paused,
+                    Target::Stopped => ConnectorState::Stopped,
+                },
+                None,
+            ),
+        };
+        self.publish(state, trace);
+    }
+
+    pub(super) fn publish(&self, state: ConnectorState, trace: Option<String>) {
+        let tasks = self.task_views();
+        for task in &tasks {
+            self.metrics.set_task_state(task.id, task.state);
+        }
+        let view = ConnectorView {
+            state,
+            trace,
+            tasks,
+            started: true,
+            sink: self.sink.clone(),
+            others: self.others.clone(),
+        };
+        self.view.send_if_modified(|old| {
+            let changed = old.state != view.state
+                || old.trace != view.trace
+                || old.tasks != view.tasks
+                || old.started != view.started
+                || old.others != view.others
+                || old.sink.is_some() != view.sink.is_some();
+            *old = view;
+            changed
+        });
+    }
+}
