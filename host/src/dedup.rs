@@ -12,8 +12,11 @@
 //! So a duplicate is skipped however far apart the copies are: across batches, partitions,
 //! restarts, rebalances and processes. Two tasks that store the same id at once conflict on
 //! the table's key; the loser's transaction rolls back and is retried, and then finds the
-//! id. Ids are kept for `window`, measured on record timestamps; a background cleanup
-//! removes older ones ([`crate::sink::Sink::clean_dedup`]).
+//! id. Ids are kept for at least `window` after they were written, measured on the sink
+//! database's clock (a record's own timestamp does not count); a background cleanup
+//! removes older ones ([`crate::sink::Sink::clean_dedup`]). Each id keeps where it was
+//! first read (topic, partition, offset), so that an offsets reset forgets the ids it
+//! rewinds past and a replay writes its records again.
 
 use std::collections::HashSet;
 
@@ -31,7 +34,12 @@ pub struct DedupKey {
     /// The producer's id for the message.
     pub id: String,
     /// The record's timestamp in milliseconds (the time it was read when it has none).
+    /// Stored beside the id for reading; the window does not count from it.
     pub timestamp: i64,
+    /// Where the record was read: its topic, partition and offset.
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
 }
 
 /// Reads `record`'s id from `source`. `Err` says why there is none, for the record's
@@ -188,6 +196,9 @@ mod tests {
             input,
             id: id.into(),
             timestamp: 0,
+            topic: "t".into(),
+            partition: 0,
+            offset: input as i64,
         };
         let keys = [
             key(0, "a"),

@@ -18,6 +18,7 @@
 //!   the embedded cluster.
 //! - [`pool`]: the seek-consumer pool: assign-mode consumers lent for one read at a
 //!   partition and position (`inspect`, `dry-run`, the admin API's record reads).
+//! - [`reset`]: an operator's offsets reset, and what it forgets with the offsets.
 //! - [`deliver`]: the error policy applied to a prepared batch and the batch written,
 //!   refused rows isolated; used by the task and by `sluice dlq redrive`.
 //! - [`task`]: the actor that drives one consumer through its state machine.
@@ -45,6 +46,7 @@ pub mod metrics;
 pub mod pool;
 pub mod prepare;
 pub mod record;
+pub mod reset;
 pub mod retry;
 pub mod server;
 pub mod sink;

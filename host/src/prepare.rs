@@ -217,8 +217,10 @@ impl Preparer {
                     Ok(id) => prepared.dedup.push(DedupKey {
                         input: index,
                         id,
-                        // Never later than now: a future stamp must not age the others out.
                         timestamp: item.record.timestamp.unwrap_or(read_at).min(read_at),
+                        topic: item.record.topic.clone(),
+                        partition: item.record.partition,
+                        offset: item.record.offset,
                     }),
                     Err(message) => problem = Some((FailureClass::MissingId, message)),
                 }

@@ -118,6 +118,9 @@ fn one_record(topic: &str, partition: i32, uid: i64, id: &str, timestamp: i64) -
             input: 0,
             id: id.into(),
             timestamp,
+            topic: topic.into(),
+            partition,
+            offset: uid,
         }],
         offsets: vec![OffsetAdvance {
             topic: topic.into(),
@@ -173,23 +176,35 @@ async fn concurrent_claims_of_one_id(kind: Backend) {
 }
 for_each_database!(concurrent_claims_of_one_id);
 
-/// Ids more than the window older than the newest id kept are removed; a record whose id
-/// was removed is written again (the window is the promise, and no more).
+/// Ages the ids of `sink`'s connector named in `ids` by `ms`, as if they had been written
+/// that long ago by the database's clock.
+async fn age_ids(sink: &Sink, ids: &[&str], ms: i64) {
+    let list: Vec<String> = ids.iter().map(|id| format!("'{id}'")).collect();
+    sink.execute_statement(&format!(
+        "UPDATE sluice_dedup SET written_at = written_at - {ms} WHERE connector = '{}' AND id IN ({})",
+        sink.connector_name(),
+        list.join(", ")
+    ))
+    .await
+    .expect("age ids");
+}
+
+/// Ids written more than the window ago by the database's clock are removed; a record
+/// whose id was removed is written again (the window is the promise, and no more).
 async fn ids_past_the_window_are_cleaned_up(kind: Backend) {
     let (_db, scenario, sink) = dedup_sink(kind, "dedup: { id: /uid, window: 1h }").await;
     let hour = 3_600_000;
-    let day0 = 1_700_000_000_000;
-    for (i, at) in [day0, day0 + hour / 2, day0 + 2 * hour, day0 + 3 * hour]
-        .into_iter()
-        .enumerate()
-    {
+    let now = chrono::Utc::now().timestamp_millis();
+    for i in 0..4 {
         let topic = format!("{}-{i}", scenario.topic);
-        sink.write(&one_record(&topic, 0, i as i64, &format!("id-{i}"), at))
+        sink.write(&one_record(&topic, 0, i as i64, &format!("id-{i}"), now))
             .await
             .expect("write");
     }
+    // id-0 and id-1 were written two hours ago, id-2 half an hour ago.
+    age_ids(&sink, &["id-0", "id-1"], 2 * hour).await;
+    age_ids(&sink, &["id-2"], hour / 2).await;
     let window = Duration::from_secs(3600);
-    // Newest: day0 + 3h; kept: from day0 + 2h on.
     assert_eq!(sink.clean_dedup(window).await.expect("clean"), 2);
     assert_eq!(sink.dedup_ids().await.expect("ids"), 2);
     assert_eq!(sink.clean_dedup(window).await.expect("clean again"), 0);
@@ -200,7 +215,7 @@ async fn ids_past_the_window_are_cleaned_up(kind: Backend) {
             0,
             0,
             "id-0",
-            day0 + 3 * hour,
+            now,
         ))
         .await
         .expect("write");
@@ -211,7 +226,7 @@ async fn ids_past_the_window_are_cleaned_up(kind: Backend) {
             0,
             3,
             "id-3",
-            day0 + 3 * hour,
+            now,
         ))
         .await
         .expect("write");
@@ -219,6 +234,79 @@ async fn ids_past_the_window_are_cleaned_up(kind: Backend) {
     sink.close().await;
 }
 for_each_database!(ids_past_the_window_are_cleaned_up);
+
+/// The window counts from when an id was written, by the database's clock, whatever the
+/// record's own timestamp says: a producer that stamps event time 11 minutes old under
+/// `window: 10m`, beside records stamped now, keeps its id, and its copy is skipped. (When
+/// record timestamps counted, the cleanup took the old-stamped id at once.)
+async fn the_window_counts_from_the_write_not_the_record_time(kind: Backend) {
+    let (_db, scenario, sink) = dedup_sink(kind, "dedup: { id: /uid, window: 10m }").await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let minute = 60_000;
+    sink.write(&one_record(
+        &format!("{}-old", scenario.topic),
+        0,
+        1,
+        "stamped-old",
+        now - 11 * minute,
+    ))
+    .await
+    .expect("write");
+    sink.write(&one_record(
+        &format!("{}-new", scenario.topic),
+        0,
+        2,
+        "stamped-now",
+        now,
+    ))
+    .await
+    .expect("write");
+    let window = Duration::from_secs(600);
+    assert_eq!(sink.clean_dedup(window).await.expect("clean"), 0);
+    assert_eq!(sink.dedup_ids().await.expect("ids"), 2);
+    let copy = sink
+        .write_timed(&one_record(
+            &format!("{}-copy", scenario.topic),
+            0,
+            1,
+            "stamped-old",
+            now - 11 * minute,
+        ))
+        .await
+        .expect("write");
+    assert_eq!(
+        (copy.rows, copy.duplicates),
+        (0, vec![0]),
+        "the copy of an id written a moment ago landed again"
+    );
+    sink.close().await;
+}
+for_each_database!(the_window_counts_from_the_write_not_the_record_time);
+
+/// Ids that a process of the previous schema version stored (without `written_at`, during
+/// a rolling upgrade) are kept at least a window from the first cleanup that sees them.
+async fn ids_of_an_older_process_are_kept_a_window(kind: Backend) {
+    let (_db, scenario, sink) = dedup_sink(kind, "dedup: { id: /uid, window: 1h }").await;
+    let connector = sink.connector_name().to_string();
+    sink.execute_statement(&format!(
+        "INSERT INTO sluice_dedup (connector, id, record_time) VALUES ('{connector}', 'from-v7', 1000)"
+    ))
+    .await
+    .expect("insert as version 7 does");
+    assert_eq!(
+        sink.clean_dedup(Duration::from_secs(3600))
+            .await
+            .expect("clean"),
+        0
+    );
+    let copy = sink
+        .write_timed(&one_record(&scenario.topic, 0, 1, "from-v7", 1000))
+        .await
+        .expect("write");
+    assert_eq!((copy.rows, copy.duplicates), (0, vec![0]));
+    sink.close().await;
+}
+for_each_database!(ids_of_an_older_process_are_kept_a_window);
 
 /// Ids compare byte for byte on every database: case and trailing spaces make different
 /// ids (MySQL's `_bin` collations would take `a` and `a ` for one), and an id stored once
@@ -234,6 +322,9 @@ async fn ids_compare_exactly(kind: Backend) {
             input,
             id: id.to_string(),
             timestamp: 1_000,
+            topic: scenario.topic.clone(),
+            partition: 0,
+            offset: input as i64,
         });
     }
     batch.offsets = vec![OffsetAdvance {
@@ -257,16 +348,16 @@ for_each_database!(ids_compare_exactly);
 /// window, over several statements, and keeps the rest.
 async fn a_large_cleanup_goes_in_chunks(kind: Backend) {
     let (_db, scenario, sink) = dedup_sink(kind, "dedup: { id: /uid, window: 1h }").await;
-    let old = 1_700_000_000_000i64;
-    let new = old + 2 * 3_600_000;
     let mut batch = WriteBatch::default();
     for input in 0..25_001usize {
         batch.origins.push(input);
         batch.dedup.push(DedupKey {
             input,
             id: format!("id-{input}"),
-            // The last one is new: it sets the newest time, and stays.
-            timestamp: if input == 25_000 { new } else { old },
+            timestamp: 1_700_000_000_000,
+            topic: scenario.topic.clone(),
+            partition: 0,
+            offset: input as i64,
         });
     }
     batch.offsets = vec![OffsetAdvance {
@@ -277,6 +368,13 @@ async fn a_large_cleanup_goes_in_chunks(kind: Backend) {
     }];
     sink.write(&batch).await.expect("write ids");
     assert_eq!(sink.dedup_ids().await.expect("ids"), 25_001);
+    // All but the last were written two hours ago.
+    sink.execute_statement(&format!(
+        "UPDATE sluice_dedup SET written_at = written_at - 7200000 WHERE connector = '{}' AND id <> 'id-25000'",
+        sink.connector_name()
+    ))
+    .await
+    .expect("age ids");
     let removed = sink
         .clean_dedup(Duration::from_secs(3600))
         .await

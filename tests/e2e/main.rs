@@ -12,6 +12,8 @@
 //! - [`pool`]: the seek-consumer pool under concurrent reads, timeouts and a broker
 //!   restart; `sluice inspect`, `sluice dry-run` and their admin API endpoints; the
 //!   latency of a pooled read beside a consumer per read (`POOL-BENCH`).
+//! - [`replay`]: an offsets reset replays: ids and markers it rewinds past are forgotten,
+//!   a row written removes its record's dead letter, the CLI refuses while it runs.
 //! - [`poison`]: poisoned records under each error policy, dead letters and their redrive.
 //! - [`pg_copy`]: PostgreSQL's inserts through `COPY`: every column type at its edges,
 //!   COPY's special characters, a table made by hand with narrower types.
@@ -43,4 +45,5 @@ mod pg_copy;
 mod pipeline;
 mod poison;
 mod pool;
+mod replay;
 mod schema;

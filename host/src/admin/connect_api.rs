@@ -374,42 +374,36 @@ async fn offsets(State(state): State<AdminState>, Path(name): Path<String>) -> R
 
 /// Offsets may change only while the connector is stopped here and in every process: this
 /// process's runner, the other processes' heartbeats, and (the ground truth) the Kafka
-/// group, which must have no members.
+/// group, which must have no members. Returns the connector's sink, where a reset forgets
+/// what it rewinds past (`crate::reset`).
 async fn stopped_everywhere(
     state: &AdminState,
     connector: &ConnectorHandle,
-) -> Result<Option<Arc<crate::sink::Sink>>, ApiError> {
+) -> Result<Arc<crate::sink::Sink>, ApiError> {
     let view = connector.view();
-    let mut busy: Vec<String> = view
-        .others
-        .iter()
-        .filter(|row| row.state != "UNASSIGNED" && row.state != "FAILED")
-        .map(|row| format!("task {} on {} is {}", row.task, row.worker, row.state))
-        .collect();
-    if busy.is_empty() && view.state == ConnectorState::Stopped && view.tasks.is_empty() {
-        let (kafka, brokers, config) = (
-            state.supervisor.config().kafka.clone(),
-            state.supervisor.brokers(),
-            connector.config.clone(),
-        );
-        match kafka_call(move || crate::kafka::group::members(&kafka, &brokers, &config)).await {
-            Ok(0) => {}
-            Ok(n) => busy.push(format!(
-                "the Kafka group {} still has {n} member(s)",
-                connector.config.group_id()
-            )),
+    let stopped_here = view.state == ConnectorState::Stopped && view.tasks.is_empty();
+    let mut busy = Vec::new();
+    if stopped_here && let Some(sink) = &view.sink {
+        let brokers = state.supervisor.brokers();
+        match crate::reset::running_anywhere(
+            sink,
+            &state.supervisor.config().kafka,
+            Some(&brokers),
+            &connector.config,
+            Some(&state.supervisor.worker_id()),
+        )
+        .await
+        {
+            Ok(running) => busy = running,
             Err(e) => {
                 return Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    format!(
-                        "cannot check that the Kafka group {} is empty: {e}",
-                        connector.config.group_id()
-                    ),
+                    e.to_string(),
                 ));
             }
         }
     }
-    if view.state != ConnectorState::Stopped || !view.tasks.is_empty() || !busy.is_empty() {
+    if !stopped_here || !busy.is_empty() {
         let mut message = format!(
             "Connectors must be in the STOPPED state before their offsets can be modified. \
              This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/{}/stop' endpoint",
@@ -420,11 +414,8 @@ async fn stopped_everywhere(
         }
         return Err(ApiError::new(StatusCode::BAD_REQUEST, message));
     }
-    if !exactly_once(connector) {
-        return Ok(None);
-    }
     match view.sink {
-        Some(sink) => Ok(Some(sink)),
+        Some(sink) => Ok(sink),
         None => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
@@ -527,53 +518,85 @@ async fn alter_offsets(
         Ok(sink) => sink,
         Err(e) => return e.into_response(),
     };
-    if let Some(sink) = &sink
-        && let Err(e) = sink.alter_offsets(&changes).await
+    let request = crate::reset::ResetRequest::Partitions(changes);
+    reset_answer(&state, &connector, &sink, &request, "altered").await
+}
+
+/// Runs a reset (`crate::reset`) and answers it: Kafka Connect's message, and what was
+/// forgotten.
+async fn reset_answer(
+    state: &AdminState,
+    connector: &ConnectorHandle,
+    sink: &crate::sink::Sink,
+    request: &crate::reset::ResetRequest,
+    done: &str,
+) -> Response {
+    let brokers = state.supervisor.brokers();
+    let report = match crate::reset::reset(
+        sink,
+        &state.supervisor.config().kafka,
+        Some(&brokers),
+        &connector.config,
+        request,
+    )
+    .await
     {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-    }
-    let commits: Vec<(String, i32, i64)> = changes
-        .iter()
-        .filter_map(|(t, p, n)| n.map(|n| (t.clone(), *p, n)))
-        .collect();
-    let (kafka, brokers, config) = (
-        state.supervisor.config().kafka.clone(),
-        state.supervisor.brokers(),
-        connector.config.clone(),
+        Ok(report) => report,
+        Err(crate::reset::ResetError::Positions { connector, reason }) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "cannot read where the partitions of connector {connector} start: {reason}"
+                ),
+            );
+        }
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let failed = !exactly_once(connector) && report.kafka_group.is_err();
+    let mut answer = offsets_answer(
+        connector,
+        exactly_once(connector),
+        report.kafka_group.map(|_| ()),
+        done,
     );
-    let mirrored = kafka_call(move || {
-        crate::kafka::group::commit_group_offsets(&kafka, &brokers, &config, &commits)
-    })
-    .await;
-    offsets_answer(&connector, sink.is_some(), mirrored.map(|_| ()), "altered")
+    if let Some(object) = answer.as_object_mut() {
+        object.insert("forgotten".into(), json!(report.forgotten));
+    }
+    let status = if failed {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    };
+    (status, Json(answer)).into_response()
 }
 
 /// The answer to an offsets change: Kafka Connect's message, once the Kafka group has
 /// followed. With the offsets in the database (`in_database`), a group that could not
 /// follow is a warning and a `kafka_group` field; otherwise the group's offsets are the
-/// ones used, and its failure is the answer.
+/// ones used, and its failure is in the answer's `error` (with the ids and markers already
+/// forgotten: the records are read again, at least once).
 fn offsets_answer(
     connector: &ConnectorHandle,
     in_database: bool,
     mirrored: Result<(), String>,
     done: &str,
-) -> Response {
+) -> Value {
     let mut answer =
         json!({"message": format!("The offsets for this connector have been {done} successfully")});
     if let Err(e) = mirrored {
         let group = connector.config.group_id();
         if !in_database {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the offsets of the Kafka group {group} could not be {done}: {e}"),
-            );
+            return json!({
+                "error_code": 500,
+                "message": format!("the offsets of the Kafka group {group} could not be {done}: {e}"),
+            });
         }
         tracing::warn!(connector = %connector.name, error = %e, "offsets {done} in the database; the Kafka group's copy (for lag tools) could not follow");
         answer["kafka_group"] = json!(format!(
             "not updated (the database's offsets are the ones used): {e}"
         ));
     }
-    Json(answer).into_response()
+    answer
 }
 
 /// `DELETE /connectors/{name}/offsets`: forgets every offset (the connector starts over per
@@ -588,20 +611,14 @@ async fn reset_offsets(State(state): State<AdminState>, Path(name): Path<String>
         Ok(sink) => sink,
         Err(e) => return e.into_response(),
     };
-    if let Some(sink) = &sink
-        && let Err(e) = sink.delete_all_offsets().await
-    {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-    }
-    let (kafka, brokers, config) = (
-        state.supervisor.config().kafka.clone(),
-        state.supervisor.brokers(),
-        connector.config.clone(),
-    );
-    let mirrored =
-        kafka_call(move || crate::kafka::group::reset_group_offsets(&kafka, &brokers, &config))
-            .await;
-    offsets_answer(&connector, sink.is_some(), mirrored.map(|_| ()), "reset")
+    reset_answer(
+        &state,
+        &connector,
+        &sink,
+        &crate::reset::ResetRequest::All,
+        "reset",
+    )
+    .await
 }
 
 /// The query flags of a restart, for tests and the CLI.

@@ -1,11 +1,15 @@
-//! `sluice offsets show|reset`: the stored positions of a connector.
+//! `sluice offsets show|reset`: the stored positions of a connector. A reset runs only
+//! while the connector runs nowhere (the same check as the admin API's), and forgets with
+//! the offsets what they rewind past (`crate::reset`).
 
 use super::OffsetsAction;
+use crate::config::{Config, ConnectorConfig};
+use crate::reset::{ResetRequest, reset, running_anywhere};
 use crate::server::{EXIT_FAILURE, EXIT_INVALID, load};
 use crate::sink::Sink;
 
 pub async fn offsets(action: OffsetsAction) -> u8 {
-    let (path, only, reset) = match &action {
+    let (path, only, resetting) = match &action {
         OffsetsAction::Show { config, connector } => (config, connector.clone(), false),
         OffsetsAction::Reset { config, connector } => (config, Some(connector.clone()), true),
     };
@@ -34,51 +38,91 @@ pub async fn offsets(action: OffsetsAction) -> u8 {
                 return EXIT_FAILURE;
             }
         };
-        for topic in &connector.topics {
-            let result = if reset {
-                sink.reset_offsets(topic).await.map(|n| {
-                    println!(
-                        "{} {topic}: forgot the offsets of {n} partition(s)",
-                        connector.name
-                    )
-                })
-            } else {
-                sink.read_offsets(topic).await.map(|offsets| {
-                    let mut offsets: Vec<_> = offsets.into_iter().collect();
-                    offsets.sort();
-                    for (partition, next) in offsets {
-                        println!("{} {topic} {partition} {next}", connector.name);
-                    }
-                })
-            };
-            if let Err(e) = result {
+        let code = if resetting {
+            reset_one(&config, connector, &sink).await
+        } else {
+            show(connector, &sink).await
+        };
+        sink.close().await;
+        if code != 0 {
+            return code;
+        }
+    }
+    0
+}
+
+async fn show(connector: &ConnectorConfig, sink: &Sink) -> u8 {
+    for topic in &connector.topics {
+        match sink.read_offsets(topic).await {
+            Ok(offsets) => {
+                let mut offsets: Vec<_> = offsets.into_iter().collect();
+                offsets.sort();
+                for (partition, next) in offsets {
+                    println!("{} {topic} {partition} {next}", connector.name);
+                }
+            }
+            Err(e) => {
                 eprintln!("connector {}: {e}", connector.name);
                 return EXIT_FAILURE;
             }
         }
-        sink.close().await;
-        // The group's committed offsets (a mirror for lag tools) go too; the embedded
-        // cluster of another process is not reachable from here.
-        if reset && !config.kafka.is_embedded() {
-            let (kafka, connector_config) = (config.kafka.clone(), connector.clone());
-            let moved = tokio::task::spawn_blocking(move || {
-                crate::kafka::group::reset_group_offsets(&kafka, &kafka.brokers, &connector_config)
-            })
-            .await
-            .unwrap_or_else(|_| Err(rdkafka::error::KafkaError::Canceled));
-            match moved {
-                Ok(n) => println!(
-                    "{}: moved the Kafka group {}'s committed offsets of {n} partition(s) to where the connector starts",
-                    connector.name,
-                    connector.group_id()
-                ),
-                Err(e) => eprintln!(
-                    "{}: the Kafka group {}'s committed offsets stay ({e}); stop the connector (sluice stop) and reset again to clear them",
-                    connector.name,
-                    connector.group_id()
-                ),
+    }
+    0
+}
+
+async fn reset_one(config: &Config, connector: &ConnectorConfig, sink: &Sink) -> u8 {
+    let name = &connector.name;
+    if let Err(e) = sink.prepare().await {
+        eprintln!("connector {name}: {e}");
+        return EXIT_FAILURE;
+    }
+    // The embedded cluster of another process is not reachable from here.
+    let brokers = (!config.kafka.is_embedded()).then_some(config.kafka.brokers.as_str());
+    match running_anywhere(sink, &config.kafka, brokers, connector, None).await {
+        Ok(running) if running.is_empty() => {}
+        Ok(running) => {
+            eprintln!(
+                "connector {name} still runs ({}): stop it everywhere first (sluice stop {name}); nothing was reset",
+                running.join(", ")
+            );
+            return EXIT_FAILURE;
+        }
+        Err(e) => {
+            eprintln!("{e}; nothing was reset");
+            return EXIT_FAILURE;
+        }
+    }
+    let report = match reset(sink, &config.kafka, brokers, connector, &ResetRequest::All).await {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("connector {name}: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let f = &report.forgotten;
+    println!(
+        "{name}: forgot the offsets of {} partition(s), {} producer id(s) and {} redrive marker(s); {} dead letter(s) of replayed records stay until their records land",
+        f.offsets, f.dedup_ids, f.redrive_markers, f.dead_letters_to_replay
+    );
+    match report.kafka_group {
+        Ok(n) => {
+            println!(
+                "{name}: moved the Kafka group {}'s committed offsets of {n} partition(s) to where the connector starts",
+                connector.group_id()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!(
+                "{name}: the Kafka group {}'s committed offsets stay ({e})",
+                connector.group_id()
+            );
+            if connector.delivery.guarantee == crate::config::Guarantee::AtLeastOnce {
+                // Where such a connector resumes: the reset is not done.
+                EXIT_FAILURE
+            } else {
+                0
             }
         }
     }
-    0
 }

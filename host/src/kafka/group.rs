@@ -44,11 +44,10 @@ pub fn reset_group_offsets(
     connector: &ConnectorConfig,
 ) -> Result<usize, KafkaError> {
     let consumer = outside_consumer(kafka, brokers, connector)?;
-    let latest = crate::kafka::consumer::starts_at_end(kafka);
     let mut list = TopicPartitionList::new();
-    for (topic, partition) in partitions(&consumer, &connector.topics)? {
-        let (low, high) = consumer.fetch_watermarks(&topic, partition, GROUP_TIMEOUT)?;
-        let start = if latest { high } else { low };
+    for (topic, partition, start) in
+        starts(&consumer, kafka, &partitions(&consumer, &connector.topics)?)?
+    {
         list.add_partition_offset(&topic, partition, Offset::Offset(start))?;
     }
     let moved = list.count();
@@ -56,6 +55,38 @@ pub fn reset_group_offsets(
         consumer.commit(&list, CommitMode::Sync)?;
     }
     Ok(moved)
+}
+
+/// Where a partition without a stored offset starts: its log start, or its end with
+/// `auto.offset.reset: latest`. `only` limits it to some partitions (topic, partition);
+/// `None` takes every partition of the connector's topics.
+pub fn start_positions(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    connector: &ConnectorConfig,
+    only: Option<&[(String, i32)]>,
+) -> Result<Vec<(String, i32, i64)>, KafkaError> {
+    let consumer = outside_consumer(kafka, brokers, connector)?;
+    let all = match only {
+        Some(only) => only.to_vec(),
+        None => partitions(&consumer, &connector.topics)?,
+    };
+    starts(&consumer, kafka, &all)
+}
+
+fn starts(
+    consumer: &BaseConsumer,
+    kafka: &KafkaConfig,
+    partitions: &[(String, i32)],
+) -> Result<Vec<(String, i32, i64)>, KafkaError> {
+    let latest = crate::kafka::consumer::starts_at_end(kafka);
+    partitions
+        .iter()
+        .map(|(topic, partition)| {
+            let (low, high) = consumer.fetch_watermarks(topic, *partition, GROUP_TIMEOUT)?;
+            Ok((topic.clone(), *partition, if latest { high } else { low }))
+        })
+        .collect()
 }
 
 /// A consumer with the connector's settings and group that never joins it: for commits

@@ -40,6 +40,7 @@ where
     DB::Arguments: IntoArguments<DB>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     String: for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB> + Type<DB>,
+    i32: for<'q> Encode<'q, DB> + Type<DB>,
     i64: for<'q> Encode<'q, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
 {
@@ -86,18 +87,24 @@ where
     // and queue instead of deadlocking.
     fresh.sort_unstable_by(|a, b| a.id.cmp(&b.id));
     for chunk in fresh.chunks(IDS_PER_STATEMENT) {
+        // written_at is the database's clock: the window counts from it.
         let groups: Vec<String> = (0..chunk.len())
             .map(|i| {
+                let n = 6 * i;
                 format!(
-                    "({}, {}, {})",
-                    dialect.param(3 * i + 1),
-                    dialect.param(3 * i + 2),
-                    dialect.param(3 * i + 3)
+                    "({}, {}, {}, {}, {}, {}, {})",
+                    dialect.param(n + 1),
+                    dialect.param(n + 2),
+                    dialect.param(n + 3),
+                    dialect.now_ms(),
+                    dialect.param(n + 4),
+                    dialect.param(n + 5),
+                    dialect.param(n + 6)
                 )
             })
             .collect();
         let sql = format!(
-            "INSERT INTO sluice_dedup (connector, id, record_time) VALUES {}",
+            "INSERT INTO sluice_dedup (connector, id, record_time, written_at, source_topic, source_partition, source_offset) VALUES {}",
             groups.join(", ")
         );
         let mut query = sqlx::query::<DB>(AssertSqlSafe(sql));
@@ -105,7 +112,10 @@ where
             query = query
                 .bind(connector.to_string())
                 .bind(key.id.clone())
-                .bind(key.timestamp);
+                .bind(key.timestamp)
+                .bind(key.topic.clone())
+                .bind(key.partition)
+                .bind(key.offset);
         }
         match query.execute(&mut *conn).await {
             Ok(_) => {}
@@ -119,53 +129,48 @@ where
 }
 
 impl Sink {
-    /// Removes the ids of `delivery.dedup` older than `window` before the newest id kept,
-    /// or before now if that is earlier (record timestamps, so a connector that catches up
-    /// on old records keeps what it needs). Returns how many were removed.
+    /// Removes the ids of `delivery.dedup` written more than `window` ago, by the sink
+    /// database's clock. Ids that a process of the previous schema version stored (no
+    /// `written_at`) are stamped now first, so they too are kept at least `window` after
+    /// they were written. Returns how many were removed.
     pub async fn clean_dedup(&self, window: std::time::Duration) -> Result<u64, SinkError> {
         let window = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
         let dialect = self.dialect;
+        let now = dialect.now_ms();
         let clean = async {
             each_pool!(self, pool, DB => {
-                let newest = sqlx::query_scalar::<DB, Option<i64>>(AssertSqlSafe(format!(
-                    "SELECT MAX(record_time) FROM sluice_dedup WHERE connector = {}",
+                sqlx::query::<DB>(AssertSqlSafe(format!(
+                    "UPDATE sluice_dedup SET written_at = {now} WHERE connector = {} AND written_at IS NULL",
                     dialect.param(1)
                 )))
                 .bind(self.connector.clone())
-                .fetch_one(pool)
+                .execute(pool)
                 .await
                 .map_err(db_error("clean up producer ids"))?;
-                let Some(newest) = newest else {
-                    return Ok(0);
-                };
-                // Never past now: a record stamped in the future must not erase the rest.
-                let cutoff = newest.min(crate::sink::control::now_ms()).saturating_sub(window);
+                let cutoff = format!("{now} - {}", dialect.param(2));
                 // In chunks: a large cleanup does not hold the connection (SQLite has one)
                 // or many locks for long.
                 let sql = match dialect {
                     Dialect::MySql => format!(
-                        "DELETE FROM sluice_dedup WHERE connector = {} AND record_time < {} LIMIT {CLEAN_CHUNK}",
+                        "DELETE FROM sluice_dedup WHERE connector = {} AND written_at < {cutoff} LIMIT {CLEAN_CHUNK}",
                         dialect.param(1),
-                        dialect.param(2)
                     ),
                     Dialect::Postgres => format!(
                         "DELETE FROM sluice_dedup WHERE ctid IN (SELECT ctid FROM sluice_dedup \
-                         WHERE connector = {} AND record_time < {} LIMIT {CLEAN_CHUNK})",
+                         WHERE connector = {} AND written_at < {cutoff} LIMIT {CLEAN_CHUNK})",
                         dialect.param(1),
-                        dialect.param(2)
                     ),
                     Dialect::Sqlite => format!(
                         "DELETE FROM sluice_dedup WHERE rowid IN (SELECT rowid FROM sluice_dedup \
-                         WHERE connector = {} AND record_time < {} LIMIT {CLEAN_CHUNK})",
+                         WHERE connector = {} AND written_at < {cutoff} LIMIT {CLEAN_CHUNK})",
                         dialect.param(1),
-                        dialect.param(2)
                     ),
                 };
                 let mut removed = 0;
                 loop {
                     let result = sqlx::query::<DB>(AssertSqlSafe(sql.clone()))
                         .bind(self.connector.clone())
-                        .bind(cutoff)
+                        .bind(window)
                         .execute(pool)
                         .await
                         .map_err(db_error("clean up producer ids"))?;

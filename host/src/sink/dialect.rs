@@ -122,6 +122,17 @@ impl Dialect {
         }
     }
 
+    /// The database's clock now, in milliseconds since the epoch, as an SQL expression:
+    /// what `delivery.dedup.window` is measured on (never a process's clock, nor a
+    /// record's timestamp).
+    pub fn now_ms(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "(extract(epoch from clock_timestamp()) * 1000)::bigint",
+            Dialect::MySql => "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+        }
+    }
+
     /// Reads a connector's dead letters after a (topic, partition, offset), in that order:
     /// binds connector, topic, partition, offset.
     pub fn read_dead_letters(self, table: &str, limit: usize) -> String {

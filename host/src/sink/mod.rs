@@ -49,6 +49,7 @@ use crate::failure::DeadLetter;
 use crate::map::RowOp;
 pub use dialect::{Dialect, TableSpec};
 pub use error::{ErrorClass, SinkError, classify};
+pub use offsets::{Forgotten, OffsetsChange, ResetPoint};
 pub use runs::Run;
 use runs::runs;
 
@@ -91,6 +92,9 @@ pub struct Written {
     pub rows: usize,
     /// Inputs (indices in the batch) skipped as producer duplicates (`delivery.dedup`).
     pub duplicates: Vec<usize>,
+    /// Dead letters of an earlier pass removed because their records' rows were written
+    /// now (see [`WriteBatch::supersedes`]).
+    pub superseded_letters: u64,
 }
 
 /// What one transaction writes.
@@ -110,6 +114,11 @@ pub struct WriteBatch {
     /// Dead letters (topic, partition, offset) that a redrive wrote: deleted from the
     /// dead-letter table in the same transaction.
     pub redriven: Vec<(String, i32, i64)>,
+    /// With a dead-letter table: the records (topic, partition, first offset, last offset)
+    /// whose rows this batch writes. Their dead letters from an earlier pass (a replay
+    /// after an offsets reset) are removed in the same transaction, before this batch's
+    /// own letters are stored, so that no record has both a row and a letter.
+    pub supersedes: Vec<(String, i32, i64, i64)>,
     /// Records redriven from a dead-letter topic: recorded in `sluice_redriven` in the
     /// same transaction, where another redrive of the same record meets them (a
     /// [`SinkError::RedriveConflict`]).
@@ -527,6 +536,11 @@ impl Sink {
     /// The database this sink writes to.
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    /// The connector this sink writes for: the name that keys its offsets and ids.
+    pub fn connector_name(&self) -> &str {
+        &self.connector
     }
 
     /// The sink table's name, as configured.

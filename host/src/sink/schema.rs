@@ -18,6 +18,12 @@
 //! | 5 | `sluice_dedup` (connector, id, record_time): the producer ids written, for `delivery.dedup` (MySQL/MariaDB: `id` is `VARBINARY`, compared byte for byte: their `_bin` collations ignore trailing spaces) |
 //! | 6 | `sluice_redriven` (connector, source_topic, source_partition, source_offset, dlq_topic, dlq_partition, dlq_offset, redriven_at): the records redriven from a dead-letter topic, so that none is written twice |
 //! | 7 | `sluice_offsets.topic_id`: the id of the topic an offset was read from (where the broker has topic ids): a topic deleted and created again is not resumed from in silence |
+//! | 8 | `sluice_dedup.written_at` (the sink database's clock, ms: the window counts from it, not from the record's timestamp) and `source_topic`, `source_partition`, `source_offset` (where the id was first read: an offsets reset forgets the ids it rewinds past); `sluice_delivery` (connector, guarantee, updated_at): the guarantee a connector last ran with, so that a switch seeds the other side's positions |
+//!
+//! During a rolling upgrade, a process of the previous version that is already running
+//! keeps running: every column a migration adds is nullable, so its statements still fit.
+//! A process of the previous version that starts against a newer database refuses with
+//! [`SinkError::SchemaTooNew`], which says to upgrade, and is never retried.
 
 use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, Type};
 
@@ -25,7 +31,7 @@ use super::backend::{self, Backend};
 use super::{Dialect, Sink, SinkError, each_pool};
 
 /// The version of sluice's own tables this binary writes.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// An arbitrary key for PostgreSQL's advisory lock: "sluice" in ASCII.
 const PG_LOCK_KEY: i64 = 0x736c_7569_6365;
@@ -128,16 +134,61 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
             "ALTER TABLE sluice_offsets ADD COLUMN topic_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL",
         ],
         (7, Dialect::Sqlite) => vec!["ALTER TABLE sluice_offsets ADD COLUMN topic_id TEXT"],
+        // Ids stored before this version count their window from the migration.
+        (8, Dialect::Postgres) => vec![
+            "ALTER TABLE sluice_dedup ADD COLUMN IF NOT EXISTS written_at BIGINT, \
+             ADD COLUMN IF NOT EXISTS source_topic TEXT, \
+             ADD COLUMN IF NOT EXISTS source_partition INTEGER, \
+             ADD COLUMN IF NOT EXISTS source_offset BIGINT",
+            "UPDATE sluice_dedup SET written_at = (extract(epoch from clock_timestamp()) * 1000)::bigint \
+             WHERE written_at IS NULL",
+            "CREATE INDEX IF NOT EXISTS sluice_dedup_written ON sluice_dedup (connector, written_at)",
+            "CREATE INDEX IF NOT EXISTS sluice_dedup_source ON sluice_dedup \
+             (connector, source_topic, source_partition, source_offset)",
+            "CREATE TABLE IF NOT EXISTS sluice_delivery (connector TEXT NOT NULL PRIMARY KEY, \
+             guarantee TEXT NOT NULL, updated_at BIGINT NOT NULL)",
+        ],
+        // One statement per column: a column already there (1060) or an index (1061) is
+        // that step done.
+        (8, Dialect::MySql) => vec![
+            "ALTER TABLE sluice_dedup ADD COLUMN written_at BIGINT NULL",
+            "ALTER TABLE sluice_dedup ADD COLUMN source_topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL",
+            "ALTER TABLE sluice_dedup ADD COLUMN source_partition INT NULL",
+            "ALTER TABLE sluice_dedup ADD COLUMN source_offset BIGINT NULL",
+            "UPDATE sluice_dedup SET written_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) \
+             WHERE written_at IS NULL",
+            "CREATE INDEX sluice_dedup_written ON sluice_dedup (connector, written_at)",
+            "CREATE INDEX sluice_dedup_source ON sluice_dedup \
+             (connector, source_topic, source_partition, source_offset)",
+            "CREATE TABLE IF NOT EXISTS sluice_delivery (\
+             connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, \
+             guarantee VARCHAR(16) NOT NULL, updated_at BIGINT NOT NULL)",
+        ],
+        (8, Dialect::Sqlite) => vec![
+            "ALTER TABLE sluice_dedup ADD COLUMN written_at INTEGER",
+            "ALTER TABLE sluice_dedup ADD COLUMN source_topic TEXT",
+            "ALTER TABLE sluice_dedup ADD COLUMN source_partition INTEGER",
+            "ALTER TABLE sluice_dedup ADD COLUMN source_offset INTEGER",
+            "UPDATE sluice_dedup SET written_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) \
+             WHERE written_at IS NULL",
+            "CREATE INDEX IF NOT EXISTS sluice_dedup_written ON sluice_dedup (connector, written_at)",
+            "CREATE INDEX IF NOT EXISTS sluice_dedup_source ON sluice_dedup \
+             (connector, source_topic, source_partition, source_offset)",
+            "CREATE TABLE IF NOT EXISTS sluice_delivery (connector TEXT NOT NULL PRIMARY KEY, \
+             guarantee TEXT NOT NULL, updated_at BIGINT NOT NULL)",
+        ],
         _ => Vec::new(),
     }
 }
 
 /// A MySQL error that means the step was done already (by a migration that stopped before
-/// it recorded its version: MySQL commits each DDL statement by itself).
+/// it recorded its version: MySQL commits each DDL statement by itself): a duplicate
+/// column (1060) or index (1061).
 fn already_done(dialect: Dialect, error: &sqlx::Error) -> bool {
     dialect == Dialect::MySql
         && matches!(error, sqlx::Error::Database(db)
-            if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>().is_some_and(|e| e.number() == 1060))
+            if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|e| matches!(e.number(), 1060 | 1061)))
 }
 
 /// `sluice_schema`: one row, the version of sluice's own tables.
@@ -307,6 +358,7 @@ mod tests {
             assert!(!migration(dialect, 5).is_empty(), "{dialect:?}");
             assert!(!migration(dialect, 6).is_empty(), "{dialect:?}");
             assert!(!migration(dialect, 7).is_empty(), "{dialect:?}");
+            assert!(!migration(dialect, 8).is_empty(), "{dialect:?}");
         }
     }
 

@@ -115,7 +115,8 @@ impl Sink {
             )
             .await?;
         }
-        if batch.dead_letters.is_empty() && batch.redriven.is_empty() {
+        if batch.dead_letters.is_empty() && batch.redriven.is_empty() && batch.supersedes.is_empty()
+        {
             return Ok(written);
         }
         let Some(table) = &self.dead_letter_table else {
@@ -130,18 +131,6 @@ impl Sink {
                 source,
             }
         };
-        let rows: Vec<Vec<SqlValue>> = batch
-            .dead_letters
-            .iter()
-            .map(|letter| dead_letters::row(&self.connector, letter))
-            .collect();
-        if !rows.is_empty() {
-            let runs = [Run::Write(rows.iter().map(Vec::as_slice).collect())];
-            // Upsert: an at-least-once redelivery stores the same dead letter again.
-            backend::write_runs::<DB>(conn, self.dialect, table, WriteMode::Upsert, &runs, false)
-                .await
-                .map_err(dlq_error("write dead letters"))?;
-        }
         // The removal of a redriven dead letter is its compare-and-set: a dead letter that
         // is gone was redriven by someone else, and this batch must not write it again.
         let delete = self.dialect.delete_dead_letter(&table.name);
@@ -161,6 +150,42 @@ impl Sink {
                     offset: *offset,
                 });
             }
+        }
+        // After the redriven letters' compare-and-set above: a redrive's own letters are
+        // gone by now.
+        let supersede = format!(
+            "DELETE FROM {} WHERE connector = {} AND source_topic = {} AND source_partition = {} \
+             AND source_offset >= {} AND source_offset <= {}",
+            self.dialect.quote(&table.name),
+            self.dialect.param(1),
+            self.dialect.param(2),
+            self.dialect.param(3),
+            self.dialect.param(4),
+            self.dialect.param(5)
+        );
+        for (topic, partition, first, last) in &batch.supersedes {
+            let result = sqlx::query::<DB>(AssertSqlSafe(supersede.clone()))
+                .bind(self.connector.clone())
+                .bind(topic.clone())
+                .bind(*partition)
+                .bind(*first)
+                .bind(*last)
+                .execute(&mut *conn)
+                .await
+                .map_err(dlq_error("remove superseded dead letters"))?;
+            written.superseded_letters += DB::rows_affected(&result);
+        }
+        let rows: Vec<Vec<SqlValue>> = batch
+            .dead_letters
+            .iter()
+            .map(|letter| dead_letters::row(&self.connector, letter))
+            .collect();
+        if !rows.is_empty() {
+            let runs = [Run::Write(rows.iter().map(Vec::as_slice).collect())];
+            // Upsert: an at-least-once redelivery stores the same dead letter again.
+            backend::write_runs::<DB>(conn, self.dialect, table, WriteMode::Upsert, &runs, false)
+                .await
+                .map_err(dlq_error("write dead letters"))?;
         }
         Ok(written)
     }
