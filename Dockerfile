@@ -34,8 +34,9 @@ COPY docs/ /usr/local/share/doc/sluice/
 ENV SLUICE_CACHE_DIR=/var/cache/sluice
 USER 10001:10001
 WORKDIR /var/lib/sluice
-# The admin API (when connectors.yaml has admin.listen: "0.0.0.0:8083").
-EXPOSE 8083
+# The admin API (when connectors.yaml has admin.listen: "0.0.0.0:8083"), and the metrics
+# listener without the token (admin.metrics_listen: "0.0.0.0:9090").
+EXPOSE 8083 9090
 # SIGTERM: the batches in flight finish within 20 s, the process exits within 25 s.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/sluice"]

@@ -9,6 +9,8 @@
 //!   a SIGKILL and two writers at once; ids cleaned up past their window.
 //! - [`faults`]: SIGKILLs, database and broker outages, a broker restart, a rebalance storm.
 //! - [`operate`]: the admin API (Kafka Connect's shapes), metrics, supervision, reload.
+//! - [`metrics_listen`]: `admin.metrics_listen`, metrics and probes without the token on a
+//!   listener of their own; moved by a reload.
 //! - [`pool`]: the seek-consumer pool under concurrent reads, timeouts and a broker
 //!   restart; `sluice inspect`, `sluice dry-run` and their admin API endpoints; the
 //!   latency of a pooled read beside a consumer per read (`POOL-BENCH`).
@@ -38,6 +40,7 @@ mod error_classes;
 mod examples;
 mod faults;
 mod fuzz_decode_map;
+mod metrics_listen;
 mod offset_integrity;
 mod offsets_cas;
 mod operate;

@@ -4,6 +4,7 @@
 //!
 //! - [`connect_api`]: the endpoints under `/connectors`, in Kafka Connect's shapes.
 //! - [`client`]: the client `sluice status|pause|resume|restart|stop` use.
+//! - [`metrics_listener`]: `/metrics`, `/healthz` and `/readyz` alone, without the token.
 //!
 //! With `admin.token`, every endpoint but `/healthz` and `/readyz` asks for
 //! `Authorization: Bearer <token>`. Errors have Kafka Connect's body,
@@ -11,6 +12,7 @@
 
 pub mod client;
 pub mod connect_api;
+pub mod metrics_listener;
 pub mod records;
 
 use std::net::SocketAddr;

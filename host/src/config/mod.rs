@@ -4,6 +4,7 @@
 //! Every default lives in [`defaults`]; the JSON Schema in `schemas/connectors.schema.json`
 //! mirrors these structs and is what editors use for completion.
 
+mod admin;
 mod connector;
 mod interpolate;
 mod load;
@@ -105,6 +106,8 @@ pub mod bounds {
     pub const PLUGIN_MEMORY_MIN: u64 = 1024 * 1024;
     /// Largest memory cap of a plugin: a 32-bit WebAssembly memory cannot grow past 4 GiB.
     pub const PLUGIN_MEMORY_MAX: u64 = 4 * 1024 * 1024 * 1024;
+    /// Shortest `admin.token` on an admin listener that other hosts can reach.
+    pub const ADMIN_TOKEN_MIN_BYTES: usize = 16;
 }
 
 /// The whole file.
@@ -138,6 +141,11 @@ pub struct AdminConfig {
     /// `Authorization: Bearer <token>`.
     #[serde(default)]
     pub token: Option<Secret>,
+    /// `address:port` of a second listener that serves only `GET /metrics`, `/healthz` and
+    /// `/readyz`, without the token (nothing there is secret or changes state): what
+    /// Prometheus scrapes and probes call. Off when absent.
+    #[serde(default)]
+    pub metrics_listen: Option<String>,
 }
 
 /// The seek-consumer pool: assign-mode consumers, never in a group, never committing,

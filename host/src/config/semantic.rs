@@ -60,6 +60,9 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
             "is empty (an unset variable?): leave token out to serve without one",
         ));
     }
+    if let Some(admin) = &config.admin {
+        super::admin::admin_problems(admin, &mut problems);
+    }
     if config.pool.size == 0 {
         problems.push(Problem::new("pool.size", "must be at least 1"));
     }

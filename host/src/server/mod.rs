@@ -11,6 +11,7 @@ mod stop;
 use std::io::Write;
 use std::path::Path;
 
+use crate::admin::metrics_listener::{MetricsListenError, MetricsServer};
 use crate::admin::{AdminServer, ReloadRequest};
 use crate::config::{self, Config, ConfigError};
 use crate::kafka::embedded::EmbeddedKafka;
@@ -97,6 +98,17 @@ pub async fn run(path: &Path) -> u8 {
             return EXIT_FAILURE;
         }
     };
+    let mut metrics_listener = match start_metrics_listener(&config, &supervisor).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("{error}");
+            if let Some(admin) = admin {
+                admin.stop().await;
+            }
+            let _ = supervisor.shutdown().await;
+            return EXIT_FAILURE;
+        }
+    };
     let mut hangups = hangup_signal();
     let stop = shutdown_signal();
     tokio::pin!(stop);
@@ -110,10 +122,10 @@ pub async fn run(path: &Path) -> u8 {
             Some(()) = hangups.recv() => {
                 tracing::info!("SIGHUP: reloading the configuration");
                 // Its outcome is logged either way.
-                let _ = reload::reload(path, &brokers, &supervisor, &mut admin, &reload_tx).await;
+                let _ = reload::reload(path, &brokers, &supervisor, &mut admin, &mut metrics_listener, &reload_tx).await;
             }
             Some(request) = reload_rx.recv() => {
-                let result = reload::reload(path, &brokers, &supervisor, &mut admin, &reload_tx).await;
+                let result = reload::reload(path, &brokers, &supervisor, &mut admin, &mut metrics_listener, &reload_tx).await;
                 let _ = request.reply.send(result);
             }
         }
@@ -126,6 +138,9 @@ pub async fn run(path: &Path) -> u8 {
     let stopped = bounded_stop(supervisor.shutdown(), shutdown_signal(), SHUTDOWN_LIMIT).await;
     if let Some(admin) = admin {
         admin.stop().await;
+    }
+    if let Some(listener) = metrics_listener {
+        listener.stop().await;
     }
     let failures = match stopped {
         Stopped::Finished(failures) => failures,
@@ -159,6 +174,23 @@ async fn start_admin(
         )
         .await
         .map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Starts the metrics listener when the file has `admin.metrics_listen`.
+async fn start_metrics_listener(
+    config: &Config,
+    supervisor: &std::sync::Arc<Supervisor>,
+) -> Result<Option<MetricsServer>, MetricsListenError> {
+    match config
+        .admin
+        .as_ref()
+        .and_then(|a| a.metrics_listen.as_deref())
+    {
+        Some(listen) => MetricsServer::start(listen, supervisor.clone())
+            .await
+            .map(Some),
         None => Ok(None),
     }
 }

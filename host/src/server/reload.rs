@@ -2,18 +2,21 @@
 
 use std::path::Path;
 
+use crate::admin::metrics_listener::{self, MetricsServer};
 use crate::admin::{AdminServer, ReloadRequest};
 use crate::config;
 use crate::supervisor::Supervisor;
 
 /// Re-reads the file and applies it: every problem of a file that does not load is
 /// logged and returned, and the running configuration stays. A change of `admin:`
-/// rebinds the listener.
+/// rebinds the listener; a new `admin.metrics_listen` is bound before anything applies
+/// (an address that cannot be bound refuses the reload).
 pub(super) async fn reload(
     path: &Path,
     brokers: &str,
     supervisor: &std::sync::Arc<Supervisor>,
     admin: &mut Option<AdminServer>,
+    metrics: &mut Option<MetricsServer>,
     reload_tx: &tokio::sync::mpsc::Sender<ReloadRequest>,
 ) -> Result<crate::supervisor::Reloaded, Vec<String>> {
     let config = match config::load_file(path) {
@@ -36,10 +39,22 @@ pub(super) async fn reload(
     let admin_changed =
         supervisor.config().admin != config.admin || (admin.is_none() && config.admin.is_some());
     let new_admin = config.admin.clone();
-    let reloaded = supervisor
-        .reload(config, &brokers)
-        .await
-        .map_err(|e| vec![e.to_string()])?;
+    let wanted = new_admin.as_ref().and_then(|a| a.metrics_listen.as_deref());
+    let metrics_move = match metrics_listener::prepare(metrics, wanted, supervisor).await {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            tracing::error!(%error, "the new configuration's metrics listener cannot start; the old configuration runs on");
+            return Err(vec![error.to_string()]);
+        }
+    };
+    let reloaded = match supervisor.reload(config, &brokers).await {
+        Ok(reloaded) => reloaded,
+        Err(error) => {
+            metrics_move.abandon(metrics, supervisor).await;
+            return Err(vec![error.to_string()]);
+        }
+    };
+    metrics_move.apply(metrics, supervisor).await;
     tracing::info!(started = ?reloaded.started, restarted = ?reloaded.restarted,
         stopped = ?reloaded.stopped, unchanged = ?reloaded.unchanged, "configuration reloaded");
     if admin_changed {
