@@ -14,6 +14,9 @@
 //! - [`pool`]: the seek-consumer pool under concurrent reads, timeouts and a broker
 //!   restart; `sluice inspect`, `sluice dry-run` and their admin API endpoints; the
 //!   latency of a pooled read beside a consumer per read (`POOL-BENCH`).
+//! - [`reload_guard`]: a reload refuses renames and identity changes unless declared
+//!   (`renamed_from`), a guarantee switch seeds positions, a reload in progress answers
+//!   409 and does not hold up a stop.
 //! - [`replay`]: an offsets reset replays: ids and markers it rewinds past are forgotten,
 //!   a row written removes its record's dead letter, the CLI refuses while it runs.
 //! - [`poison`]: poisoned records under each error policy, dead letters and their redrive.
@@ -48,5 +51,6 @@ mod pg_copy;
 mod pipeline;
 mod poison;
 mod pool;
+mod reload_guard;
 mod replay;
 mod schema;

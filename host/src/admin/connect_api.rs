@@ -237,7 +237,19 @@ async fn task_status(
     }
 }
 
+/// The answer to a control call while a reload runs: it is not forgotten later, it is
+/// refused now (Kafka Connect answers 409 while it rebalances).
+fn reloading() -> Response {
+    error(
+        StatusCode::CONFLICT,
+        "a reload of the configuration is running: try again when it has finished",
+    )
+}
+
 fn control(state: &AdminState, name: &str, target: Target) -> Response {
+    let Some(_gate) = state.supervisor.control_gate() else {
+        return reloading();
+    };
     match find(state, name) {
         Ok(connector) => {
             connector.send(Command::Target(target));
@@ -270,6 +282,9 @@ async fn restart(
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
+    let Some(_gate) = state.supervisor.control_gate() else {
+        return reloading();
+    };
     let connector = match find(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
@@ -293,6 +308,9 @@ async fn restart_task(
     State(state): State<AdminState>,
     Path((name, task)): Path<(String, usize)>,
 ) -> Response {
+    let Some(_gate) = state.supervisor.control_gate() else {
+        return reloading();
+    };
     let connector = match find(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
@@ -462,6 +480,9 @@ async fn alter_offsets(
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
+    let Some(_gate) = state.supervisor.control_gate() else {
+        return reloading();
+    };
     let connector = match find(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
@@ -603,6 +624,9 @@ fn offsets_answer(
 /// `auto.offset.reset`) and moves the Kafka group's committed offsets there; only while
 /// the connector is stopped everywhere.
 async fn reset_offsets(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    let Some(_gate) = state.supervisor.control_gate() else {
+        return reloading();
+    };
     let connector = match find(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),

@@ -19,6 +19,12 @@ pub struct ConnectorConfig {
     /// Consumer group; default `sluice-<name>`.
     #[serde(default)]
     pub group: Option<String>,
+    /// The connector's earlier name: once the connector of that name runs in no process,
+    /// its stored offsets, producer ids, operator's target, redrive markers and dead
+    /// letters move to this name in one transaction, and this connector starts from them.
+    /// Without it, a reload refuses a rename.
+    #[serde(default)]
+    pub renamed_from: Option<String>,
     /// Consumers (threads) this process runs for the connector.
     #[serde(default = "tasks_default")]
     pub tasks: u32,

@@ -77,6 +77,19 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
                 format!("duplicate connector name \"{}\": names key the stored offsets and must be unique", connector.name),
             ));
         }
+        if let Some(old) = &connector.renamed_from {
+            if *old == connector.name {
+                problems.push(Problem::new(
+                    at("renamed_from"),
+                    "names the connector itself: give the name it had before",
+                ));
+            } else if config.connectors.iter().any(|c| c.name == *old) {
+                problems.push(Problem::new(
+                    at("renamed_from"),
+                    format!("connector {old} is still in the file: a rename replaces it (remove {old}, or drop renamed_from)"),
+                ));
+            }
+        }
         if connector.tasks == 0 {
             problems.push(Problem::new(at("tasks"), "must be at least 1"));
         }

@@ -121,12 +121,30 @@ pub async fn run(path: &Path) -> u8 {
             }
             Some(()) = hangups.recv() => {
                 tracing::info!("SIGHUP: reloading the configuration");
-                // Its outcome is logged either way.
-                let _ = reload::reload(path, &brokers, &supervisor, &mut admin, &mut metrics_listener, &reload_tx).await;
+                // A stop signal cuts a reload short: the stop below is bounded, a reload
+                // (old connectors finishing their batches) is not.
+                tokio::select! {
+                    // Its outcome is logged either way.
+                    _ = reload::reload(path, &brokers, &supervisor, &mut admin, &mut metrics_listener, &reload_tx) => {}
+                    () = &mut stop => {
+                        tracing::warn!("stop signal during a reload: the reload is abandoned");
+                        break;
+                    }
+                }
             }
             Some(request) = reload_rx.recv() => {
-                let result = reload::reload(path, &brokers, &supervisor, &mut admin, &mut metrics_listener, &reload_tx).await;
-                let _ = request.reply.send(result);
+                tokio::select! {
+                    result = reload::reload(path, &brokers, &supervisor, &mut admin, &mut metrics_listener, &reload_tx) => {
+                        let _ = request.reply.send(result);
+                    }
+                    () = &mut stop => {
+                        tracing::warn!("stop signal during a reload: the reload is abandoned");
+                        let _ = request.reply.send(Err(vec![
+                            "the process is stopping: the reload was abandoned".into(),
+                        ]));
+                        break;
+                    }
+                }
             }
         }
     }

@@ -51,7 +51,10 @@ pub(super) async fn reload(
         Ok(reloaded) => reloaded,
         Err(error) => {
             metrics_move.abandon(metrics, supervisor).await;
-            return Err(vec![error.to_string()]);
+            return Err(match error {
+                crate::supervisor::SupervisorError::Refused(problems) => problems,
+                other => vec![other.to_string()],
+            });
         }
     };
     metrics_move.apply(metrics, supervisor).await;

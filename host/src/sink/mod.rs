@@ -20,6 +20,7 @@ mod backend;
 pub mod control;
 pub mod dead_letters;
 mod dedup;
+mod delivery;
 pub mod dialect;
 mod error;
 mod nodelay;
@@ -47,6 +48,7 @@ use crate::config::{ConnectorConfig, DeadLetterDestination, WriteMode, redact_ur
 use crate::dedup::DedupKey;
 use crate::failure::DeadLetter;
 use crate::map::RowOp;
+pub use delivery::DeliveryRow;
 pub use dialect::{Dialect, TableSpec};
 pub use error::{ErrorClass, SinkError, classify};
 pub use offsets::{Forgotten, OffsetsChange, ResetPoint};

@@ -207,15 +207,19 @@ impl Sink {
             }
             // Ids stored before sluice kept their source: their place is unknown, and
             // keeping them could pass over a replayed record.
-            let result = sqlx::query::<DB>(sqlx::AssertSqlSafe(format!(
+            let result = if points.is_empty() {
+                None
+            } else {
+                Some(sqlx::query::<DB>(sqlx::AssertSqlSafe(format!(
                 "DELETE FROM sluice_dedup WHERE connector = {} AND source_topic IS NULL",
                 p(1)
             )))
             .bind(connector.clone())
             .execute(&mut *tx)
             .await
-            .map_err(reset_error("sluice_dedup"))?;
-            forgotten.dedup_ids += result.rows_affected();
+            .map_err(reset_error("sluice_dedup"))?)
+            };
+            forgotten.dedup_ids += result.map_or(0, |r| r.rows_affected());
             let from = |table: &str| {
                 format!(
                     "FROM {table} WHERE connector = {} AND source_topic = {} AND source_partition = {} AND source_offset >= {}",

@@ -18,7 +18,7 @@
 //! | 5 | `sluice_dedup` (connector, id, record_time): the producer ids written, for `delivery.dedup` (MySQL/MariaDB: `id` is `VARBINARY`, compared byte for byte: their `_bin` collations ignore trailing spaces) |
 //! | 6 | `sluice_redriven` (connector, source_topic, source_partition, source_offset, dlq_topic, dlq_partition, dlq_offset, redriven_at): the records redriven from a dead-letter topic, so that none is written twice |
 //! | 7 | `sluice_offsets.topic_id`: the id of the topic an offset was read from (where the broker has topic ids): a topic deleted and created again is not resumed from in silence |
-//! | 8 | `sluice_dedup.written_at` (the sink database's clock, ms: the window counts from it, not from the record's timestamp) and `source_topic`, `source_partition`, `source_offset` (where the id was first read: an offsets reset forgets the ids it rewinds past); `sluice_delivery` (connector, guarantee, updated_at): the guarantee a connector last ran with, so that a switch seeds the other side's positions |
+//! | 8 | `sluice_dedup.written_at` (the sink database's clock, ms: the window counts from it, not from the record's timestamp) and `source_topic`, `source_partition`, `source_offset` (where the id was first read: an offsets reset forgets the ids it rewinds past); `sluice_delivery` (connector, guarantee, group_id, updated_at): the guarantee and Kafka group a connector last ran with, so that a switch seeds the other side's positions and a rename (`renamed_from`) finds the old group |
 //!
 //! During a rolling upgrade, a process of the previous version that is already running
 //! keeps running: every column a migration adds is nullable, so its statements still fit.
@@ -146,7 +146,7 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
             "CREATE INDEX IF NOT EXISTS sluice_dedup_source ON sluice_dedup \
              (connector, source_topic, source_partition, source_offset)",
             "CREATE TABLE IF NOT EXISTS sluice_delivery (connector TEXT NOT NULL PRIMARY KEY, \
-             guarantee TEXT NOT NULL, updated_at BIGINT NOT NULL)",
+             guarantee TEXT NOT NULL, group_id TEXT NOT NULL, updated_at BIGINT NOT NULL)",
         ],
         // One statement per column: a column already there (1060) or an index (1061) is
         // that step done.
@@ -162,7 +162,8 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
              (connector, source_topic, source_partition, source_offset)",
             "CREATE TABLE IF NOT EXISTS sluice_delivery (\
              connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, \
-             guarantee VARCHAR(16) NOT NULL, updated_at BIGINT NOT NULL)",
+             guarantee VARCHAR(16) NOT NULL, \
+             group_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, updated_at BIGINT NOT NULL)",
         ],
         (8, Dialect::Sqlite) => vec![
             "ALTER TABLE sluice_dedup ADD COLUMN written_at INTEGER",
@@ -175,7 +176,7 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
             "CREATE INDEX IF NOT EXISTS sluice_dedup_source ON sluice_dedup \
              (connector, source_topic, source_partition, source_offset)",
             "CREATE TABLE IF NOT EXISTS sluice_delivery (connector TEXT NOT NULL PRIMARY KEY, \
-             guarantee TEXT NOT NULL, updated_at BIGINT NOT NULL)",
+             guarantee TEXT NOT NULL, group_id TEXT NOT NULL, updated_at BIGINT NOT NULL)",
         ],
         _ => Vec::new(),
     }

@@ -223,6 +223,11 @@ impl Runner {
                 Connect::Failed(e.to_string())
             };
         }
+        let sink = Arc::new(sink);
+        if let Err(waiting) = self.hand_over(&sink).await {
+            sink.close().await;
+            return Connect::Waiting(waiting);
+        }
         let schema = match &config.schema {
             Some(path) => match RecordSchema::load(path) {
                 Ok(schema) => Some(Arc::new(schema)),
@@ -254,7 +259,6 @@ impl Runner {
             dlq_table: matches!(config.errors.dlq, Some(DeadLetterDestination::Table(_))),
         }));
         self.schema = schema;
-        let sink = Arc::new(sink);
         if let Some(dedup) = &config.delivery.dedup {
             self.dedup_cleaner = Some(tokio::spawn(tracing::Instrument::in_current_span(
                 clean_dedup(sink.clone(), dedup.window.0),

@@ -3,8 +3,10 @@
 //! process's metrics, answers what the admin API asks, and applies a reload: connectors
 //! whose settings changed restart, the others run on untouched.
 
+mod changes;
 pub mod connector;
 mod handle;
+mod handover;
 mod sync;
 
 use std::collections::hash_map::DefaultHasher;
@@ -25,6 +27,9 @@ use crate::pool::ConsumerPool;
 pub enum SupervisorError {
     #[error("cannot start the plugin engine: {0}")]
     Engine(#[from] sluice_transform::TransformError),
+    /// A reload that would rewrite or skip history (see [`changes`]): one line per change.
+    #[error("{}", .0.join("; "))]
+    Refused(Vec<String>),
 }
 
 /// What a reload did, connector by connector.
@@ -45,9 +50,12 @@ pub struct Supervisor {
     context: RwLock<Arc<Context>>,
     metrics: Arc<Metrics>,
     connectors: RwLock<Vec<Arc<ConnectorHandle>>>,
+    /// Connectors a reload has started but not yet put in `connectors`: a stop that cuts
+    /// a reload short stops them too.
+    starting: std::sync::Mutex<Vec<Arc<ConnectorHandle>>>,
     config: RwLock<Arc<Config>>,
-    /// One reload at a time.
-    reloading: tokio::sync::Mutex<()>,
+    /// One reload at a time; control calls hold it shared (see [`Supervisor::control_gate`]).
+    reloading: tokio::sync::RwLock<()>,
     /// Set once every connector of the first configuration made its first attempt.
     ready: std::sync::atomic::AtomicBool,
 }
@@ -147,8 +155,9 @@ impl Supervisor {
             context: RwLock::new(context),
             metrics,
             connectors: RwLock::new(connectors),
+            starting: std::sync::Mutex::new(Vec::new()),
             config: RwLock::new(Arc::new(config.clone())),
-            reloading: tokio::sync::Mutex::new(()),
+            reloading: tokio::sync::RwLock::new(()),
             ready: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -262,12 +271,22 @@ impl Supervisor {
         }
     }
 
+    /// A control call's pass (pause, resume, stop, restart, an offsets change): held while
+    /// the call reaches its connector, so that a reload cannot replace the connector under
+    /// it. `None` while a reload runs: the caller answers 409 and the operator tries again.
+    pub fn control_gate(&self) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
+        self.reloading.try_read().ok()
+    }
+
     /// Stops every connector's tasks, waits for them, closes the sinks. Returns the
     /// failures of the tasks that were failed (or restarting after a failure), as
     /// `connector X task N: error` lines.
     pub async fn shutdown(&self) -> Vec<String> {
         self.pool().close();
-        let connectors = self.connectors();
+        let mut connectors = self.connectors();
+        if let Ok(mut starting) = self.starting.lock() {
+            connectors.append(&mut starting);
+        }
         let stops = connectors.iter().map(|c| c.shutdown());
         futures_util::future::join_all(stops)
             .await
@@ -280,7 +299,14 @@ impl Supervisor {
     /// content of their plugin files, or the `kafka:` section) restart, new ones start,
     /// removed ones stop, the others run on untouched (their tasks, consumers and batches).
     pub async fn reload(&self, config: Config, brokers: &str) -> Result<Reloaded, SupervisorError> {
-        let _one = self.reloading.lock().await;
+        let _one = self.reloading.write().await;
+        let refused = changes::refused(&self.config(), &config);
+        if !refused.is_empty() {
+            for problem in &refused {
+                tracing::error!(%problem, "the reload is refused; the old configuration runs on");
+            }
+            return Err(SupervisorError::Refused(refused));
+        }
         let old_context = self
             .context
             .read()
@@ -324,12 +350,16 @@ impl Supervisor {
                         tracing::info!(connector = %connector.name, "new connector: it starts");
                         report.started.push(connector.name.clone());
                     }
-                    next.push(ConnectorHandle::start(
+                    let started = ConnectorHandle::start(
                         context.clone(),
                         Arc::new(connector.clone()),
                         self.metrics.connector(&connector.name),
                         print,
-                    ));
+                    );
+                    if let Ok(mut starting) = self.starting.lock() {
+                        starting.push(started.clone());
+                    }
+                    next.push(started);
                 }
             }
         }
@@ -344,6 +374,9 @@ impl Supervisor {
         }
         if let Ok(mut connectors) = self.connectors.write() {
             *connectors = next;
+        }
+        if let Ok(mut starting) = self.starting.lock() {
+            starting.clear();
         }
         if let Ok(mut current) = self.context.write() {
             *current = context;
