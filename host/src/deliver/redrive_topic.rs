@@ -346,6 +346,91 @@ async fn redrive_page(
         read: letters.len() as u64,
         ..TopicRedriveReport::default()
     };
+    let verified = check_page(connector, check, dlq_topic, letters, &mut page).await?;
+    let mut seen = HashSet::new();
+    let mut candidates: Vec<(Incoming, RedrivenFromTopic)> = Vec::new();
+    for (at, incoming) in verified {
+        let source = incoming.record.source();
+        if !seen.insert(source.clone()) {
+            // A second dead letter of one record in this page.
+            page.already += 1;
+            continue;
+        }
+        candidates.push((
+            incoming,
+            RedrivenFromTopic {
+                source,
+                dead_letter: at,
+            },
+        ));
+    }
+    let sources: Vec<(String, i32, i64)> =
+        candidates.iter().map(|(_, r)| r.source.clone()).collect();
+    let done = sink.redriven_already(&sources).await?;
+    let before = candidates.len();
+    candidates.retain(|(_, r)| !done.contains(&r.source));
+    page.already += (before - candidates.len()) as u64;
+    if !candidates.is_empty() {
+        let (incoming, redriven): (Vec<Incoming>, Vec<RedrivenFromTopic>) =
+            candidates.into_iter().unzip();
+        let mut prepared = preparer.prepare(incoming)?;
+        let mut plan = Plan::new(
+            ErrorPolicy::Skip,
+            false,
+            &mut prepared,
+            Vec::new(),
+            Vec::new(),
+        );
+        let failed: HashSet<(String, i32, i64)> = plan
+            .handled
+            .iter()
+            .map(|f| (f.topic.clone(), f.partition, f.offset))
+            .collect();
+        plan.batch.redriven_from_topic = redriven
+            .into_iter()
+            .filter(|r| !failed.contains(&r.source))
+            .collect();
+        let job = Arc::new(Job {
+            plan: tokio::sync::Mutex::new(plan),
+            prepared,
+            partitions: Vec::new(),
+        });
+        let delivered = deliver(sink.clone(), policy.clone(), job.clone()).await?;
+        page.redriven = job.plan.lock().await.batch.redriven_from_topic.len() as u64;
+        for failure in &delivered.handled {
+            tracing::warn!(connector = %connector.name, topic = %failure.topic, partition = failure.partition,
+                offset = failure.offset, stage = %failure.stage, error = %failure.message,
+                "a redriven record fails again; its dead letter stays");
+            page.still_failing.push(format!(
+                "{}/{}@{}: {} [{}]: {}",
+                failure.topic,
+                failure.partition,
+                failure.offset,
+                failure.stage,
+                failure.class,
+                failure.message
+            ));
+        }
+    }
+    report.read += page.read;
+    report.redriven += page.redriven;
+    report.already += page.already;
+    report.still_failing.extend(page.still_failing);
+    report.not_redrivable.extend(page.not_redrivable);
+    report.refused.extend(page.refused);
+    report.no_connector.extend(page.no_connector);
+    Ok(())
+}
+
+/// The letters of a page that pass the checks against forgeries, in the page's order, as
+/// the records to write; the others go to `page` with why.
+async fn check_page(
+    connector: &ConnectorConfig,
+    check: &Check,
+    dlq_topic: &str,
+    letters: &[Incoming],
+    page: &mut TopicRedriveReport,
+) -> Result<Vec<(DlqAt, Incoming)>, RedriveError> {
     // Each letter taken apart, then checked, in the page's order.
     let taken: Vec<(DlqAt, Result<Letter, Rejected>, Option<String>)> = letters
         .iter()
@@ -359,7 +444,7 @@ async fn redrive_page(
             (at, taken, letter.defect.clone())
         })
         .collect();
-    let mut verified: Vec<(DlqAt, Incoming)> = Vec::new();
+    let mut verified = Vec::new();
     let sources = match &check.signer {
         Some(_) => HashMap::new(),
         None => {
@@ -439,79 +524,7 @@ async fn redrive_page(
             }
         }
     }
-    let mut seen = HashSet::new();
-    let mut candidates: Vec<(Incoming, RedrivenFromTopic)> = Vec::new();
-    for (at, incoming) in verified {
-        let source = incoming.record.source();
-        if !seen.insert(source.clone()) {
-            // A second dead letter of one record in this page.
-            page.already += 1;
-            continue;
-        }
-        candidates.push((
-            incoming,
-            RedrivenFromTopic {
-                source,
-                dead_letter: at,
-            },
-        ));
-    }
-    let sources: Vec<(String, i32, i64)> =
-        candidates.iter().map(|(_, r)| r.source.clone()).collect();
-    let done = sink.redriven_already(&sources).await?;
-    let before = candidates.len();
-    candidates.retain(|(_, r)| !done.contains(&r.source));
-    page.already += (before - candidates.len()) as u64;
-    if !candidates.is_empty() {
-        let (incoming, redriven): (Vec<Incoming>, Vec<RedrivenFromTopic>) =
-            candidates.into_iter().unzip();
-        let mut prepared = preparer.prepare(incoming)?;
-        let mut plan = Plan::new(
-            ErrorPolicy::Skip,
-            false,
-            &mut prepared,
-            Vec::new(),
-            Vec::new(),
-        );
-        let failed: HashSet<(String, i32, i64)> = plan
-            .handled
-            .iter()
-            .map(|f| (f.topic.clone(), f.partition, f.offset))
-            .collect();
-        plan.batch.redriven_from_topic = redriven
-            .into_iter()
-            .filter(|r| !failed.contains(&r.source))
-            .collect();
-        let job = Arc::new(Job {
-            plan: tokio::sync::Mutex::new(plan),
-            prepared,
-            partitions: Vec::new(),
-        });
-        let delivered = deliver(sink.clone(), policy.clone(), job.clone()).await?;
-        page.redriven = job.plan.lock().await.batch.redriven_from_topic.len() as u64;
-        for failure in &delivered.handled {
-            tracing::warn!(connector = %connector.name, topic = %failure.topic, partition = failure.partition,
-                offset = failure.offset, stage = %failure.stage, error = %failure.message,
-                "a redriven record fails again; its dead letter stays");
-            page.still_failing.push(format!(
-                "{}/{}@{}: {} [{}]: {}",
-                failure.topic,
-                failure.partition,
-                failure.offset,
-                failure.stage,
-                failure.class,
-                failure.message
-            ));
-        }
-    }
-    report.read += page.read;
-    report.redriven += page.redriven;
-    report.already += page.already;
-    report.still_failing.extend(page.still_failing);
-    report.not_redrivable.extend(page.not_redrivable);
-    report.refused.extend(page.refused);
-    report.no_connector.extend(page.no_connector);
-    Ok(())
+    Ok(verified)
 }
 
 /// Where a dead letter is: the dead-letter topic, partition, offset.
