@@ -6,8 +6,9 @@
 //!   headers equal its source record's (read through the seek-consumer pool): a forged
 //!   letter for `words/0@17` is refused and the genuine one for the same record, behind it
 //!   in the topic, still lands; a letter whose source is past the log's end or in a topic
-//!   that does not exist is refused unless `--trust-unsigned`; one without a
-//!   `sluice.connector` header is passed over and counted.
+//!   that does not exist is refused unless `--trust-unsigned`; the copy of a record of a
+//!   topic the connector does not read is refused; one without a `sluice.connector` header
+//!   is passed over and counted.
 //! - With a signing key (a list: new key first, old key second), letters signed with
 //!   either key redrive; an unsigned one and a tampered one are refused, and the command
 //!   says so.
@@ -113,6 +114,7 @@ async fn source_records(
     broker: &Broker,
     scenario: &Scenario,
     db: &TestDb,
+    topic: &str,
     n: usize,
 ) -> Vec<Record> {
     let config = scenario.config(&broker.bootstrap, db);
@@ -123,13 +125,7 @@ async fn source_records(
         &sluice::metrics::Metrics::new(),
     );
     let records = pool
-        .read(
-            &scenario.topic,
-            0,
-            Start::Offset(0),
-            n,
-            Duration::from_secs(30),
-        )
+        .read(topic, 0, Start::Offset(0), n, Duration::from_secs(30))
         .await
         .expect("source records");
     pool.close();
@@ -173,10 +169,14 @@ async fn unsigned_letters_must_match_their_source(kind: Backend) {
     let db = TestDb::new(kind);
     let dlq = harness::unique("dlq");
     broker.create_topic(&dlq, 1).await;
-    let scenario = scenario_with(&dlq, "");
-    broker.create_topic(&scenario.topic, 1).await;
-    broker.produce(&scenario.topic, 0..20).await;
-    let source = source_records(&broker, &scenario, &db, 20).await;
+    let mut scenario = scenario_with(&dlq, "");
+    let topic = scenario.topic.clone();
+    // The connector reads a second topic, which does not exist (deleted, say).
+    let gone_topic = harness::unique("gone");
+    scenario.topic = format!("{topic}, {gone_topic}");
+    broker.create_topic(&topic, 1).await;
+    broker.produce(&topic, 0..20).await;
+    let source = source_records(&broker, &scenario, &db, &topic, 20).await;
     assert_eq!(source[17].offset, 17);
     let dir = tempfile::tempdir().expect("dir");
     let config = scenario.write(dir.path(), &broker.bootstrap, &db);
@@ -189,7 +189,7 @@ async fn unsigned_letters_must_match_their_source(kind: Backend) {
         "17",
         forged_value,
         &[
-            (header::SOURCE_TOPIC, &scenario.topic),
+            (header::SOURCE_TOPIC, &topic),
             (header::SOURCE_PARTITION, "0"),
             (header::SOURCE_OFFSET, "17"),
             (header::CONNECTOR, &scenario.connector),
@@ -211,39 +211,55 @@ async fn unsigned_letters_must_match_their_source(kind: Backend) {
         "11",
         &word_event(11),
         &[
-            (header::SOURCE_TOPIC, &scenario.topic),
+            (header::SOURCE_TOPIC, &topic),
             (header::SOURCE_PARTITION, "0"),
             (header::SOURCE_OFFSET, "11"),
         ],
     )
     .await;
     // Letters whose source the log does not hold: past the end, and a topic that is not.
-    let mut past_end = Record::from_value(&scenario.topic, 0, 1000, word_event(1000));
+    let mut past_end = Record::from_value(&topic, 0, 1000, word_event(1000));
     past_end.key = Some(b"1000".to_vec());
-    let mut no_topic = Record::from_value(&harness::unique("never"), 0, 0, word_event(2000));
+    let mut no_topic = Record::from_value(&gone_topic, 0, 0, word_event(2000));
     no_topic.key = Some(b"2000".to_vec());
     produce_letters(&broker, &scenario, &db, &dlq, &[], vec![past_end, no_topic]).await;
+    // The exact copy of a record of a topic the connector does not read.
+    let other = harness::unique("other");
+    broker.create_topic(&other, 1).await;
+    broker
+        .produce_with(&other, 0..1, |_| word_event(3000))
+        .await;
+    let mut other_record = Record::from_value(&other, 0, 0, word_event(3000));
+    other_record.key = Some(b"0".to_vec());
+    produce_letters(&broker, &scenario, &db, &dlq, &[], vec![other_record]).await;
 
     let (ok, out) = redrive_with(&config, &scenario.connector, &[]);
     assert!(ok, "{out}");
     assert!(
         out.contains(&format!(
-            "15 dead letter(s) read from {dlq}, 11 redriven, 0 redriven before (passed over), 0 still failing, 0 not redrivable, 3 refused (0 unsigned, 0 bad signature, 1 not matching the source, 2 source gone), 1 without a sluice.connector header (passed over)"
+            "16 dead letter(s) read from {dlq}, 11 redriven, 0 redriven before (passed over), 0 still failing, 0 not redrivable, 4 refused (0 unsigned, 0 bad signature, 2 not matching the source, 2 source gone), 1 without a sluice.connector header (passed over)"
         )),
         "{out}"
     );
     assert!(
         out.contains(&format!(
             "refused (not matching the source): {dlq}/0@0: its key, value or headers differ from those of its source record {}/0@17",
-            scenario.topic
+            topic
         )),
         "{out}"
     );
     assert!(
-        out.contains(&format!("refused (source gone): {dlq}/0@13: its source record {}/0@1000 is no longer in the log", scenario.topic)),
+        out.contains(&format!("refused (source gone): {dlq}/0@13: its source record {topic}/0@1000 is no longer in the log")),
         "{out}"
     );
     assert!(out.contains("--trust-unsigned"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "refused (not matching the source): {dlq}/0@15: its source topic {other} is not one that connector {} reads",
+            scenario.connector
+        )),
+        "{out}"
+    );
     assert!(
         out.contains(&format!(
             "passed over, no sluice.connector header: {dlq}/0@12"
@@ -260,7 +276,7 @@ async fn unsigned_letters_must_match_their_source(kind: Backend) {
     let (ok, out) = redrive_with(&config, &scenario.connector, &["--trust-unsigned"]);
     assert!(ok, "{out}");
     assert!(
-        out.contains(", 2 redriven, 11 redriven before (passed over), 0 still failing, 0 not redrivable, 1 refused (0 unsigned, 0 bad signature, 1 not matching the source, 0 source gone), 1 without"),
+        out.contains(", 2 redriven, 11 redriven before (passed over), 0 still failing, 0 not redrivable, 2 refused (0 unsigned, 0 bad signature, 2 not matching the source, 0 source gone), 1 without"),
         "{out}"
     );
     let stats = rows(&scenario, &db).await;

@@ -15,8 +15,9 @@
 //! - with `errors.dlq.signing_key`, one whose `sluice.signature` is missing or made by none
 //!   of the keys is refused;
 //! - without it, one is redriven only if its key, value and headers equal those of its
-//!   source record, read through the pool (and then the source record is what is written);
-//!   one whose source the log no longer holds is refused unless `--trust-unsigned`.
+//!   source record, read through the pool (and then the source record is what is written),
+//!   in one of the connector's topics; one whose source the log no longer holds is refused
+//!   unless `--trust-unsigned`.
 //!
 //! The check comes before a page passes over second letters of one record, so a forged
 //! letter ahead of the genuine one does not keep the genuine one out.
@@ -452,6 +453,7 @@ async fn check_page(
                 .iter()
                 .filter_map(|(_, l, _)| l.as_ref().ok())
                 .map(|l| l.original.source())
+                .filter(|(topic, _, _)| connector.topics.contains(topic))
                 .collect();
             read_sources(&check.pool, &wanted).await?
         }
@@ -495,6 +497,15 @@ async fn check_page(
                     )),
                 }
             }
+            // A copy of a record of a topic the connector does not read would equal its
+            // source too.
+            None if !connector.topics.contains(&source.0) => Err((
+                Refusal::NotMatchingSource,
+                format!(
+                    "its source topic {} is not one that connector {} reads",
+                    source.0, connector.name
+                ),
+            )),
             None => match sources.get(&source) {
                 Some(found) if same_contents(&letter.original, &found.record) => Ok(found.clone()),
                 Some(_) => Err((
