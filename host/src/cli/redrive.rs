@@ -4,6 +4,7 @@ use std::path::Path;
 
 use super::{load_connector, plugin_engine};
 use crate::config;
+use crate::deliver::redrive_topic::Refusal;
 use crate::server::{EXIT_FAILURE, EXIT_INVALID};
 use crate::sink::Sink;
 
@@ -120,7 +121,6 @@ pub async fn redrive(
                     for line in &report.no_connector {
                         println!("passed over, no sluice.connector header: {line}");
                     }
-                    use crate::deliver::redrive_topic::Refusal;
                     println!(
                         "{name}: {} dead letter(s) read from {topic}, {} redriven, {} redriven before (passed over), {} still failing, {} not redrivable, {} refused ({} unsigned, {} bad signature, {} not matching the source, {} source gone), {} without a sluice.connector header (passed over)",
                         report.read,
