@@ -2,7 +2,9 @@
 //! through the seek-consumer pool and written through the connector once each, however
 //! often the redrive runs, even two at once; a second dead letter of one record, records
 //! that still fail (they stay, and the command says why), and messages that are not
-//! sluice's dead letters.
+//! sluice's dead letters. The connector signs its letters (`errors.dlq.signing_key`), so
+//! letters of records that were never in the source topic redrive; the checks against
+//! forgeries have their own suite, [`crate::dlq_forgery`].
 //!
 //! The tables have no key (`mode: insert`): a record written twice would be two rows. The
 //! broker runs on Tansu's SQLite storage (see the test body).
@@ -19,9 +21,13 @@ use sluice::sink::Sink;
 
 use crate::harness::{self, Backend, Broker, Scenario, TestDb, word_event};
 
+/// A signing key of the suites' connectors.
+pub(crate) const SIGNING_KEY: &str = "dlq-suite-signing-key-0123456789";
+
 /// Dead letters of `connector` for the records `uids` of `source` (at offset = uid), each
-/// with `value`, produced to `dlq`.
-async fn dead_letters(
+/// with `value`, produced to `dlq`, signed with the connector's `errors.dlq.signing_key`
+/// when it has one.
+pub(crate) async fn dead_letters(
     broker: &Broker,
     scenario: &Scenario,
     dlq: &str,
@@ -31,7 +37,8 @@ async fn dead_letters(
     let config = scenario.config(&broker.bootstrap, &TestDb::new(Backend::Sqlite));
     let producer =
         DeadLetterProducer::new(&config.kafka, &broker.bootstrap, dlq, &scenario.connector)
-            .expect("dead-letter producer");
+            .expect("dead-letter producer")
+            .with_signing_key(&config.connectors[0].errors.dlq_signing_key);
     let mut letters: Vec<DeadLetter> = uids
         .map(|uid| {
             let record = Record::from_value(&scenario.topic, 0, uid as i64, value(uid));
@@ -54,10 +61,20 @@ async fn dead_letters(
 }
 
 fn redrive(config: &std::path::Path, connector: &str) -> (bool, String) {
+    redrive_with(config, connector, &[])
+}
+
+/// `sluice dlq redrive` of `connector` with `args`: whether it succeeded, and its output.
+pub(crate) fn redrive_with(
+    config: &std::path::Path,
+    connector: &str,
+    args: &[&str],
+) -> (bool, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["dlq", "redrive", "--config"])
         .arg(config)
         .args(["--connector", connector])
+        .args(args)
         .output()
         .expect("run sluice dlq redrive");
     let text = format!(
@@ -69,7 +86,7 @@ fn redrive(config: &std::path::Path, connector: &str) -> (bool, String) {
     (output.status.success(), text)
 }
 
-async fn rows(scenario: &Scenario, db: &TestDb) -> sluice::cli::demo::SequenceStats {
+pub(crate) async fn rows(scenario: &Scenario, db: &TestDb) -> sluice::cli::demo::SequenceStats {
     let config = scenario.config("unused:9092", db);
     let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
     sink.prepare().await.expect("prepare");
@@ -90,7 +107,9 @@ async fn redrive_a_dead_letter_topic(kind: Backend) {
     let mut scenario = Scenario::new(1);
     scenario.mode = "insert";
     scenario.key = "[]";
-    scenario.extra_connector = format!("    errors: {{ policy: dlq, dlq: {{ topic: {dlq} }} }}");
+    scenario.extra_connector = format!(
+        "    errors: {{ policy: dlq, dlq: {{ topic: {dlq}, signing_key: {SIGNING_KEY} }} }}"
+    );
     let dir = tempfile::tempdir().expect("dir");
     let config = scenario.write(dir.path(), &broker.bootstrap, &db);
 

@@ -26,6 +26,8 @@
 //! - [`config_corpus`]: `sluice validate` over a corpus of broken files.
 //! - [`dlq_topic`]: `sluice dlq redrive` of a dead-letter topic: each record once, however
 //!   often and however many redrives run.
+//! - [`dlq_forgery`]: dead letters that cannot be forged: unsigned letters checked against
+//!   their source records, signed ones (a key rotation too) against their signatures.
 //! - [`examples`]: the scenarios of `examples/` run as their READMEs run them, faults too.
 //! - [`error_classes`]: database errors classified as transient, refused or permanent, each
 //!   provoked for real.
@@ -38,6 +40,7 @@ mod harness;
 
 mod config_corpus;
 mod dedup;
+mod dlq_forgery;
 mod dlq_topic;
 mod error_classes;
 mod examples;

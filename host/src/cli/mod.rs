@@ -235,6 +235,11 @@ enum DlqAction {
         /// Topic only: stop at the first dead letter after this time.
         #[arg(long)]
         to_time: Option<String>,
+        /// Topic only, without errors.dlq.signing_key: redrive a dead letter whose source
+        /// record the log no longer holds as it is (by default it is refused, as it cannot be
+        /// checked against its source).
+        #[arg(long)]
+        trust_unsigned: bool,
     },
 }
 
@@ -352,6 +357,7 @@ pub fn main() -> ExitCode {
                         to_offset,
                         from_time,
                         to_time,
+                        trust_unsigned,
                     },
             } => {
                 let times = (
@@ -376,7 +382,7 @@ pub fn main() -> ExitCode {
                             || to_offset.is_some()
                             || from_time.is_some()
                             || to_time.is_some();
-                        redrive(&config, &connector, range, ranged).await
+                        redrive(&config, &connector, range, ranged, trust_unsigned).await
                     }
                     (Err(e), _) | (_, Err(e)) => {
                         eprintln!("{e}");

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use super::{load_connector, plugin_engine};
 use crate::config;
+use crate::deliver::redrive_topic::Refusal;
 use crate::server::{EXIT_FAILURE, EXIT_INVALID};
 use crate::sink::Sink;
 
@@ -12,6 +13,7 @@ pub async fn redrive(
     name: &str,
     range: crate::deliver::redrive_topic::Range,
     ranged: bool,
+    trust_unsigned: bool,
 ) -> u8 {
     let (config, connector) = match load_connector(path, name) {
         Ok(found) => found,
@@ -20,6 +22,12 @@ pub async fn redrive(
     let connector = &config.connectors[connector];
     let dlq_topic = match &connector.errors.dlq {
         Some(config::DeadLetterDestination::Table(_)) => {
+            if trust_unsigned {
+                eprintln!(
+                    "connector {name}: --trust-unsigned applies to the letters of a dead-letter topic; this connector's dead letters are in a table (errors.dlq.table), written in the rows' transaction"
+                );
+                return EXIT_INVALID;
+            }
             if ranged {
                 eprintln!(
                     "connector {name}: --partition, --from-*, --to-* choose a range of a dead-letter topic; this connector's dead letters are in a table (errors.dlq.table), redriven whole"
@@ -36,6 +44,11 @@ pub async fn redrive(
             return EXIT_INVALID;
         }
     };
+    if trust_unsigned && !connector.errors.dlq_signing_key.is_empty() {
+        eprintln!(
+            "connector {name}: --trust-unsigned changes nothing here: errors.dlq.signing_key is set, so only letters signed with one of its keys are redriven"
+        );
+    }
     if dlq_topic.is_some() && config.kafka.is_embedded() {
         eprintln!(
             "{}: kafka.brokers is embedded, a cluster that lives inside `sluice run` only: there is no dead-letter topic to read",
@@ -90,6 +103,7 @@ pub async fn redrive(
                 pool.clone(),
                 &topic,
                 &range,
+                trust_unsigned,
             )
             .await;
             pool.close();
@@ -101,13 +115,25 @@ pub async fn redrive(
                     for line in &report.not_redrivable {
                         println!("not redriven: {line}");
                     }
+                    for (why, line) in &report.refused {
+                        println!("refused ({}): {line}", why.name());
+                    }
+                    for line in &report.no_connector {
+                        println!("passed over, no sluice.connector header: {line}");
+                    }
                     println!(
-                        "{name}: {} dead letter(s) read from {topic}, {} redriven, {} redriven before (passed over), {} still failing, {} not redrivable",
+                        "{name}: {} dead letter(s) read from {topic}, {} redriven, {} redriven before (passed over), {} still failing, {} not redrivable, {} refused ({} unsigned, {} bad signature, {} not matching the source, {} source gone), {} without a sluice.connector header (passed over)",
                         report.read,
                         report.redriven,
                         report.already,
                         report.still_failing.len(),
-                        report.not_redrivable.len()
+                        report.not_redrivable.len(),
+                        report.refused.len(),
+                        report.refused_for(Refusal::Unsigned),
+                        report.refused_for(Refusal::BadSignature),
+                        report.refused_for(Refusal::NotMatchingSource),
+                        report.refused_for(Refusal::SourceGone),
+                        report.no_connector.len(),
                     );
                     0
                 }

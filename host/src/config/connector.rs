@@ -58,9 +58,10 @@ fn max_record_bytes_default() -> ByteSize {
     ByteSize(defaults::MAX_RECORD_BYTES)
 }
 
-/// Failure handling of one connector.
+/// Failure handling of one connector (read through `dead_letter::ErrorsSection`, which
+/// takes `dlq.signing_key` apart from the destination).
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "super::dead_letter::ErrorsSection")]
 pub struct ErrorsConfig {
     /// What happens to a record that fails for a reason retrying cannot help.
     #[serde(default)]
@@ -68,6 +69,10 @@ pub struct ErrorsConfig {
     /// Where dead letters go; required by `policy: dlq`.
     #[serde(default)]
     pub dlq: Option<DeadLetterDestination>,
+    /// `dlq.signing_key`: the keys that sign the letters of a dead-letter topic (the first)
+    /// and verify them on redrive (any); empty when not set.
+    #[serde(default)]
+    pub dlq_signing_key: super::dead_letter::SigningKeys,
     /// How transient failures (lost connections, deadlocks, broker transport errors) are
     /// retried.
     #[serde(default)]

@@ -6,6 +6,7 @@
 
 mod admin;
 mod connector;
+mod dead_letter;
 mod interpolate;
 mod load;
 mod problem;
@@ -17,6 +18,7 @@ mod yaml;
 use serde::Deserialize;
 
 pub use connector::*;
+pub use dead_letter::{MIN_SIGNING_KEY_BYTES, SigningKeys};
 pub use load::{ConfigError, load_file, load_str, plugin_problems};
 pub use problem::Problem;
 pub use redact::{Properties, Secret, SecretUrl, is_secret_key, redact_document, redact_url};

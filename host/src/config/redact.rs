@@ -37,6 +37,8 @@ const SECRET_WORDS: &[&str] = &[
     "private_key",
     "privatekey",
     "credential",
+    // `errors.dlq.signing_key`.
+    "signing_key",
 ];
 
 /// True when the value of `key` must not be shown.

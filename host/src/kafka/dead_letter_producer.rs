@@ -10,6 +10,9 @@
 //! acknowledged produces them again). A value too large for a Kafka message (over about
 //! 900 kB with its key and headers) is left out, and header `sluice.value.omitted` gives
 //! its size: the dead letter keeps the record's coordinates for a look at the source.
+//! With `errors.dlq.signing_key`, each dead letter also gets `sluice.signature`, an
+//! HMAC-SHA256 of its connector, coordinates, key, value and headers
+//! ([`super::dead_letter_signature`]), which a redrive checks before it writes the letter.
 
 use std::time::Duration;
 
@@ -19,7 +22,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use crate::config::KafkaConfig;
+use super::dead_letter_signature::{Signed, Signer};
+use crate::config::{KafkaConfig, SigningKeys};
 use crate::failure::DeadLetter;
 
 /// The headers sluice adds to a dead letter, after the record's own: what the topic
@@ -34,8 +38,10 @@ pub mod header {
     pub const ERROR_CLASS: &str = "sluice.error.class";
     pub const ERROR_MESSAGE: &str = "sluice.error.message";
     pub const VALUE_OMITTED: &str = "sluice.value.omitted";
+    /// With `errors.dlq.signing_key`: the letter's signature, in hex.
+    pub const SIGNATURE: &str = "sluice.signature";
     /// Every one of them.
-    pub const ALL: [&str; 9] = [
+    pub const ALL: [&str; 10] = [
         SOURCE_TOPIC,
         SOURCE_PARTITION,
         SOURCE_OFFSET,
@@ -45,6 +51,7 @@ pub mod header {
         ERROR_CLASS,
         ERROR_MESSAGE,
         VALUE_OMITTED,
+        SIGNATURE,
     ];
 }
 
@@ -87,6 +94,8 @@ pub struct DeadLetterProducer {
     producer: FutureProducer,
     topic: String,
     connector: String,
+    /// Signs each letter when `errors.dlq.signing_key` is set.
+    signer: Option<Signer>,
 }
 
 impl DeadLetterProducer {
@@ -126,7 +135,15 @@ impl DeadLetterProducer {
             producer,
             topic: topic.to_string(),
             connector: connector.to_string(),
+            signer: None,
         })
+    }
+
+    /// Signs every dead letter with the first of `keys` (`errors.dlq.signing_key`); no
+    /// keys, no signature.
+    pub fn with_signing_key(mut self, keys: &SigningKeys) -> Self {
+        self.signer = Signer::new(keys);
+        self
     }
 
     /// The topic dead letters go to.
@@ -200,8 +217,9 @@ impl DeadLetterProducer {
 
     fn headers(&self, letter: &DeadLetter) -> OwnedHeaders {
         let record = &letter.record;
-        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 7);
-        if !fits(letter) {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 8);
+        let fits = fits(letter);
+        if !fits {
             let size = letter.record.value.as_ref().map_or(0, Vec::len);
             headers = headers.insert(Header {
                 key: header::VALUE_OMITTED,
@@ -233,6 +251,18 @@ impl DeadLetterProducer {
             headers = headers.insert(Header {
                 key: name,
                 value: Some(value.as_bytes()),
+            });
+        }
+        if let Some(signer) = &self.signer {
+            // Over the value as the letter carries it: none when left out for its size.
+            let signature = signer.sign(&Signed {
+                connector: &self.connector,
+                record,
+                value: record.value.as_deref().filter(|_| fits),
+            });
+            headers = headers.insert(Header {
+                key: header::SIGNATURE,
+                value: Some(signature.as_bytes()),
             });
         }
         headers
@@ -326,6 +356,43 @@ mod tests {
             !small.iter().any(|(k, _)| k == "sluice.value.omitted"),
             "{small:?}"
         );
+    }
+
+    #[test]
+    fn letters_are_signed_only_with_a_key() {
+        use rdkafka::message::Headers;
+        let kafka = KafkaConfig {
+            brokers: "127.0.0.1:9".into(),
+            properties: Default::default(),
+        };
+        let keys: SigningKeys =
+            serde_json::from_value(serde_json::json!("0123456789abcdef")).expect("a key");
+        let signature = |producer: &DeadLetterProducer, letter: &DeadLetter| {
+            producer
+                .headers(letter)
+                .iter()
+                .find(|h| h.key == header::SIGNATURE)
+                .and_then(|h| h.value.map(<[u8]>::to_vec))
+        };
+        let plain = DeadLetterProducer::new(&kafka, "127.0.0.1:9", "dlq", "c").unwrap();
+        assert_eq!(signature(&plain, &letter(10)), None);
+        let signing = plain.with_signing_key(&keys);
+        let signer = Signer::new(&keys).unwrap();
+        let small = letter(10);
+        let expected = signer.sign(&Signed {
+            connector: "c",
+            record: &small.record,
+            value: small.record.value.as_deref(),
+        });
+        assert_eq!(signature(&signing, &small), Some(expected.into_bytes()));
+        // A value left out for its size is signed as absent.
+        let big = letter(1_000_000);
+        let expected = signer.sign(&Signed {
+            connector: "c",
+            record: &big.record,
+            value: None,
+        });
+        assert_eq!(signature(&signing, &big), Some(expected.into_bytes()));
     }
 
     #[test]

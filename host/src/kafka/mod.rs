@@ -5,6 +5,7 @@
 
 pub mod consumer;
 pub mod dead_letter_producer;
+pub mod dead_letter_signature;
 pub mod embedded;
 pub mod group;
 pub mod topic_ids;

@@ -245,7 +245,7 @@ impl Runner {
                 topic,
                 &config.name,
             ) {
-                Ok(producer) => Some(producer),
+                Ok(producer) => Some(producer.with_signing_key(&config.errors.dlq_signing_key)),
                 Err(e) => {
                     sink.close().await;
                     return Connect::Failed(e.to_string());
