@@ -159,6 +159,41 @@ fn half_sent_headers_are_closed_after_the_header_timeout() {
     });
 }
 
+/// A request whose body stops arriving ends at the 60 s idle timeout (an answer, or the
+/// connection closed), not before, and not never.
+#[test]
+fn a_request_body_that_never_comes_ends_at_the_idle_timeout() {
+    harness::run_test(async {
+        let dir = tempfile::tempdir().expect("dir");
+        let port = free_port();
+        let config = embedded_config(
+            dir.path(),
+            &format!("admin: {{ listen: \"127.0.0.1:{port}\" }}"),
+        );
+        let _sluice = SluiceProcess::start(&config);
+        wait_ready(&plain(port)).await;
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .write_all(b"POST /connectors/surface/dry-run HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Sluice-Request: 1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"limit\":")
+            .expect("write");
+        let sent = Instant::now();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(90)))
+            .expect("timeout");
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        let ended = sent.elapsed();
+        println!(
+            "ADMIN-SURFACE a stalled body ended after {ended:?}: {:?}",
+            String::from_utf8_lossy(&answer).lines().next()
+        );
+        assert!(
+            (Duration::from_secs(55)..Duration::from_secs(80)).contains(&ended),
+            "a stalled request body ended after {ended:?}"
+        );
+    });
+}
+
 /// While 256 connections are held, connection 257 is not served; once they go, it is.
 #[test]
 fn connection_257_waits_while_256_are_held() {
@@ -800,5 +835,22 @@ async fn the_admin_api_reads_only_its_connectors_topics(db: Backend) {
     assert_eq!(body["truncated"], true);
     let records = body["records"].as_array().expect("records").len();
     assert_eq!(body["next_offset"], records);
+
+    // At most 2 dry runs at once: of 6 sent together, some are refused with 503.
+    let body = json!({"topic": topic, "offset": 0, "limit": 20});
+    let answers = futures_util::future::join_all((0..6).map(|_| {
+        client.request(
+            Method::POST,
+            "/connectors/reader/dry-run",
+            Some(body.clone()),
+        )
+    }))
+    .await;
+    let codes: Vec<u16> = answers
+        .into_iter()
+        .map(|a| a.expect("dry-run").status.as_u16())
+        .collect();
+    assert!(codes.iter().all(|c| *c == 200 || *c == 503), "{codes:?}");
+    assert!(codes.contains(&200) && codes.contains(&503), "{codes:?}");
 }
 for_each_database!(the_admin_api_reads_only_its_connectors_topics);

@@ -6,10 +6,11 @@
 //! - [`HEADER_READ_TIMEOUT`]: a request's headers (and, over TLS, the handshake) must
 //!   arrive within 10 s of the connection's first byte or of the previous answer;
 //! - [`IDLE_TIMEOUT`]: a connection that moves no byte for 60 s while no request is being
-//!   answered is closed;
+//!   answered is closed, and a request body that sends no byte for 60 s fails;
 //! - [`MAX_CONNECTIONS`]: at most 256 connections are served at once; more wait in the
 //!   listen backlog until one closes.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -122,6 +123,58 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
+/// A request body that fails when no byte of it arrives for [`IDLE_TIMEOUT`]: while a
+/// handler waits for it the request is in progress, so the connection's own idle check
+/// does not apply.
+struct IdleBody {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl IdleBody {
+    fn new(inner: Incoming) -> Self {
+        Self {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(IDLE_TIMEOUT)),
+        }
+    }
+}
+
+impl hyper::body::Body for IdleBody {
+    type Data = hyper::body::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                this.deadline
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + IDLE_TIMEOUT);
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(format!(
+                    "no byte of the request body arrived within {IDLE_TIMEOUT:?}"
+                )
+                .into()))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// How a stop reaches the connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stopping {
@@ -219,7 +272,8 @@ async fn http<S>(
         let mut app = app.clone();
         let in_flight = InFlight::new(&requests);
         async move {
-            let response = app.call(request.map(axum::body::Body::new)).await;
+            let request = request.map(|body| axum::body::Body::new(IdleBody::new(body)));
+            let response = app.call(request).await;
             drop(in_flight);
             response
         }
