@@ -237,3 +237,22 @@ async fn dry_run(
         "next_offset": next_offset,
     })))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::within;
+    use serde_json::json;
+
+    #[test]
+    fn an_answer_stops_before_its_budget_and_names_the_first_left_out() {
+        let items: Vec<(i64, String)> = (0..5).map(|i| (i, "x".repeat(10))).collect();
+        let all = || items.iter().map(|(o, v)| (*o, v));
+        // Each item is 12 bytes of JSON and a comma; the brackets take 2.
+        let (taken, next) = within(all(), 2 + 3 * 13, |v| json!(v));
+        assert_eq!((taken.len(), next), (3, Some(3)));
+        let (taken, next) = within(all(), 1 << 20, |v| json!(v));
+        assert_eq!((taken.len(), next), (5, None));
+        let (taken, next) = within(all(), 5, |v| json!(v));
+        assert_eq!((taken.len(), next), (0, Some(0)));
+    }
+}
