@@ -854,3 +854,101 @@ async fn the_admin_api_reads_only_its_connectors_topics(db: Backend) {
     assert!(codes.contains(&200) && codes.contains(&503), "{codes:?}");
 }
 for_each_database!(the_admin_api_reads_only_its_connectors_topics);
+
+/// The client ports of every TCP connection to `port` on this machine, in any state
+/// (`TIME_WAIT` too: a connection closed a moment ago still shows).
+fn client_ports_to(port: u16) -> std::collections::BTreeSet<u16> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
+    let port_of = |address: &str| {
+        address
+            .rsplit_once(':')
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+    };
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().skip(1);
+            let local = port_of(fields.next()?)?;
+            let remote = port_of(fields.next()?)?;
+            if remote == port {
+                Some(local)
+            } else if local == port {
+                Some(remote)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// `GET /connectors/{name}/offsets` of an at-least-once connector (the Kafka group's
+/// committed offsets) reuses one Kafka client: ten calls open no new connections to the
+/// broker after the first, where a client per call opens some each time.
+#[test]
+fn at_least_once_offsets_calls_reuse_one_kafka_client() {
+    harness::run_test(async {
+        let broker = Broker::start();
+        let topic = harness::unique("alo");
+        broker.create_topic(&topic, 2).await;
+        let broker_port: u16 = broker
+            .bootstrap
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .expect("the broker's port");
+        let dir = tempfile::tempdir().expect("dir");
+        let port = free_port();
+        let config = dir.path().join("connectors.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"kafka: {{ brokers: "{bootstrap}" }}
+admin: {{ listen: "127.0.0.1:{port}" }}
+connectors:
+  - name: alo
+    topics: [{topic}]
+    group: {group}
+    format: string
+    delivery: {{ guarantee: at_least_once }}
+    sink:
+      url: "sqlite://{db}?mode=rwc"
+      table: alo
+      columns: {{ v: {{ from: $value, type: text }} }}
+      create_table: true
+"#,
+                bootstrap = broker.bootstrap,
+                group = harness::unique("group"),
+                db = dir.path().join("alo.db").display(),
+            ),
+        )
+        .expect("write config");
+        let _sluice = SluiceProcess::start(&config);
+        let client = plain(port);
+        wait_ready(&client).await;
+        let offsets = || async {
+            let answer = client
+                .get("/connectors/alo/offsets")
+                .await
+                .expect("offsets");
+            assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+        };
+        offsets().await;
+        let before = client_ports_to(broker_port);
+        for _ in 0..10 {
+            offsets().await;
+        }
+        let new: Vec<u16> = client_ports_to(broker_port)
+            .difference(&before)
+            .copied()
+            .collect();
+        println!(
+            "ADMIN-SURFACE 10 offsets calls opened {} new connections to the broker",
+            new.len()
+        );
+        assert!(
+            new.len() < 5,
+            "10 offsets calls opened {} new connections to the broker: a client per call",
+            new.len()
+        );
+    });
+}
