@@ -627,4 +627,25 @@ connectors:
         );
         assert_eq!(pointer_to_path(""), "");
     }
+
+    #[test]
+    fn an_open_listener_needs_a_token_and_a_read_token_its_own_value() {
+        let with = |admin: &str| problems(&format!("{GOOD}\nadmin: {admin}\n"));
+        let open = with("{ listen: \"0.0.0.0:8083\" }");
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert!(
+            open[0].starts_with("admin.listen: 0.0.0.0:8083 is reachable"),
+            "{open:?}"
+        );
+        assert!(with("{ listen: \"[::]:8083\" }")[0].starts_with("admin.listen"));
+        assert!(with("{ listen: \"127.0.0.1:8083\" }").is_empty());
+        assert!(with("{ listen: \"[::1]:8083\" }").is_empty());
+        assert!(with("{ listen: \"0.0.0.0:8083\", token: t }").is_empty());
+        assert!(with("{ listen: \"0.0.0.0:8083\", read_token: r }").is_empty());
+        let same = with("{ listen: \"127.0.0.1:8083\", token: t, read_token: t }");
+        assert!(
+            same.len() == 1 && same[0].starts_with("admin.read_token: is the same"),
+            "{same:?}"
+        );
+    }
 }
