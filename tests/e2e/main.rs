@@ -8,6 +8,9 @@
 //! - [`dedup`]: producer duplicates (`delivery.dedup`) skipped across batches, partitions,
 //!   a SIGKILL and two writers at once; ids cleaned up past their window.
 //! - [`faults`]: SIGKILLs, database and broker outages, a broker restart, a rebalance storm.
+//! - [`admin_surface`]: the admin API against its network: slow and too many
+//!   connections, the topics it reads, answers bounded in bytes, HTTPS, the read token,
+//!   the `Host` check, an address taken at reload.
 //! - [`operate`]: the admin API (Kafka Connect's shapes), metrics, supervision, reload.
 //! - [`metrics_listen`]: `admin.metrics_listen`, metrics and probes without the token on a
 //!   listener of their own; moved by a reload.
@@ -38,6 +41,7 @@
 #[macro_use]
 mod harness;
 
+mod admin_surface;
 mod config_corpus;
 mod dedup;
 mod dlq_forgery;

@@ -3,32 +3,41 @@
 //! readiness, and reload. Started when `connectors.yaml` has `admin: { listen: … }`.
 //!
 //! - [`connect_api`]: the endpoints under `/connectors`, in Kafka Connect's shapes.
+//! - [`records`]: records and dry runs through the seek-consumer pool, of the topics
+//!   [`topics`] allows.
+//! - [`auth`]: tokens, the read token, the `Host` check and the header that keeps web
+//!   pages out.
+//! - [`serve`]: connections, with their time and number bounded; [`tls`]: HTTPS.
 //! - [`client`]: the client `sluice status|pause|resume|restart|stop` use.
 //! - [`metrics_listener`]: `/metrics`, `/healthz` and `/readyz` alone, without the token.
 //!
-//! With `admin.token`, every endpoint but `/healthz` and `/readyz` asks for
-//! `Authorization: Bearer <token>`. Errors have Kafka Connect's body,
-//! `{"error_code": 404, "message": "…"}`. `docs/operations.md` lists every endpoint.
+//! Errors have Kafka Connect's body, `{"error_code": 404, "message": "…"}`.
+//! `docs/operations.md` lists every endpoint.
 
+pub mod auth;
 pub mod client;
 pub mod connect_api;
 pub mod metrics_listener;
 pub mod records;
+pub mod serve;
+pub mod tls;
+pub mod topics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use crate::config::Secret;
+use crate::config::AdminConfig;
 use crate::supervisor::{Reloaded, Supervisor};
+use auth::Tokens;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +47,12 @@ pub enum AdminError {
         listen: String,
         source: std::io::Error,
     },
+    #[error(
+        "admin.listen {listen} is reachable from other hosts and admin has no token: set admin.token, or listen on 127.0.0.1"
+    )]
+    Unprotected { listen: String },
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
 /// A reload asked through `POST /reload`, answered by whoever owns the configuration
@@ -50,9 +65,16 @@ pub struct ReloadRequest {
 #[derive(Clone)]
 pub struct AdminState {
     pub supervisor: Arc<Supervisor>,
-    /// Replaced in place by a reload that changes only the token.
-    token: Arc<std::sync::RwLock<Option<Secret>>>,
+    /// Replaced in place by a reload that changes only the tokens.
+    tokens: Arc<std::sync::RwLock<Tokens>>,
     reload: Option<mpsc::Sender<ReloadRequest>>,
+    /// The listener is on a loopback address: requests must name a loopback `Host`.
+    loopback: bool,
+    /// Dry runs that may start now.
+    dry_runs: Arc<Semaphore>,
+    /// Why the last reload could not move the listener (this one serves on), for that
+    /// reload's answer.
+    relisten: Arc<std::sync::Mutex<Option<Value>>>,
 }
 
 /// A running server: its address, and what stops it.
@@ -60,72 +82,112 @@ pub struct AdminServer {
     pub addr: SocketAddr,
     /// The `admin.listen` it was started with.
     pub listen: String,
-    token: Arc<std::sync::RwLock<Option<Secret>>>,
+    /// The section it was started with.
+    config: AdminConfig,
+    tokens: Arc<std::sync::RwLock<Tokens>>,
+    relisten: Arc<std::sync::Mutex<Option<Value>>>,
     stop: Option<oneshot::Sender<()>>,
     join: tokio::task::JoinHandle<()>,
 }
 
+fn tokens_of(config: &AdminConfig) -> Tokens {
+    Tokens {
+        token: config.token.clone(),
+        read_token: config.read_token.clone(),
+    }
+}
+
+/// Binds `listen`. A server on the same port that is stopping (a reload that moves the
+/// listener) frees it within moments: `patience` bounds the wait for it.
+async fn bind(
+    listen: &str,
+    patience: std::time::Duration,
+) -> Result<tokio::net::TcpListener, AdminError> {
+    let started = std::time::Instant::now();
+    loop {
+        match tokio::net::TcpListener::bind(listen).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < patience => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(source) => {
+                return Err(AdminError::Bind {
+                    listen: listen.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+}
+
 impl AdminServer {
-    /// Binds `listen` and serves the API for `supervisor` until [`stop`](Self::stop).
+    /// Binds `config.listen` and serves the API for `supervisor` until [`stop`](Self::stop).
     pub async fn start(
-        listen: &str,
-        token: Option<Secret>,
+        config: &AdminConfig,
         supervisor: Arc<Supervisor>,
         reload: Option<mpsc::Sender<ReloadRequest>>,
     ) -> Result<Self, AdminError> {
-        let bind_error = |source| AdminError::Bind {
-            listen: listen.to_string(),
+        let tls = config.tls.as_ref().map(tls::server_config).transpose()?;
+        let listener = bind(&config.listen, std::time::Duration::from_secs(3)).await?;
+        let relisten = Arc::new(std::sync::Mutex::new(None));
+        Self::serve_on(listener, config, tls, supervisor, reload, relisten)
+    }
+
+    fn serve_on(
+        listener: tokio::net::TcpListener,
+        config: &AdminConfig,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        supervisor: Arc<Supervisor>,
+        reload: Option<mpsc::Sender<ReloadRequest>>,
+        relisten: Arc<std::sync::Mutex<Option<Value>>>,
+    ) -> Result<Self, AdminError> {
+        let addr = listener.local_addr().map_err(|source| AdminError::Bind {
+            listen: config.listen.clone(),
             source,
-        };
-        // A server on the same port that is stopping (a reload that moves the listener)
-        // frees it within moments.
-        let mut attempts = 0;
-        let listener = loop {
-            match tokio::net::TcpListener::bind(listen).await {
-                Ok(listener) => break listener,
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && attempts < 30 => {
-                    attempts += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                Err(e) => return Err(bind_error(e)),
-            }
-        };
-        let addr = listener.local_addr().map_err(bind_error)?;
-        if token.is_none() && !addr.ip().is_loopback() {
-            tracing::warn!(%addr, "the admin API listens beyond this host without admin.token: anyone who reaches it can stop connectors and change their offsets");
+        })?;
+        let tokens = tokens_of(config);
+        // `validate` refuses this too; a server never starts open to the network.
+        if !addr.ip().is_loopback() && tokens == Tokens::default() {
+            return Err(AdminError::Unprotected {
+                listen: config.listen.clone(),
+            });
         }
-        let token = Arc::new(std::sync::RwLock::new(token));
+        let tokens = Arc::new(std::sync::RwLock::new(tokens));
         let state = AdminState {
             supervisor,
-            token: token.clone(),
+            tokens: tokens.clone(),
             reload,
+            loopback: addr.ip().is_loopback(),
+            dry_runs: Arc::new(Semaphore::new(records::MAX_DRY_RUNS)),
+            relisten: relisten.clone(),
         };
         let app = router(state);
         let (stop, stopped) = oneshot::channel::<()>();
-        let join = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
-            if let Err(error) = served {
-                tracing::error!(%error, "the admin server stopped");
-            }
-        });
-        tracing::info!(%addr, "admin API listening");
+        let https = tls.is_some();
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+        let join = tokio::spawn(serve::serve(listener, app, acceptor, stopped));
+        tracing::info!(%addr, https, "admin API listening");
         Ok(Self {
             addr,
-            listen: listen.to_string(),
-            token,
+            listen: config.listen.clone(),
+            config: config.clone(),
+            tokens,
+            relisten,
             stop: Some(stop),
             join,
         })
     }
 
-    /// Replaces the token (a reload that changed only `admin.token`).
-    pub fn set_token(&self, token: Option<Secret>) {
-        if let Ok(mut current) = self.token.write() {
-            *current = token;
+    /// Replaces the tokens (a reload that changed only them).
+    fn set_tokens(&self, config: &AdminConfig) {
+        if let Ok(mut current) = self.tokens.write() {
+            *current = tokens_of(config);
+        }
+    }
+
+    fn set_relisten(&self, problem: Option<Value>) {
+        if let Ok(mut current) = self.relisten.lock() {
+            *current = problem;
         }
     }
 
@@ -143,8 +205,138 @@ impl AdminServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut self.join).await;
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(6), &mut self.join).await;
         self.join.abort();
+    }
+}
+
+/// Applies a reload's `admin:` section: the running server (`old`) is kept when only its
+/// tokens changed, replaced when its address or TLS did, stopped when the section is gone.
+/// A new address that cannot be bound (taken, not this host's) leaves the old server
+/// serving, and the reload's answer says why.
+pub async fn apply(
+    old: Option<AdminServer>,
+    new: Option<AdminConfig>,
+    supervisor: &Arc<Supervisor>,
+    reload: &mpsc::Sender<ReloadRequest>,
+) -> Option<AdminServer> {
+    if let Some(server) = &old {
+        server.set_relisten(None);
+    }
+    let Some(new) = new else {
+        if let Some(old) = old {
+            tokio::spawn(old.begin_stop());
+        }
+        return None;
+    };
+    match old {
+        Some(mut server) if server.listen == new.listen && server.config.tls == new.tls => {
+            server.set_tokens(&new);
+            server.config = new;
+            Some(server)
+        }
+        Some(server) => relisten(server, new, supervisor, reload).await,
+        None => match AdminServer::start(&new, supervisor.clone(), Some(reload.clone())).await {
+            Ok(server) => Some(server),
+            Err(error) => {
+                tracing::error!(%error, "the admin API could not start; it is off until the next reload");
+                None
+            }
+        },
+    }
+}
+
+/// Moves `old` to `new`: the new listener is bound before the old one closes, or (same
+/// port) right after; on failure the old one serves on.
+async fn relisten(
+    old: AdminServer,
+    new: AdminConfig,
+    supervisor: &Arc<Supervisor>,
+    reload: &mpsc::Sender<ReloadRequest>,
+) -> Option<AdminServer> {
+    let refused = |old: AdminServer, error: AdminError| {
+        tracing::error!(%error, listening = %old.listen, "the admin API could not move to its new address; it serves on at the old one");
+        old.set_relisten(Some(json!({
+            "listening": old.listen,
+            "refused": new.listen,
+            "error": error.to_string(),
+        })));
+        Some(old)
+    };
+    // Every server of the process shares it: the one that answers the reload reads it.
+    let relisten = old.relisten.clone();
+    let tls = match new.tls.as_ref().map(tls::server_config).transpose() {
+        Ok(tls) => tls,
+        Err(error) => return refused(old, error.into()),
+    };
+    let start = |listener| {
+        AdminServer::serve_on(
+            listener,
+            &new,
+            tls.clone(),
+            supervisor.clone(),
+            Some(reload.clone()),
+            relisten.clone(),
+        )
+    };
+    let same_port = new
+        .listen
+        .parse::<SocketAddr>()
+        .is_ok_and(|a| a.port() == old.addr.port());
+    match bind(&new.listen, std::time::Duration::ZERO).await {
+        Ok(listener) => match start(listener) {
+            Ok(server) => {
+                // The old server stops in the background: it may be serving this very
+                // reload (POST /reload), whose answer comes after this returns.
+                tokio::spawn(old.begin_stop());
+                Some(server)
+            }
+            Err(error) => refused(old, error),
+        },
+        Err(AdminError::Bind { source, .. })
+            if same_port && source.kind() == std::io::ErrorKind::AddrInUse =>
+        {
+            // The old listener holds the port: it closes first (its requests in progress
+            // finish), then the new one binds; if it still cannot, the old one comes back.
+            let (old_config, old_addr) = (old.config.clone(), old.addr);
+            let old_tls = match old_config.tls.as_ref().map(tls::server_config).transpose() {
+                Ok(tls) => tls,
+                Err(error) => return refused(old, error.into()),
+            };
+            tokio::spawn(old.begin_stop());
+            match bind(&new.listen, std::time::Duration::from_secs(3))
+                .await
+                .and_then(start)
+            {
+                Ok(server) => Some(server),
+                Err(error) => {
+                    let back = AdminConfig {
+                        listen: old_addr.to_string(),
+                        ..old_config
+                    };
+                    let restarted =
+                        match bind(&back.listen, std::time::Duration::from_secs(3)).await {
+                            Ok(listener) => AdminServer::serve_on(
+                                listener,
+                                &back,
+                                old_tls,
+                                supervisor.clone(),
+                                Some(reload.clone()),
+                                relisten.clone(),
+                            ),
+                            Err(e) => Err(e),
+                        };
+                    match restarted {
+                        Ok(server) => refused(server, error),
+                        Err(again) => {
+                            tracing::error!(%error, %again, "the admin API could not move to its new address nor come back to its old one; it is off until the next reload");
+                            None
+                        }
+                    }
+                }
+            }
+        }
+        Err(error) => refused(old, error),
     }
 }
 
@@ -155,12 +347,19 @@ pub fn router(state: AdminState) -> Router {
         .route("/reload", post(reload))
         .merge(connect_api::routes())
         .merge(records::routes())
-        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(guarded)
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::check_host,
+        ))
         .with_state(state)
 }
 
@@ -197,44 +396,6 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 async fn not_found() -> Response {
     error(StatusCode::NOT_FOUND, "no such endpoint")
-}
-
-async fn authorize(
-    State(state): State<AdminState>,
-    headers: HeaderMap,
-    request: Request,
-    next: Next,
-) -> Response {
-    let token = state.token.read().ok().and_then(|t| t.clone());
-    if let Some(token) = &token {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if !given.is_some_and(|given| constant_time_eq(given.as_bytes(), token.expose().as_bytes()))
-        {
-            let mut response = error(
-                StatusCode::UNAUTHORIZED,
-                "this endpoint needs the header Authorization: Bearer <admin.token>",
-            );
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-            return response;
-        }
-    }
-    next.run(request).await
-}
-
-/// Compares without stopping at the first difference (the time taken does not tell how
-/// much of a guessed token was right).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for (i, x) in a.iter().enumerate() {
-        diff |= usize::from(x ^ b.get(i % b.len().max(1)).copied().unwrap_or(0));
-    }
-    diff == 0
 }
 
 /// 200 while the runtime answers.
@@ -276,7 +437,14 @@ async fn reload(State(state): State<AdminState>) -> Response {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the process is stopping");
     }
     match answer.await {
-        Ok(Ok(reloaded)) => Json(json!({"reloaded": reloaded})).into_response(),
+        Ok(Ok(reloaded)) => {
+            let mut answer = json!({"reloaded": reloaded});
+            // A new `admin.listen` that could not be bound: this server serves on.
+            if let Some(problem) = state.relisten.lock().ok().and_then(|p| p.clone()) {
+                answer["admin_listener"] = problem;
+            }
+            Json(answer).into_response()
+        }
         Ok(Err(problems)) => (
             StatusCode::BAD_REQUEST,
             Json(json!({
@@ -287,20 +455,5 @@ async fn reload(State(state): State<AdminState>) -> Response {
         )
             .into_response(),
         Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the process is stopping"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    #[test]
-    fn tokens_compare_exactly() {
-        assert!(constant_time_eq(b"s3cret", b"s3cret"));
-        assert!(!constant_time_eq(b"s3cret", b"s3cre"));
-        assert!(!constant_time_eq(b"s3cre", b"s3cret"));
-        assert!(!constant_time_eq(b"", b"x"));
-        assert!(!constant_time_eq(b"x", b""));
-        assert!(constant_time_eq(b"", b""));
     }
 }

@@ -1,7 +1,9 @@
 //! `sluice status`, `pause`, `resume`, `restart` and `stop`: the admin API of a running
 //! sluice, for humans. The API's address comes from `--admin`, else from the
-//! configuration file's `admin.listen`; the token from `--token`, `SLUICE_ADMIN_TOKEN`, or
-//! the file's `admin.token`.
+//! configuration file's `admin.listen` (`https://` when the file has `admin.tls`); the
+//! token from `--token`, `SLUICE_ADMIN_TOKEN`, or the file's `admin.token` (`status` also
+//! takes its `admin.read_token`); the CA that HTTPS trusts from `--ca`, `SLUICE_ADMIN_CA`,
+//! or the file's `admin.tls.ca`.
 
 use std::path::Path;
 
@@ -14,12 +16,18 @@ use crate::admin::client::AdminClient;
 /// Where the admin API is and how to talk to it.
 #[derive(clap::Args, Debug)]
 pub struct Target {
-    /// The admin API, `http://host:port`; default: the file's `admin.listen`.
+    /// The admin API, `http://host:port` or `https://host:port`; default: the file's
+    /// `admin.listen`.
     #[arg(long)]
     admin: Option<String>,
     /// Bearer token; default: `SLUICE_ADMIN_TOKEN`, else the file's `admin.token`.
     #[arg(long)]
     token: Option<String>,
+    /// CA certificate(s) (PEM) that an https:// admin API's certificate is checked
+    /// against; default: `SLUICE_ADMIN_CA`, else the file's `admin.tls.ca`, else the web's
+    /// public roots.
+    #[arg(long)]
+    ca: Option<std::path::PathBuf>,
     /// The configuration file that names the admin API when `--admin` is not given.
     #[arg(long, short, default_value = "connectors.yaml")]
     config: std::path::PathBuf,
@@ -34,7 +42,9 @@ pub enum Action {
     Restart { tasks: bool, only_failed: bool },
 }
 
-fn client(target: &Target) -> Result<AdminClient, u8> {
+/// The client of `target`; `reads_only`: the calls it makes only read (the file's read
+/// token will do).
+fn client(target: &Target, reads_only: bool) -> Result<AdminClient, u8> {
     let file = || -> Result<crate::config::AdminConfig, u8> {
         let config = super::load(Path::new(&target.config))?;
         config.admin.ok_or_else(|| {
@@ -45,8 +55,8 @@ fn client(target: &Target) -> Result<AdminClient, u8> {
             EXIT_INVALID
         })
     };
-    let (url, file_token) = match &target.admin {
-        Some(url) => (url.clone(), None),
+    let (url, file_token, file_ca) = match &target.admin {
+        Some(url) => (url.clone(), None, None),
         None => {
             let admin = file()?;
             let listen = match admin.listen.rsplit_once(':') {
@@ -54,7 +64,16 @@ fn client(target: &Target) -> Result<AdminClient, u8> {
                 Some(("[::]", port)) => format!("[::1]:{port}"),
                 _ => admin.listen.clone(),
             };
-            (listen, admin.token.map(|t| t.expose().to_string()))
+            let scheme = if admin.tls.is_some() { "https" } else { "http" };
+            let token = admin
+                .token
+                .or(if reads_only { admin.read_token } else { None })
+                .map(|t| t.expose().to_string());
+            (
+                format!("{scheme}://{listen}"),
+                token,
+                admin.tls.and_then(|tls| tls.ca),
+            )
         }
     };
     let token = target
@@ -66,7 +85,16 @@ fn client(target: &Target) -> Result<AdminClient, u8> {
                 .filter(|t| !t.is_empty())
         })
         .or(file_token);
-    AdminClient::new(&url, token).map_err(|e| {
+    let ca = target
+        .ca
+        .clone()
+        .or_else(|| {
+            std::env::var_os("SLUICE_ADMIN_CA")
+                .filter(|c| !c.is_empty())
+                .map(std::path::PathBuf::from)
+        })
+        .or(file_ca);
+    AdminClient::with_ca(&url, token, ca.as_deref()).map_err(|e| {
         eprintln!("{e}");
         EXIT_INVALID
     })
@@ -74,7 +102,7 @@ fn client(target: &Target) -> Result<AdminClient, u8> {
 
 /// `sluice status`: a table of the connectors, their tasks, lag and rows per second.
 pub async fn status(target: &Target) -> u8 {
-    let client = match client(target) {
+    let client = match client(target, true) {
         Ok(client) => client,
         Err(code) => return code,
     };
@@ -166,7 +194,7 @@ pub fn status_table(all: &Value) -> String {
 
 /// `sluice pause|resume|stop|restart NAME`.
 pub async fn act(target: &Target, name: &str, action: Action) -> u8 {
-    let client = match client(target) {
+    let client = match client(target, false) {
         Ok(client) => client,
         Err(code) => return code,
     };

@@ -70,11 +70,40 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
             *schema = base.join(&*schema);
         }
     }
-    let problems = record_schema_problems(&config);
+    if let Some(tls) = config.admin.as_mut().and_then(|a| a.tls.as_mut()) {
+        for path in [&mut tls.cert, &mut tls.key]
+            .into_iter()
+            .chain(tls.ca.as_mut())
+        {
+            if path.is_relative() {
+                *path = base.join(&*path);
+            }
+        }
+    }
+    let mut problems = record_schema_problems(&config);
+    problems.extend(admin_tls_problems(&config));
     if !problems.is_empty() {
         return Err(ConfigError::Invalid { problems });
     }
     Ok(config)
+}
+
+/// Reads `admin.tls`'s certificate and key as the server will: a file that is missing or
+/// holds no usable PEM is a problem at `validate`, not at the first connection.
+fn admin_tls_problems(config: &Config) -> Vec<Problem> {
+    let Some(tls) = config.admin.as_ref().and_then(|a| a.tls.as_ref()) else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    if let Err(e) = crate::admin::tls::server_config(tls) {
+        problems.push(Problem::new(e.field(), e.to_string()));
+    }
+    if let Some(ca) = &tls.ca
+        && let Err(e) = crate::admin::tls::client_config(Some(ca))
+    {
+        problems.push(Problem::new("admin.tls.ca", e.to_string()));
+    }
+    problems
 }
 
 /// Reads and compiles each connector's `schema:` file.
@@ -597,5 +626,26 @@ connectors:
             "connectors[1].sink.key[0]"
         );
         assert_eq!(pointer_to_path(""), "");
+    }
+
+    #[test]
+    fn an_open_listener_needs_a_token_and_a_read_token_its_own_value() {
+        let with = |admin: &str| problems(&format!("{GOOD}\nadmin: {admin}\n"));
+        let open = with("{ listen: \"0.0.0.0:8083\" }");
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert!(
+            open[0].starts_with("admin.listen: 0.0.0.0:8083 is reachable"),
+            "{open:?}"
+        );
+        assert!(with("{ listen: \"[::]:8083\" }")[0].starts_with("admin.listen"));
+        assert!(with("{ listen: \"127.0.0.1:8083\" }").is_empty());
+        assert!(with("{ listen: \"[::1]:8083\" }").is_empty());
+        assert!(with("{ listen: \"0.0.0.0:8083\", token: t }").is_empty());
+        assert!(with("{ listen: \"0.0.0.0:8083\", read_token: r }").is_empty());
+        let same = with("{ listen: \"127.0.0.1:8083\", token: t, read_token: t }");
+        assert!(
+            same.len() == 1 && same[0].starts_with("admin.read_token: is the same"),
+            "{same:?}"
+        );
     }
 }

@@ -148,6 +148,29 @@ pub struct AdminConfig {
     /// Prometheus scrapes and probes call. Off when absent.
     #[serde(default)]
     pub metrics_listen: Option<String>,
+    /// A second token that allows only `GET` (and `HEAD`): for dashboards, scripts and
+    /// status pages, which must not be able to stop anything.
+    #[serde(default)]
+    pub read_token: Option<Secret>,
+    /// Serve HTTPS with this certificate and key instead of plain HTTP.
+    #[serde(default)]
+    pub tls: Option<AdminTls>,
+}
+
+/// HTTPS for the admin API: PEM files, read at start and at every reload that changes
+/// `admin:`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminTls {
+    /// The server's certificate chain (PEM), leaf first.
+    pub cert: std::path::PathBuf,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: std::path::PathBuf,
+    /// For the clients only (`sluice status`, `pause`, …): the CA certificate(s) (PEM)
+    /// they trust for this server, e.g. the certificate itself when it is self-signed.
+    /// Default: the web's public roots.
+    #[serde(default)]
+    pub ca: Option<std::path::PathBuf>,
 }
 
 /// The seek-consumer pool: assign-mode consumers, never in a group, never committing,

@@ -62,6 +62,7 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
     }
     if let Some(admin) = &config.admin {
         super::admin::admin_problems(admin, &mut problems);
+        admin_problems(admin, &mut problems);
     }
     if config.pool.size == 0 {
         problems.push(Problem::new("pool.size", "must be at least 1"));
@@ -423,4 +424,39 @@ fn valid_identifier(name: &str) -> bool {
 fn valid_table_name(name: &str) -> bool {
     let parts: Vec<&str> = name.split('.').collect();
     parts.len() <= 2 && parts.iter().all(|p| valid_identifier(p))
+}
+
+/// The admin listener's own checks: a listener that other hosts reach needs a token, a
+/// read token is a token of its own.
+fn admin_problems(admin: &super::AdminConfig, problems: &mut Vec<Problem>) {
+    if let Ok(addr) = admin.listen.parse::<std::net::SocketAddr>()
+        && !addr.ip().is_loopback()
+        && admin.token.is_none()
+        && admin.read_token.is_none()
+    {
+        problems.push(Problem::new(
+            "admin.listen",
+            format!(
+                "{} is reachable from other hosts, and admin has no token: anyone who reaches it could stop connectors and change their offsets. Set admin.token (e.g. token: ${{SLUICE_ADMIN_TOKEN}}), or listen on 127.0.0.1",
+                admin.listen
+            ),
+        ));
+    }
+    if let Some(read_token) = &admin.read_token {
+        if read_token.expose().trim().is_empty() {
+            problems.push(Problem::new(
+                "admin.read_token",
+                "is empty (an unset variable?): leave read_token out to serve without one",
+            ));
+        } else if admin
+            .token
+            .as_ref()
+            .is_some_and(|t| t.expose() == read_token.expose())
+        {
+            problems.push(Problem::new(
+                "admin.read_token",
+                "is the same as admin.token: a read token must differ, or it allows everything",
+            ));
+        }
+    }
 }

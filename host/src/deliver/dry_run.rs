@@ -79,6 +79,17 @@ pub async fn dry_run(
     engine: Option<&sluice_transform::TransformEngine>,
     inputs: Vec<Incoming>,
 ) -> Result<DryRun, DryRunError> {
+    dry_run_on(connector, engine, inputs, None).await
+}
+
+/// As [`dry_run`], asking the database through `sink` (a running connector's pool) when
+/// given, instead of connections of its own.
+pub async fn dry_run_on(
+    connector: &ConnectorConfig,
+    engine: Option<&sluice_transform::TransformEngine>,
+    inputs: Vec<Incoming>,
+    sink: Option<Arc<Sink>>,
+) -> Result<DryRun, DryRunError> {
     let coordinates: Vec<(String, i32, i64)> = inputs
         .iter()
         .map(|i| (i.record.topic.clone(), i.record.partition, i.record.offset))
@@ -108,7 +119,7 @@ pub async fn dry_run(
     }
 
     // The database's refusals, in a transaction that is rolled back.
-    let database_not_asked = match refusals(connector, &prepared.ops).await {
+    let database_not_asked = match refusals(connector, &prepared.ops, sink).await {
         Ok(refused) => {
             for (op, message) in refused {
                 let input = prepared.origins[op];
@@ -174,10 +185,19 @@ pub async fn dry_run(
 async fn refusals(
     connector: &ConnectorConfig,
     ops: &[RowOp],
+    running: Option<Arc<Sink>>,
 ) -> Result<Vec<(usize, String)>, String> {
-    let sink = Sink::connect(connector)
-        .await
-        .map_err(|e| format!("cannot reach the database: {e}"))?;
+    let (sink, own) = match running {
+        Some(sink) => (sink, false),
+        None => (
+            Arc::new(
+                Sink::connect(connector)
+                    .await
+                    .map_err(|e| format!("cannot reach the database: {e}"))?,
+            ),
+            true,
+        ),
+    };
     let result = async {
         sink.check_table().await.map_err(|e| {
             format!(
@@ -193,7 +213,9 @@ async fn refusals(
             .map_err(|e| format!("the database could not be asked: {e}"))
     }
     .await;
-    sink.close().await;
+    if own {
+        sink.close().await;
+    }
     result
 }
 

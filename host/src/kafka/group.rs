@@ -1,9 +1,11 @@
 //! A connector's Kafka consumer group seen from outside: the committed offsets that
 //! exactly-once connectors mirror for `kafka-consumer-groups`, Burrow and KEDA. When an
 //! operator alters or resets the offsets stored in the sink database (the truth), the
-//! group's copy follows, so that lag tools do not show the old positions.
+//! group's copy follows, so that lag tools do not show the old positions. One client per
+//! group serves every such call ([`outside_consumer`]).
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
@@ -89,14 +91,54 @@ fn starts(
         .collect()
 }
 
+/// An outside consumer unused this long is closed.
+const OUTSIDE_IDLE: Duration = Duration::from_secs(60);
+
+/// The outside consumers kept between calls, by their whole configuration (brokers, group,
+/// settings): the admin API's offsets calls, which a script may make every few seconds,
+/// reuse one client per group instead of starting a librdkafka client (its threads, its
+/// connections to every broker) per call.
+type Outside = std::collections::BTreeMap<Vec<(String, String)>, (Arc<BaseConsumer>, Instant)>;
+
+fn outside_consumers() -> &'static Mutex<Outside> {
+    static OUTSIDE: OnceLock<Mutex<Outside>> = OnceLock::new();
+    OUTSIDE.get_or_init(|| Mutex::new(Outside::new()))
+}
+
 /// A consumer with the connector's settings and group that never joins it: for commits
-/// and queries from outside the group.
+/// and queries from outside the group. Kept for [`OUTSIDE_IDLE`] after its last use.
 fn outside_consumer(
     kafka: &KafkaConfig,
     brokers: &str,
     connector: &ConnectorConfig,
-) -> Result<BaseConsumer, KafkaError> {
-    crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0).create()
+) -> Result<Arc<BaseConsumer>, KafkaError> {
+    let config = crate::kafka::consumer::consumer_config(kafka, brokers, connector, 0);
+    let key: Vec<(String, String)> = config
+        .config_map()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let mut cache = outside_consumers()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Those unused for long (and not in use now) close.
+    cache.retain(|_, (consumer, used)| {
+        used.elapsed() < OUTSIDE_IDLE || Arc::strong_count(consumer) > 1
+    });
+    if let Some((consumer, used)) = cache.get_mut(&key) {
+        *used = Instant::now();
+        // Errors queued while it sat unused (a broker that went away and came back) are
+        // not this call's; with no assignment, nothing else is queued.
+        for _ in 0..1000 {
+            if consumer.poll(Duration::ZERO).is_none() {
+                break;
+            }
+        }
+        return Ok(consumer.clone());
+    }
+    let consumer = Arc::new(config.create::<BaseConsumer>()?);
+    cache.insert(key, (consumer.clone(), Instant::now()));
+    Ok(consumer)
 }
 
 /// Every partition of `topics`, as the broker's metadata has them.

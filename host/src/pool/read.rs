@@ -100,6 +100,23 @@ impl ConsumerPool {
         limit: usize,
         wait: Duration,
     ) -> Result<Vec<Incoming>, ReadError> {
+        self.read_bounded(topic, partition, start, limit, u64::MAX, wait)
+            .await
+            .map(|(records, _)| records)
+    }
+
+    /// As [`read`](Self::read), and at most `max_bytes` of keys, values and headers (the
+    /// first record always, whatever its size): `true` beside the records when the bound
+    /// cut the read short.
+    pub async fn read_bounded(
+        self: &Arc<Self>,
+        topic: &str,
+        partition: i32,
+        start: Start,
+        limit: usize,
+        max_bytes: u64,
+        wait: Duration,
+    ) -> Result<(Vec<Incoming>, bool), ReadError> {
         let mut borrowed = self.borrow().await?;
         let topic = topic.to_string();
         let cluster = self.cluster.clone();
@@ -117,7 +134,10 @@ impl ConsumerPool {
                 &topic,
                 partition,
                 start,
-                limit,
+                Bound {
+                    records: limit,
+                    bytes: max_bytes,
+                },
                 wait,
                 &cluster,
             );
@@ -186,15 +206,22 @@ fn partitions_of(
     Ok(partitions)
 }
 
+/// Most records and bytes (keys, values, headers) of one read.
+struct Bound {
+    records: usize,
+    bytes: u64,
+}
+
 fn read_range(
     consumer: &BaseConsumer,
     topic: &str,
     partition: i32,
     start: Start,
-    limit: usize,
+    bound: Bound,
     wait: Duration,
     cluster: &str,
-) -> Result<Vec<Incoming>, ReadError> {
+) -> Result<(Vec<Incoming>, bool), ReadError> {
+    let limit = bound.records;
     let kafka = |action: &'static str| {
         move |source| ReadError::Kafka {
             action,
@@ -236,7 +263,7 @@ fn read_range(
     };
     let wanted = usize::try_from(high - from).unwrap_or(0).min(limit);
     if wanted == 0 {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), false));
     }
     // Errors queued while the consumer sat idle (a broker that went away and came back)
     // are not this read's.
@@ -251,6 +278,7 @@ fn read_range(
         .assign(&assignment)
         .map_err(kafka("assign the partition"))?;
     let mut records = Vec::with_capacity(wanted);
+    let mut bytes = 0u64;
     let deadline = Instant::now() + wait;
     while records.len() < wanted {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -276,6 +304,11 @@ fn read_range(
                 }
                 let offset = r.offset;
                 if offset >= from && offset < high {
+                    let size = incoming.record.payload_bytes();
+                    if !records.is_empty() && bytes.saturating_add(size) > bound.bytes {
+                        return Ok((records, true));
+                    }
+                    bytes = bytes.saturating_add(size);
                     records.push(incoming);
                 }
                 if offset + 1 >= high {
@@ -307,5 +340,5 @@ fn read_range(
             },
         }
     }
-    Ok(records)
+    Ok((records, false))
 }

@@ -184,14 +184,9 @@ async fn start_admin(
     reload: &tokio::sync::mpsc::Sender<ReloadRequest>,
 ) -> Result<Option<AdminServer>, crate::admin::AdminError> {
     match &config.admin {
-        Some(admin) => AdminServer::start(
-            &admin.listen,
-            admin.token.clone(),
-            supervisor.clone(),
-            Some(reload.clone()),
-        )
-        .await
-        .map(Some),
+        Some(admin) => AdminServer::start(admin, supervisor.clone(), Some(reload.clone()))
+            .await
+            .map(Some),
         None => Ok(None),
     }
 }

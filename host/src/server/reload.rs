@@ -36,8 +36,6 @@ pub(super) async fn reload(
     } else {
         config.kafka.brokers.clone()
     };
-    let admin_changed =
-        supervisor.config().admin != config.admin || (admin.is_none() && config.admin.is_some());
     let new_admin = config.admin.clone();
     let wanted = new_admin.as_ref().and_then(|a| a.metrics_listen.as_deref());
     let metrics_move = match metrics_listener::prepare(metrics, wanted, supervisor).await {
@@ -60,36 +58,8 @@ pub(super) async fn reload(
     metrics_move.apply(metrics, supervisor).await;
     tracing::info!(started = ?reloaded.started, restarted = ?reloaded.restarted,
         stopped = ?reloaded.stopped, unchanged = ?reloaded.unchanged, "configuration reloaded");
-    if admin_changed {
-        match (admin.take(), new_admin) {
-            // Same address: the token changes in place.
-            (Some(server), Some(new)) if server.listen == new.listen => {
-                server.set_token(new.token);
-                *admin = Some(server);
-            }
-            (old, new) => {
-                // The old server stops in the background: it may be serving this very
-                // reload (POST /reload), whose answer comes after this returns.
-                if let Some(old) = old {
-                    tokio::spawn(old.begin_stop());
-                }
-                if let Some(new) = new {
-                    match AdminServer::start(
-                        &new.listen,
-                        new.token,
-                        supervisor.clone(),
-                        Some(reload_tx.clone()),
-                    )
-                    .await
-                    {
-                        Ok(server) => *admin = Some(server),
-                        Err(error) => {
-                            tracing::error!(%error, "the admin API could not move to its new address; it is off until the next reload")
-                        }
-                    }
-                }
-            }
-        }
-    }
+    // The listener follows `admin:` (moved, re-keyed, stopped); an address it cannot bind
+    // leaves the old one serving, and the reload's answer says so.
+    *admin = crate::admin::apply(admin.take(), new_admin, supervisor, reload_tx).await;
     Ok(reloaded)
 }
