@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use super::problem::{Problem, render_path};
-use super::redact::Scrubber;
+use super::scrub::Scrubber;
 use super::semantic::semantic_problems;
 use super::{Config, interpolate::interpolate, is_secret_key, yaml};
 

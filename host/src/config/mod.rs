@@ -9,6 +9,8 @@ mod interpolate;
 mod load;
 mod problem;
 mod redact;
+mod scrub;
+mod secret;
 mod semantic;
 pub mod units;
 mod yaml;
@@ -18,7 +20,8 @@ use serde::Deserialize;
 pub use connector::*;
 pub use load::{ConfigError, load_file, load_str, plugin_problems};
 pub use problem::Problem;
-pub use redact::{Properties, Secret, SecretUrl, is_secret_key, redact_document, redact_url};
+pub use redact::{is_secret_key, redact_document, redact_url};
+pub use secret::{Properties, Secret, SecretUrl};
 pub use semantic::{check_plugin_memory, check_plugin_timeout};
 use units::HumanDuration;
 

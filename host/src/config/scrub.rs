@@ -1,0 +1,127 @@
+//! The last guard for messages built from values: a [`Scrubber`] knows the secrets of a
+//! configuration and replaces them wherever a message quotes them.
+
+use super::redact::{MASK, is_secret_key, redact_url};
+
+/// Replaces the secrets of a configuration wherever a message quotes them: the last guard
+/// for messages built from values (a schema error that prints a whole mapping, a
+/// `${…}` error that quotes its string). Each URL with a secret becomes its redacted form;
+/// each value of a secret key becomes `***`.
+#[derive(Debug, Default)]
+pub struct Scrubber {
+    /// (what a message may contain, what it shows instead), longest first.
+    replacements: Vec<(String, String)>,
+}
+
+impl Scrubber {
+    /// Collects the secrets of a parsed document: every string that [`redact_url`] changes,
+    /// and every string under a secret key.
+    pub fn from_document(document: &serde_json::Value) -> Self {
+        let mut scrubber = Self::default();
+        scrubber.add_document(document);
+        scrubber
+    }
+
+    /// Adds the secrets of another form of the document (after `${…}` interpolation, say).
+    pub fn add_document(&mut self, document: &serde_json::Value) {
+        self.walk(document, false);
+        self.sort();
+    }
+
+    fn walk(&mut self, value: &serde_json::Value, secret: bool) {
+        match value {
+            serde_json::Value::String(text) => {
+                if secret {
+                    self.add_secret(text);
+                } else {
+                    self.add_url(text);
+                }
+            }
+            serde_json::Value::Number(n) if secret => self.add_secret(&n.to_string()),
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    self.walk(item, secret);
+                }
+            }
+            serde_json::Value::Object(map) => {
+                for (key, item) in map {
+                    self.walk(item, secret || is_secret_key(key));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn add_url(&mut self, text: &str) {
+        let redacted = redact_url(text);
+        if redacted != text {
+            self.push(text.to_string(), redacted.clone());
+            // As a JSON string inside a printed mapping.
+            let quoted = serde_json::to_string(text).unwrap_or_default();
+            let quoted = quoted.trim_matches('"');
+            if quoted != text {
+                let redacted = serde_json::to_string(&redacted).unwrap_or_default();
+                self.push(quoted.to_string(), redacted.trim_matches('"').to_string());
+            }
+        }
+    }
+
+    fn add_secret(&mut self, text: &str) {
+        if text.is_empty() || text.contains(MASK) {
+            return;
+        }
+        // Quoted, as most messages quote values: safe at any length.
+        self.push(format!("\"{text}\""), format!("\"{MASK}\""));
+        let escaped = serde_json::to_string(text).unwrap_or_default();
+        self.push(escaped, format!("\"{MASK}\""));
+        // Bare only when long enough not to be found inside unrelated words.
+        if text.chars().count() >= 4 {
+            self.push(text.to_string(), MASK.to_string());
+        }
+    }
+
+    fn push(&mut self, from: String, to: String) {
+        if !self.replacements.iter().any(|(f, _)| *f == from) {
+            self.replacements.push((from, to));
+        }
+    }
+
+    fn sort(&mut self) {
+        self.replacements
+            .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+    }
+
+    /// `message` with every known secret replaced.
+    pub fn scrub(&self, message: &str) -> String {
+        let mut out = message.to_string();
+        for (from, to) in &self.replacements {
+            if out.contains(from.as_str()) {
+                out = out.replace(from.as_str(), to);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrubber_replaces_what_a_message_quotes() {
+        let document = serde_json::json!({
+            "kafka": { "properties": { "sasl.password": "hunter2", "ssl.key.password": 1234 } },
+            "connectors": [{ "sink": { "url": "postgres://u:pw1@h/db?password=hunter3" } }]
+        });
+        let scrubber = Scrubber::from_document(&document);
+        let message = format!("{document} is not of type \"array\"");
+        let scrubbed = scrubber.scrub(&message);
+        for secret in ["hunter2", "hunter3", "pw1", "1234"] {
+            assert!(!scrubbed.contains(secret), "{secret} in {scrubbed}");
+        }
+        assert!(scrubbed.contains("postgres://u:***@h/db?password=***"));
+        // Short secrets are not hunted for in unrelated words.
+        let short = Scrubber::from_document(&serde_json::json!({ "token": "a" }));
+        assert_eq!(short.scrub("a \"a\""), "a \"***\"");
+    }
+}
