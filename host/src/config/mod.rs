@@ -15,6 +15,9 @@ mod semantic;
 pub mod units;
 mod yaml;
 
+#[cfg(test)]
+mod env_tests;
+
 use serde::Deserialize;
 
 pub use connector::*;
@@ -125,10 +128,14 @@ pub struct Config {
     /// reads borrow.
     #[serde(default)]
     pub pool: PoolConfig,
-    /// The file as checked, `${VAR}`s resolved: what a reload compares, and what the admin
-    /// API shows (redacted) as a connector's config.
+    /// The file as checked, `${VAR}`s resolved: what a reload compares (a rotated password
+    /// is a change).
     #[serde(skip)]
     pub document: Document,
+    /// The file as it is shown (the admin API's connector config): values that came from
+    /// `${VAR}` as the file wrote them, literal secrets as `***`. Same shape as `document`.
+    #[serde(skip)]
+    pub shown: Document,
 }
 
 /// The admin HTTP server.
@@ -202,11 +209,16 @@ impl Config {
             .find(|c| c.get("name").and_then(serde_json::Value::as_str) == Some(name))
     }
 
-    /// The section of connector `name` with its secrets shown as `***` (URL passwords,
-    /// secret query parameters, values of secret keys): what the admin API shows.
+    /// The section of connector `name` as it is shown: each value that came from `${VAR}`
+    /// as the file wrote it (`${MASK_SALT}`, `postgres://app:${PW}@db/x`), never its text;
+    /// literal secrets as `***` (URL passwords, secret query parameters, values of secret
+    /// keys). What the admin API shows.
     pub fn redacted_section(&self, name: &str) -> Option<serde_json::Value> {
-        let section = self.connector_section(name)?;
-        Some(redact::redact_document(section))
+        let connectors = self.document.0.get("connectors")?.as_array()?;
+        let index = connectors
+            .iter()
+            .position(|c| c.get("name").and_then(serde_json::Value::as_str) == Some(name))?;
+        self.shown.0.get("connectors")?.get(index).cloned()
     }
 }
 

@@ -3,6 +3,7 @@
 //! (`kafka.properties`, a transform's `config`), and the [`Secret`](super::Secret) types
 //! that hold them (in `secret.rs`).
 
+use super::interpolate::{Origin, Origins, is_only_references, pointer_segment};
 use super::scrub::Scrubber;
 
 /// What a hidden value prints as.
@@ -48,8 +49,28 @@ pub fn is_secret_key(key: &str) -> bool {
 /// such as `sslkey=/etc/key.pem` stay. A libpq key/value string (`host=db password=x`) has
 /// its secret values hidden the same way. Anything else comes back unchanged.
 pub fn redact_url(url: &str) -> String {
+    redact_url_keeping(url, &|_| false)
+}
+
+/// A URL as the file wrote it (`postgres://u:${PW}@h/db`), for showing: a password or secret
+/// parameter that is only `${…}` references stays as written (it shows where the secret
+/// comes from, not the secret); one written out in the file is hidden as [`redact_url`]
+/// hides it.
+pub fn redact_written_url(url: &str) -> String {
+    redact_url_keeping(url, &super::interpolate::is_only_references)
+}
+
+/// [`redact_url`], but a secret for which `keep` is true is shown as it is.
+fn redact_url_keeping(url: &str, keep: &dyn Fn(&str) -> bool) -> String {
+    let mask = |secret: &str| {
+        if keep(secret) {
+            secret.to_string()
+        } else {
+            MASK.to_string()
+        }
+    };
     let Some(scheme_end) = url.find("://") else {
-        return redact_key_values(url);
+        return redact_key_values(url, keep);
     };
     let prefix = &url[..scheme_end + 3];
     let rest = &url[scheme_end + 3..];
@@ -72,7 +93,7 @@ pub fn redact_url(url: &str) -> String {
             Some(colon) => {
                 out.push_str(&userinfo[..colon]);
                 out.push(':');
-                out.push_str(MASK);
+                out.push_str(&mask(&userinfo[colon + 1..]));
             }
             None => out.push_str(userinfo),
         }
@@ -90,8 +111,8 @@ pub fn redact_url(url: &str) -> String {
             let pairs: Vec<String> = query
                 .split('&')
                 .map(|pair| match pair.split_once('=') {
-                    Some((key, _)) if is_secret_key(&percent_decode(key)) => {
-                        format!("{key}={MASK}")
+                    Some((key, value)) if is_secret_key(&percent_decode(key)) => {
+                        format!("{key}={}", mask(value))
                     }
                     _ => pair.to_string(),
                 })
@@ -106,7 +127,7 @@ pub fn redact_url(url: &str) -> String {
 
 /// `host=db password=x` -> `host=db password=***` (libpq's key/value connection strings;
 /// a value in single quotes may hold spaces).
-fn redact_key_values(text: &str) -> String {
+fn redact_key_values(text: &str, keep: &dyn Fn(&str) -> bool) -> String {
     if !text.contains('=') {
         return text.to_string();
     }
@@ -118,6 +139,7 @@ fn redact_key_values(text: &str) -> String {
         let token_end = rest.find(char::is_whitespace).unwrap_or(rest.len());
         let token = &rest[..token_end];
         match token.split_once('=') {
+            Some((key, value)) if is_secret_key(key.trim()) && keep(value) => out.push_str(token),
             Some((key, value)) if is_secret_key(key.trim()) => {
                 out.push_str(key);
                 out.push('=');
@@ -208,6 +230,76 @@ fn percent_decode(text: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A value that came from `${…}` as it is shown: the text as the file wrote it. Under a
+/// secret key (`secret`), only a value made of references alone shows; one with literal
+/// text in it is `***`. Elsewhere a URL's written-out password is hidden
+/// ([`redact_written_url`]).
+pub fn shown_text(origin: &Origin, secret: bool) -> String {
+    if secret {
+        if is_only_references(&origin.written) {
+            origin.written.clone()
+        } else {
+            MASK.to_string()
+        }
+    } else {
+        redact_written_url(&origin.written)
+    }
+}
+
+/// The document as it is shown (the admin API, printouts): each value that came from
+/// `${…}` as the file wrote it ([`shown_text`]), never its text; the rest as
+/// [`redact_document`] masks it, `scrubber` replacing any secret a string quotes.
+pub fn shown_document(
+    document: &serde_json::Value,
+    origins: &Origins,
+    scrubber: &Scrubber,
+) -> serde_json::Value {
+    fn walk(
+        value: &serde_json::Value,
+        secret: bool,
+        pointer: &mut String,
+        origins: &Origins,
+        scrubber: &Scrubber,
+    ) -> serde_json::Value {
+        use serde_json::Value;
+        if let Some(origin) = origins.get(pointer.as_str()) {
+            return Value::String(scrubber.scrub(&shown_text(origin, secret)));
+        }
+        match value {
+            Value::Null => Value::Null,
+            Value::Array(items) if !secret => Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(index, item)| {
+                        let len = pointer.len();
+                        pointer.push_str(&format!("/{index}"));
+                        let shown = walk(item, false, pointer, origins, scrubber);
+                        pointer.truncate(len);
+                        shown
+                    })
+                    .collect(),
+            ),
+            Value::Object(map) if !secret => Value::Object(
+                map.iter()
+                    .map(|(key, item)| {
+                        let len = pointer.len();
+                        pointer.push('/');
+                        pointer.push_str(&pointer_segment(key));
+                        let shown = walk(item, is_secret_key(key), pointer, origins, scrubber);
+                        pointer.truncate(len);
+                        (key.clone(), shown)
+                    })
+                    .collect(),
+            ),
+            _ if secret => Value::String(MASK.to_string()),
+            Value::String(text) => Value::String(scrubber.scrub(&redact_url(text))),
+            other => other.clone(),
+        }
+    }
+    walk(document, false, &mut String::new(), origins, scrubber)
 }
 
 /// A copy of a parsed document with its secrets masked: values under secret keys become

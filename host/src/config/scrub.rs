@@ -1,7 +1,8 @@
 //! The last guard for messages built from values: a [`Scrubber`] knows the secrets of a
 //! configuration and replaces them wherever a message quotes them.
 
-use super::redact::{MASK, is_secret_key, redact_url};
+use super::interpolate::{Origins, is_only_references};
+use super::redact::{MASK, is_secret_key, redact_url, shown_text};
 
 /// Replaces the secrets of a configuration wherever a message quotes them: the last guard
 /// for messages built from values (a schema error that prints a whole mapping, a
@@ -30,6 +31,8 @@ impl Scrubber {
 
     fn walk(&mut self, value: &serde_json::Value, secret: bool) {
         match value {
+            // `${PW}` names where a secret comes from; it is none.
+            serde_json::Value::String(text) if is_only_references(text) => {}
             serde_json::Value::String(text) => {
                 if secret {
                     self.add_secret(text);
@@ -50,6 +53,50 @@ impl Scrubber {
             }
             _ => {}
         }
+    }
+
+    /// Adds the values that came from `${…}` in `document` (as resolved): each shows as the
+    /// file wrote it ([`shown_text`]), each reference's text as the reference. `typed` are
+    /// the pointers of numeric and boolean fields: their text is a number or a flag, and
+    /// messages say it. Call before [`add_document`](Self::add_document): what is added
+    /// first wins.
+    pub fn add_origins(
+        &mut self,
+        document: &serde_json::Value,
+        origins: &Origins,
+        typed: &[String],
+    ) {
+        for (pointer, origin) in origins {
+            if typed.contains(pointer) {
+                continue;
+            }
+            let Some(resolved) = document.pointer(pointer).and_then(|v| v.as_str()) else {
+                continue;
+            };
+            let key = pointer.rsplit('/').next().unwrap_or_default();
+            let secret = is_secret_key(&key.replace("~1", "/").replace("~0", "~"));
+            self.add_shown(resolved, &shown_text(origin, secret));
+            for (reference, value) in &origin.references {
+                self.add_shown(value, reference);
+            }
+        }
+        self.sort();
+    }
+
+    /// Messages show `text` as `shown`: quoted at any length, bare when long enough not to
+    /// be found inside unrelated words.
+    pub fn add_shown(&mut self, text: &str, shown: &str) {
+        if text.is_empty() || text == shown {
+            return;
+        }
+        self.push(format!("\"{text}\""), format!("\"{shown}\""));
+        let escaped = serde_json::to_string(text).unwrap_or_default();
+        let shown_escaped = serde_json::to_string(shown).unwrap_or_default();
+        self.push(escaped, shown_escaped);
+        if text.chars().count() >= 8 {
+            self.push(text.to_string(), shown.to_string());
+        }
+        self.sort();
     }
 
     fn add_url(&mut self, text: &str) {

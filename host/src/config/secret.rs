@@ -52,24 +52,52 @@ impl From<&str> for Secret {
 }
 
 /// A URL that may carry a password (a database URL): `Debug` and `Display` print it as
-/// [`redact_url`] does; the URL itself only through [`SecretUrl::expose`].
-#[derive(Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(transparent)]
-pub struct SecretUrl(String);
+/// [`redact_url`] does, or as the file wrote it when it came from `${…}`; the URL itself
+/// only through [`SecretUrl::expose`].
+#[derive(Clone, Default)]
+pub struct SecretUrl {
+    url: String,
+    /// How it is shown when it came from `${…}`: as written (`${DATABASE_URL}`).
+    shown: Option<String>,
+}
 
 impl SecretUrl {
     pub fn new(url: impl Into<String>) -> Self {
-        Self(url.into())
+        Self {
+            url: url.into(),
+            shown: None,
+        }
     }
 
     /// The URL with its secrets: for the database driver, never for a message.
     pub fn expose(&self) -> &str {
-        &self.0
+        &self.url
     }
 
-    /// The URL with its password and secret query parameters replaced by `***`.
+    /// The URL as it is shown: with its password and secret query parameters replaced by
+    /// `***`, or as the file wrote it when it came from `${…}`.
     pub fn redacted(&self) -> String {
-        redact_url(&self.0)
+        self.shown.clone().unwrap_or_else(|| redact_url(&self.url))
+    }
+
+    /// Shows the URL as `shown` (the file's `${…}` text, secrets written out hidden).
+    pub fn set_shown(&mut self, shown: impl Into<String>) {
+        self.shown = Some(shown.into());
+    }
+}
+
+/// Two URLs are the same when they reach the same database, however they are shown.
+impl PartialEq for SecretUrl {
+    fn eq(&self, other: &Self) -> bool {
+        self.url == other.url
+    }
+}
+
+impl Eq for SecretUrl {}
+
+impl<'de> Deserialize<'de> for SecretUrl {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::new)
     }
 }
 
@@ -87,28 +115,32 @@ impl fmt::Display for SecretUrl {
 
 impl From<String> for SecretUrl {
     fn from(url: String) -> Self {
-        Self(url)
+        Self::new(url)
     }
 }
 
 impl From<&str> for SecretUrl {
     fn from(url: &str) -> Self {
-        Self(url.to_string())
+        Self::new(url)
     }
 }
 
 /// A map of string settings (`kafka.properties`, a transform's `config`) that reads like a
 /// `BTreeMap<String, String>`, but whose `Debug` and [`Properties::redacted`] hide the values
-/// of secret keys ([`is_secret_key`]). YAML numbers and booleans are accepted and kept as
-/// their text (librdkafka wants strings).
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Properties(BTreeMap<String, String>);
+/// of secret keys ([`is_secret_key`]) and show a value that came from `${…}` as the file
+/// wrote it. YAML numbers and booleans are accepted and kept as their text (librdkafka
+/// wants strings).
+#[derive(Clone, Default)]
+pub struct Properties(BTreeMap<String, String>, BTreeMap<String, String>);
 
 impl Properties {
-    /// Each key with its value, or `***` for a secret key.
+    /// Each key with its value as it is shown: as the file wrote it when it came from
+    /// `${…}`, `***` for a secret key, the value itself otherwise.
     pub fn redacted(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(key, value)| {
-            let shown = if is_secret_key(key) {
+            let shown = if let Some(shown) = self.1.get(key) {
+                shown.as_str()
+            } else if is_secret_key(key) {
                 MASK
             } else {
                 value.as_str()
@@ -117,11 +149,32 @@ impl Properties {
         })
     }
 
+    /// Shows the value of `key` as `shown` (the file's `${…}` text).
+    pub fn set_shown(&mut self, key: &str, shown: impl Into<String>) {
+        self.1.insert(key.to_string(), shown.into());
+    }
+
+    /// The values that came from `${…}`, each with how it is shown.
+    pub fn shown_values(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.1
+            .iter()
+            .filter_map(|(key, shown)| Some((self.0.get(key)?.as_str(), shown.as_str())))
+    }
+
     /// The plain map, secrets included: for the client that needs them.
     pub fn expose(&self) -> &BTreeMap<String, String> {
         &self.0
     }
 }
+
+/// Two maps are the same when they hold the same settings, however they are shown.
+impl PartialEq for Properties {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Properties {}
 
 impl Deref for Properties {
     type Target = BTreeMap<String, String>;
@@ -146,13 +199,13 @@ impl<'a> IntoIterator for &'a Properties {
 
 impl From<BTreeMap<String, String>> for Properties {
     fn from(map: BTreeMap<String, String>) -> Self {
-        Self(map)
+        Self(map, BTreeMap::new())
     }
 }
 
 impl FromIterator<(String, String)> for Properties {
     fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
-        Self(iter.into_iter().collect())
+        Self(iter.into_iter().collect(), BTreeMap::new())
     }
 }
 
