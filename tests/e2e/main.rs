@@ -44,3 +44,4 @@ mod pipeline;
 mod poison;
 mod pool;
 mod schema;
+mod shown_config;

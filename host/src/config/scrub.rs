@@ -138,13 +138,31 @@ impl Scrubber {
             .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
     }
 
-    /// `message` with every known secret replaced.
+    /// `message` with every known secret replaced. Longer secrets are replaced first, and
+    /// what a replacement puts in is never searched again (a value shown as
+    /// `${A:-localhost:9092}` keeps its default as written).
     pub fn scrub(&self, message: &str) -> String {
+        // Each match first becomes a placeholder of private-use characters, which no
+        // configuration text holds; the placeholders become their replacements last.
+        let placeholder = |index: usize| {
+            let digits: String = index
+                .to_string()
+                .chars()
+                .filter_map(|d| d.to_digit(10))
+                .filter_map(|d| char::from_u32(0xE100 + d))
+                .collect();
+            format!("\u{E000}{digits}\u{E001}")
+        };
         let mut out = message.to_string();
-        for (from, to) in &self.replacements {
+        let mut used = Vec::new();
+        for (index, (from, _)) in self.replacements.iter().enumerate() {
             if out.contains(from.as_str()) {
-                out = out.replace(from.as_str(), to);
+                out = out.replace(from.as_str(), &placeholder(index));
+                used.push(index);
             }
+        }
+        for index in used {
+            out = out.replace(&placeholder(index), &self.replacements[index].1);
         }
         out
     }
