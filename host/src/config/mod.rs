@@ -111,6 +111,11 @@ pub mod bounds {
     pub const PLUGIN_MEMORY_MIN: u64 = 1024 * 1024;
     /// Largest memory cap of a plugin: a 32-bit WebAssembly memory cannot grow past 4 GiB.
     pub const PLUGIN_MEMORY_MAX: u64 = 4 * 1024 * 1024 * 1024;
+    /// Most consumers of the seek-consumer pool: each is a Kafka client with its own
+    /// connections and threads, and the pool's permits are counted in a semaphore.
+    pub const POOL_SIZE_MAX: usize = 256;
+    /// Longest Kafka topic name, in bytes (Kafka's own limit).
+    pub const TOPIC_NAME_MAX: usize = 249;
 }
 
 /// The whole file.
