@@ -1,6 +1,6 @@
 //! A value that comes from `${VAR}` is shown as the file wrote it, never as its text, by the
 //! admin API of a running process; and it reaches the plugin as the text it is, typed by
-//! the field it fills (a plugin's config is strings: `00123` stays `00123`).
+//! the field it fills (a plugin's config is strings: `0x1F` stays `0x1F`).
 
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ const TOKEN: &str = "shown-token-0123";
 /// The mask plugin's salt, from the environment: no answer may show it.
 const SALT: &str = "hunter2-salt-from-the-environment";
 /// What the mask plugin writes in place of each word, from the environment.
-const REPLACEMENT: &str = "00123";
+const REPLACEMENT: &str = "0x1F";
 
 async fn get(port: u16, path: &str) -> Value {
     let client =
