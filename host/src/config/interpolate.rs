@@ -122,7 +122,11 @@ pub fn type_whole_values(
         let Some(origin) = origins.get(pointer).filter(|o| o.whole) else {
             continue;
         };
-        if types.contains(JsonType::String) {
+        // A string field keeps the text; a list or mapping is the schema's to refuse.
+        let scalar = [JsonType::Integer, JsonType::Number, JsonType::Boolean]
+            .iter()
+            .any(|t| types.contains(*t));
+        if types.contains(JsonType::String) || !scalar {
             continue;
         }
         let Some(slot) = document.pointer_mut(pointer) else {
@@ -208,7 +212,7 @@ pub fn show_as_written(config: &mut Config, origins: &Origins) {
 
 /// The text as the first of `types` that reads it, or what was wanted.
 fn parse_typed(text: &str, types: JsonTypeSet) -> Result<Value, &'static str> {
-    let mut wanted = "a value of another type";
+    let mut wanted = "a value of this field's type";
     for kind in types.iter() {
         match kind {
             JsonType::Integer => {

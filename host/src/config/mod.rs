@@ -17,6 +17,8 @@ mod yaml;
 
 #[cfg(test)]
 mod env_tests;
+#[cfg(test)]
+mod prop_tests;
 
 use serde::Deserialize;
 
