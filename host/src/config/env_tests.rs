@@ -252,3 +252,23 @@ fn a_rotated_secret_is_a_change_on_reload() {
         after.redacted_section("words")
     );
 }
+
+#[test]
+fn a_value_written_in_the_file_keeps_yaml_typing() {
+    let file = TYPED
+        .replace("linger.ms: \"${V}\"", "a: 12e4, b: 0x1F, c: \"0x1F\"")
+        .replace("tasks: ${N}", "tasks: 1")
+        .replace("max_records: \"${N}\"", "max_records: 1")
+        .replace("create_table: \"${F}\"", "create_table: true")
+        .replace("x: \"${V}\"", "x: y");
+    let config = load_str(&file, &|_| None).expect("valid");
+    let properties = &config.kafka.properties;
+    assert_eq!(
+        (
+            properties["a"].as_str(),
+            properties["b"].as_str(),
+            properties["c"].as_str()
+        ),
+        ("120000.0", "31", "0x1F")
+    );
+}
