@@ -97,3 +97,48 @@ async fn a_value_from_the_environment_shows_as_written(db: Backend) {
     assert!(sluice.terminate().success());
 }
 for_each_database!(a_value_from_the_environment_shows_as_written);
+
+/// A plugin that refuses its config may quote it: `sluice validate` shows a value from the
+/// environment there as its reference too.
+#[test]
+fn a_plugin_quoting_a_value_from_the_environment_shows_its_reference() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("connectors.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"kafka: {{ brokers: localhost:9092 }}
+connectors:
+  - name: masked
+    topics: [words]
+    transforms:
+      - name: mask
+        plugin: {}
+        config: {{ fields: word, mode: "${{MASK_MODE}}" }}
+    sink:
+      url: sqlite://x.db
+      table: words
+      columns: {{ uid: {{ from: /uid, type: bigint }} }}
+"#,
+            sluice_transform::example_plugin_path("mask").display()
+        ),
+    )
+    .expect("write");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["validate", "--config"])
+        .arg(&path)
+        .env("MASK_MODE", "hunter2-mode-from-the-environment")
+        .output()
+        .expect("run sluice validate");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        !stdout.contains("hunter2") && !stderr.contains("hunter2"),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains("connectors[0].transforms[0].plugin") && stderr.contains("${MASK_MODE}"),
+        "{stderr}"
+    );
+}
