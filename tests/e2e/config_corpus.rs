@@ -165,6 +165,25 @@ fn secrets_are_redacted_in_the_summary() {
 }
 
 #[test]
+fn values_from_the_environment_show_as_written_in_the_summary() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/config_corpus/good_env_values.yaml");
+    let (code, stdout, stderr) = validate(&path);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_no_secret(&path, &stdout, &stderr);
+    for shown in [
+        "kafka: ${SLUICE_CORPUS_UNSET:-localhost:9092}",
+        "sasl.password=${KAFKA_PASSWORD}",
+        "client.id=${SLUICE_CORPUS_UNSET:-00123}",
+        "sasl.username=app",
+        "postgres://app:${KAFKA_PASSWORD}@localhost:5432/test?sslmode=require",
+        "2 task(s)",
+    ] {
+        assert!(stdout.contains(shown), "{shown} not in {stdout}");
+    }
+}
+
+#[test]
 fn missing_file_and_bad_usage_exit_2() {
     let (code, _, stderr) = validate(Path::new("/nonexistent/connectors.yaml"));
     assert_eq!(code, Some(2));

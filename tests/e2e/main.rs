@@ -61,3 +61,4 @@ mod pool;
 mod reload_guard;
 mod replay;
 mod schema;
+mod shown_config;

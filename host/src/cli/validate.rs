@@ -10,8 +10,9 @@ pub fn validate(path: &Path) -> u8 {
     validate_to(path, &mut std::io::stdout(), &mut std::io::stderr())
 }
 
-/// `sluice validate`, writing its summary to `out` and its problems to `err`. Secrets show
-/// as `***`: URL passwords and secret query parameters, values of secret properties.
+/// `sluice validate`, writing its summary to `out` and its problems to `err`. A value that
+/// came from `${VAR}` shows as the file wrote it; literal secrets as `***`: URL passwords
+/// and secret query parameters, values of secret properties.
 fn validate_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let checked = config::load_file(path)
         .map_err(|error| {
@@ -56,28 +57,44 @@ fn validate_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
         .redacted()
         .map(|(key, value)| format!("{key}={value}"))
         .collect();
+    // A string of the file as it is shown (`${VAR}` as written), or `fallback` (a default).
+    let shown = |pointer: String, fallback: &str| {
+        config
+            .shown
+            .0
+            .pointer(&pointer)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or(fallback)
+            .to_string()
+    };
     let _ = writeln!(
         out,
         "  kafka: {}{}",
-        config.kafka.brokers,
+        shown("/kafka/brokers".into(), &config.kafka.brokers),
         if properties.is_empty() {
             String::new()
         } else {
             format!(" ({})", properties.join(", "))
         }
     );
-    for c in &config.connectors {
+    for (i, c) in config.connectors.iter().enumerate() {
+        let topics: Vec<String> = c
+            .topics
+            .iter()
+            .enumerate()
+            .map(|(k, topic)| shown(format!("/connectors/{i}/topics/{k}"), topic))
+            .collect();
         let _ = writeln!(
             out,
             "  {}: topics [{}] -> {} table {} ({:?}, {} column(s), {} task(s), group {})",
-            c.name,
-            c.topics.join(", "),
+            shown(format!("/connectors/{i}/name"), &c.name),
+            topics.join(", "),
             c.sink.url,
-            c.sink.table,
+            shown(format!("/connectors/{i}/sink/table"), &c.sink.table),
             c.sink.mode,
             c.sink.columns.0.len(),
             c.tasks,
-            c.group_id()
+            shown(format!("/connectors/{i}/group"), &c.group_id())
         );
         for t in &c.transforms {
             let _ = writeln!(

@@ -7,10 +7,12 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use super::interpolate::{interpolate, refused_types, show_as_written, type_whole_values};
 use super::problem::{Problem, render_path};
-use super::redact::Scrubber;
+use super::redact::shown_document;
+use super::scrub::Scrubber;
 use super::semantic::semantic_problems;
-use super::{Config, interpolate::interpolate, is_secret_key, yaml};
+use super::{Config, is_secret_key, yaml};
 
 /// The JSON Schema of `connectors.yaml`, compiled into the binary.
 pub const SCHEMA: &str = include_str!("../../../schemas/connectors.schema.json");
@@ -143,8 +145,23 @@ pub fn plugin_problems(
 }
 
 /// The secrets of a loaded configuration, for messages built outside loading (a plugin's
-/// `init` may quote its config).
+/// `init` may quote its config): values that came from `${…}` show as the file wrote them.
 fn config_scrubber(config: &Config) -> Scrubber {
+    let mut scrubber = Scrubber::default();
+    let maps = std::iter::once(&config.kafka.properties).chain(
+        config
+            .connectors
+            .iter()
+            .flat_map(|c| c.transforms.iter().map(|t| &t.config)),
+    );
+    for map in maps {
+        for (value, shown) in map.shown_values() {
+            scrubber.add_shown(value, shown);
+        }
+    }
+    for connector in &config.connectors {
+        scrubber.add_shown(connector.sink.url.expose(), &connector.sink.url.redacted());
+    }
     let mut document = serde_json::Map::new();
     let secrets = |map: &super::Properties| {
         map.expose()
@@ -173,7 +190,8 @@ fn config_scrubber(config: &Config) -> Scrubber {
         })
         .collect();
     document.insert("connectors".into(), Value::Array(connectors));
-    Scrubber::from_document(&Value::Object(document))
+    scrubber.add_document(&Value::Object(document));
+    scrubber
 }
 
 /// Checks configuration text; `lookup` resolves `${VAR}`. No message of the error quotes
@@ -220,14 +238,25 @@ fn check_str(
     let Some(mut document) = yaml::to_json(parsed, &mut problems) else {
         return Err(problems);
     };
-    scrubber.add_document(&document);
-    interpolate(&mut document, &mut Vec::new(), lookup, &mut problems);
-    scrubber.add_document(&document);
+    let written = document.clone();
+    let origins = interpolate(&mut document, lookup, &mut problems);
     if !problems.is_empty() {
+        // The messages quote the strings as written.
+        scrubber.add_document(&written);
         return Err(problems);
     }
+    drop(written);
 
-    problems.extend(schema_problems(&document));
+    let expected = refused_types(&document, &origins);
+    let typed = type_whole_values(&mut document, &origins, &expected, &mut problems);
+    let refused: Vec<String> = problems.iter().map(|p| p.path.clone()).collect();
+    scrubber.add_origins(&document, &origins, &typed);
+    scrubber.add_document(&document);
+    problems.extend(
+        schema_problems(&document)
+            .into_iter()
+            .filter(|p| !refused.contains(&p.path)),
+    );
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -239,8 +268,10 @@ fn check_str(
             return Err(vec![Problem::new(path, error.into_inner().to_string())]);
         }
     };
+    show_as_written(&mut config, &origins);
 
     problems.extend(semantic_problems(&config));
+    config.shown = super::Document(shown_document(&document, &origins, scrubber));
     config.document = super::Document(document);
     if problems.is_empty() {
         Ok(config)
@@ -256,13 +287,20 @@ fn strip_location(message: &str) -> String {
     }
 }
 
-fn schema_problems(document: &Value) -> Vec<Problem> {
+/// The built-in schema, compiled once.
+pub(super) fn validator() -> Result<&'static jsonschema::Validator, &'static str> {
     static VALIDATOR: OnceLock<Result<jsonschema::Validator, String>> = OnceLock::new();
-    let validator = VALIDATOR.get_or_init(|| {
-        let schema: Value = serde_json::from_str(SCHEMA).map_err(|e| e.to_string())?;
-        jsonschema::validator_for(&schema).map_err(|e| e.to_string())
-    });
-    let validator = match validator {
+    VALIDATOR
+        .get_or_init(|| {
+            let schema: Value = serde_json::from_str(SCHEMA).map_err(|e| e.to_string())?;
+            jsonschema::validator_for(&schema).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(String::as_str)
+}
+
+fn schema_problems(document: &Value) -> Vec<Problem> {
+    let validator = match validator() {
         Ok(v) => v,
         Err(e) => {
             return vec![Problem::new(

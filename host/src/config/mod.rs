@@ -11,9 +11,16 @@ mod interpolate;
 mod load;
 mod problem;
 mod redact;
+mod scrub;
+mod secret;
 mod semantic;
 pub mod units;
 mod yaml;
+
+#[cfg(test)]
+mod env_tests;
+#[cfg(test)]
+mod prop_tests;
 
 use serde::Deserialize;
 
@@ -21,7 +28,8 @@ pub use connector::*;
 pub use dead_letter::{MIN_SIGNING_KEY_BYTES, SigningKeys};
 pub use load::{ConfigError, load_file, load_str, plugin_problems};
 pub use problem::Problem;
-pub use redact::{Properties, Secret, SecretUrl, is_secret_key, redact_document, redact_url};
+pub use redact::{is_secret_key, redact_document, redact_url};
+pub use secret::{Properties, Secret, SecretUrl};
 pub use semantic::{check_plugin_memory, check_plugin_timeout};
 use units::HumanDuration;
 
@@ -110,6 +118,11 @@ pub mod bounds {
     pub const PLUGIN_MEMORY_MAX: u64 = 4 * 1024 * 1024 * 1024;
     /// Shortest `admin.token` on an admin listener that other hosts can reach.
     pub const ADMIN_TOKEN_MIN_BYTES: usize = 16;
+    /// Most consumers of the seek-consumer pool: each is a Kafka client with its own
+    /// connections and threads, and the pool's permits are counted in a semaphore.
+    pub const POOL_SIZE_MAX: usize = 256;
+    /// Longest Kafka topic name, in bytes (Kafka's own limit).
+    pub const TOPIC_NAME_MAX: usize = 249;
 }
 
 /// The whole file.
@@ -127,10 +140,14 @@ pub struct Config {
     /// reads borrow.
     #[serde(default)]
     pub pool: PoolConfig,
-    /// The file as checked, `${VAR}`s resolved: what a reload compares, and what the admin
-    /// API shows (redacted) as a connector's config.
+    /// The file as checked, `${VAR}`s resolved: what a reload compares (a rotated password
+    /// is a change).
     #[serde(skip)]
     pub document: Document,
+    /// The file as it is shown (the admin API's connector config): values that came from
+    /// `${VAR}` as the file wrote them, literal secrets as `***`. Same shape as `document`.
+    #[serde(skip)]
+    pub shown: Document,
 }
 
 /// The admin HTTP server.
@@ -232,11 +249,16 @@ impl Config {
             .find(|c| c.get("name").and_then(serde_json::Value::as_str) == Some(name))
     }
 
-    /// The section of connector `name` with its secrets shown as `***` (URL passwords,
-    /// secret query parameters, values of secret keys): what the admin API shows.
+    /// The section of connector `name` as it is shown: each value that came from `${VAR}`
+    /// as the file wrote it (`${MASK_SALT}`, `postgres://app:${PW}@db/x`), never its text;
+    /// literal secrets as `***` (URL passwords, secret query parameters, values of secret
+    /// keys). What the admin API shows.
     pub fn redacted_section(&self, name: &str) -> Option<serde_json::Value> {
-        let section = self.connector_section(name)?;
-        Some(redact::redact_document(section))
+        let connectors = self.document.0.get("connectors")?.as_array()?;
+        let index = connectors
+            .iter()
+            .position(|c| c.get("name").and_then(serde_json::Value::as_str) == Some(name))?;
+        self.shown.0.get("connectors")?.get(index).cloned()
     }
 }
 

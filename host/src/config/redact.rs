@@ -1,12 +1,10 @@
 //! Secrets never reach logs, errors or printed configuration: passwords in database URLs
 //! (userinfo and query parameters), secret-looking keys of string maps
-//! (`kafka.properties`, a transform's `config`), and the [`Secret`] types that hold them.
+//! (`kafka.properties`, a transform's `config`), and the [`Secret`](super::Secret) types
+//! that hold them (in `secret.rs`).
 
-use std::collections::BTreeMap;
-use std::fmt;
-use std::ops::{Deref, DerefMut};
-
-use serde::{Deserialize, Deserializer};
+use super::interpolate::{Origin, Origins, is_only_references, pointer_segment};
+use super::scrub::Scrubber;
 
 /// What a hidden value prints as.
 pub const MASK: &str = "***";
@@ -53,8 +51,28 @@ pub fn is_secret_key(key: &str) -> bool {
 /// such as `sslkey=/etc/key.pem` stay. A libpq key/value string (`host=db password=x`) has
 /// its secret values hidden the same way. Anything else comes back unchanged.
 pub fn redact_url(url: &str) -> String {
+    redact_url_keeping(url, &|_| false)
+}
+
+/// A URL as the file wrote it (`postgres://u:${PW}@h/db`), for showing: a password or secret
+/// parameter that is only `${…}` references stays as written (it shows where the secret
+/// comes from, not the secret); one written out in the file is hidden as [`redact_url`]
+/// hides it.
+pub fn redact_written_url(url: &str) -> String {
+    redact_url_keeping(url, &super::interpolate::is_only_references)
+}
+
+/// [`redact_url`], but a secret for which `keep` is true is shown as it is.
+fn redact_url_keeping(url: &str, keep: &dyn Fn(&str) -> bool) -> String {
+    let mask = |secret: &str| {
+        if keep(secret) {
+            secret.to_string()
+        } else {
+            MASK.to_string()
+        }
+    };
     let Some(scheme_end) = url.find("://") else {
-        return redact_key_values(url);
+        return redact_key_values(url, keep);
     };
     let prefix = &url[..scheme_end + 3];
     let rest = &url[scheme_end + 3..];
@@ -77,7 +95,7 @@ pub fn redact_url(url: &str) -> String {
             Some(colon) => {
                 out.push_str(&userinfo[..colon]);
                 out.push(':');
-                out.push_str(MASK);
+                out.push_str(&mask(&userinfo[colon + 1..]));
             }
             None => out.push_str(userinfo),
         }
@@ -95,8 +113,8 @@ pub fn redact_url(url: &str) -> String {
             let pairs: Vec<String> = query
                 .split('&')
                 .map(|pair| match pair.split_once('=') {
-                    Some((key, _)) if is_secret_key(&percent_decode(key)) => {
-                        format!("{key}={MASK}")
+                    Some((key, value)) if is_secret_key(&percent_decode(key)) => {
+                        format!("{key}={}", mask(value))
                     }
                     _ => pair.to_string(),
                 })
@@ -111,7 +129,7 @@ pub fn redact_url(url: &str) -> String {
 
 /// `host=db password=x` -> `host=db password=***` (libpq's key/value connection strings;
 /// a value in single quotes may hold spaces).
-fn redact_key_values(text: &str) -> String {
+fn redact_key_values(text: &str, keep: &dyn Fn(&str) -> bool) -> String {
     if !text.contains('=') {
         return text.to_string();
     }
@@ -123,6 +141,7 @@ fn redact_key_values(text: &str) -> String {
         let token_end = rest.find(char::is_whitespace).unwrap_or(rest.len());
         let token = &rest[..token_end];
         match token.split_once('=') {
+            Some((key, value)) if is_secret_key(key.trim()) && keep(value) => out.push_str(token),
             Some((key, value)) if is_secret_key(key.trim()) => {
                 out.push_str(key);
                 out.push('=');
@@ -215,6 +234,77 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A value that came from `${…}` as it is shown: the text as the file wrote it. Under a
+/// secret key (`secret`), only a value made of references alone shows; one with literal
+/// text in it is `***`. Elsewhere a URL's written-out password is hidden
+/// ([`redact_written_url`]).
+pub fn shown_text(origin: &Origin, secret: bool) -> String {
+    if secret {
+        if is_only_references(&origin.written) {
+            origin.written.clone()
+        } else {
+            MASK.to_string()
+        }
+    } else {
+        redact_written_url(&origin.written)
+    }
+}
+
+/// The document as it is shown (the admin API, printouts): each value that came from
+/// `${…}` as the file wrote it ([`shown_text`]), never its text; the rest as
+/// [`redact_document`] masks it, `scrubber` replacing any secret a string quotes.
+pub fn shown_document(
+    document: &serde_json::Value,
+    origins: &Origins,
+    scrubber: &Scrubber,
+) -> serde_json::Value {
+    fn walk(
+        value: &serde_json::Value,
+        secret: bool,
+        pointer: &mut String,
+        origins: &Origins,
+        scrubber: &Scrubber,
+    ) -> serde_json::Value {
+        use serde_json::Value;
+        // The written text is the file's own, not a text the environment gave.
+        if let Some(origin) = origins.get(pointer.as_str()) {
+            return Value::String(shown_text(origin, secret));
+        }
+        match value {
+            Value::Null => Value::Null,
+            Value::Array(items) if !secret => Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(index, item)| {
+                        let len = pointer.len();
+                        pointer.push_str(&format!("/{index}"));
+                        let shown = walk(item, false, pointer, origins, scrubber);
+                        pointer.truncate(len);
+                        shown
+                    })
+                    .collect(),
+            ),
+            Value::Object(map) if !secret => Value::Object(
+                map.iter()
+                    .map(|(key, item)| {
+                        let len = pointer.len();
+                        pointer.push('/');
+                        pointer.push_str(&pointer_segment(key));
+                        let shown = walk(item, is_secret_key(key), pointer, origins, scrubber);
+                        pointer.truncate(len);
+                        (key.clone(), shown)
+                    })
+                    .collect(),
+            ),
+            _ if secret => Value::String(MASK.to_string()),
+            Value::String(text) => Value::String(scrubber.scrub(&redact_url(text))),
+            other => other.clone(),
+        }
+    }
+    walk(document, false, &mut String::new(), origins, scrubber)
+}
+
 /// A copy of a parsed document with its secrets masked: values under secret keys become
 /// `***` (whatever their type), URL passwords and secret query parameters as
 /// [`redact_url`] prints them, and any other string that quotes one of those secrets.
@@ -241,282 +331,6 @@ pub fn redact_document(document: &serde_json::Value) -> serde_json::Value {
         }
     }
     walk(document, false, &scrubber)
-}
-
-/// A secret string (a token, a password): `Debug` and `Display` print `***`; the value
-/// itself only through [`Secret::expose`], at the one place that hands it on.
-#[derive(Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself: for the client that needs it, never for a message.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "\"{MASK}\"")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(MASK)
-    }
-}
-
-impl From<String> for Secret {
-    fn from(value: String) -> Self {
-        Self(value)
-    }
-}
-
-impl From<&str> for Secret {
-    fn from(value: &str) -> Self {
-        Self(value.to_string())
-    }
-}
-
-/// A URL that may carry a password (a database URL): `Debug` and `Display` print it as
-/// [`redact_url`] does; the URL itself only through [`SecretUrl::expose`].
-#[derive(Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(transparent)]
-pub struct SecretUrl(String);
-
-impl SecretUrl {
-    pub fn new(url: impl Into<String>) -> Self {
-        Self(url.into())
-    }
-
-    /// The URL with its secrets: for the database driver, never for a message.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// The URL with its password and secret query parameters replaced by `***`.
-    pub fn redacted(&self) -> String {
-        redact_url(&self.0)
-    }
-}
-
-impl fmt::Debug for SecretUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.redacted(), f)
-    }
-}
-
-impl fmt::Display for SecretUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted())
-    }
-}
-
-impl From<String> for SecretUrl {
-    fn from(url: String) -> Self {
-        Self(url)
-    }
-}
-
-impl From<&str> for SecretUrl {
-    fn from(url: &str) -> Self {
-        Self(url.to_string())
-    }
-}
-
-/// A map of string settings (`kafka.properties`, a transform's `config`) that reads like a
-/// `BTreeMap<String, String>`, but whose `Debug` and [`Properties::redacted`] hide the values
-/// of secret keys ([`is_secret_key`]). YAML numbers and booleans are accepted and kept as
-/// their text (librdkafka wants strings).
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Properties(BTreeMap<String, String>);
-
-impl Properties {
-    /// Each key with its value, or `***` for a secret key.
-    pub fn redacted(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(key, value)| {
-            let shown = if is_secret_key(key) {
-                MASK
-            } else {
-                value.as_str()
-            };
-            (key.as_str(), shown)
-        })
-    }
-
-    /// The plain map, secrets included: for the client that needs them.
-    pub fn expose(&self) -> &BTreeMap<String, String> {
-        &self.0
-    }
-}
-
-impl Deref for Properties {
-    type Target = BTreeMap<String, String>;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl DerefMut for Properties {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl<'a> IntoIterator for &'a Properties {
-    type Item = (&'a String, &'a String);
-    type IntoIter = std::collections::btree_map::Iter<'a, String, String>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
-    }
-}
-
-impl From<BTreeMap<String, String>> for Properties {
-    fn from(map: BTreeMap<String, String>) -> Self {
-        Self(map)
-    }
-}
-
-impl FromIterator<(String, String)> for Properties {
-    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
-        Self(iter.into_iter().collect())
-    }
-}
-
-impl fmt::Debug for Properties {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_map().entries(self.redacted()).finish()
-    }
-}
-
-impl<'de> Deserialize<'de> for Properties {
-    /// librdkafka wants strings; YAML users write `10000` and `true`.
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = BTreeMap::<String, serde_json::Value>::deserialize(deserializer)?;
-        raw.into_iter()
-            .map(|(key, value)| match value {
-                serde_json::Value::String(text) => Ok((key, text)),
-                serde_json::Value::Number(n) => Ok((key, n.to_string())),
-                serde_json::Value::Bool(b) => Ok((key, b.to_string())),
-                other => {
-                    let kind = match other {
-                        serde_json::Value::Null => "null",
-                        serde_json::Value::Array(_) => "a list",
-                        _ => "a mapping",
-                    };
-                    Err(serde::de::Error::custom(format!(
-                        "property {key} must be a string, number or boolean, not {kind}"
-                    )))
-                }
-            })
-            .collect()
-    }
-}
-
-/// Replaces the secrets of a configuration wherever a message quotes them: the last guard
-/// for messages built from values (a schema error that prints a whole mapping, a
-/// `${…}` error that quotes its string). Each URL with a secret becomes its redacted form;
-/// each value of a secret key becomes `***`.
-#[derive(Debug, Default)]
-pub struct Scrubber {
-    /// (what a message may contain, what it shows instead), longest first.
-    replacements: Vec<(String, String)>,
-}
-
-impl Scrubber {
-    /// Collects the secrets of a parsed document: every string that [`redact_url`] changes,
-    /// and every string under a secret key.
-    pub fn from_document(document: &serde_json::Value) -> Self {
-        let mut scrubber = Self::default();
-        scrubber.add_document(document);
-        scrubber
-    }
-
-    /// Adds the secrets of another form of the document (after `${…}` interpolation, say).
-    pub fn add_document(&mut self, document: &serde_json::Value) {
-        self.walk(document, false);
-        self.sort();
-    }
-
-    fn walk(&mut self, value: &serde_json::Value, secret: bool) {
-        match value {
-            serde_json::Value::String(text) => {
-                if secret {
-                    self.add_secret(text);
-                } else {
-                    self.add_url(text);
-                }
-            }
-            serde_json::Value::Number(n) if secret => self.add_secret(&n.to_string()),
-            serde_json::Value::Array(items) => {
-                for item in items {
-                    self.walk(item, secret);
-                }
-            }
-            serde_json::Value::Object(map) => {
-                for (key, item) in map {
-                    self.walk(item, secret || is_secret_key(key));
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn add_url(&mut self, text: &str) {
-        let redacted = redact_url(text);
-        if redacted != text {
-            self.push(text.to_string(), redacted.clone());
-            // As a JSON string inside a printed mapping.
-            let quoted = serde_json::to_string(text).unwrap_or_default();
-            let quoted = quoted.trim_matches('"');
-            if quoted != text {
-                let redacted = serde_json::to_string(&redacted).unwrap_or_default();
-                self.push(quoted.to_string(), redacted.trim_matches('"').to_string());
-            }
-        }
-    }
-
-    fn add_secret(&mut self, text: &str) {
-        if text.is_empty() || text.contains(MASK) {
-            return;
-        }
-        // Quoted, as most messages quote values: safe at any length.
-        self.push(format!("\"{text}\""), format!("\"{MASK}\""));
-        let escaped = serde_json::to_string(text).unwrap_or_default();
-        self.push(escaped, format!("\"{MASK}\""));
-        // Bare only when long enough not to be found inside unrelated words.
-        if text.chars().count() >= 4 {
-            self.push(text.to_string(), MASK.to_string());
-        }
-    }
-
-    fn push(&mut self, from: String, to: String) {
-        if !self.replacements.iter().any(|(f, _)| *f == from) {
-            self.replacements.push((from, to));
-        }
-    }
-
-    fn sort(&mut self) {
-        self.replacements
-            .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
-    }
-
-    /// `message` with every known secret replaced.
-    pub fn scrub(&self, message: &str) -> String {
-        let mut out = message.to_string();
-        for (from, to) in &self.replacements {
-            if out.contains(from.as_str()) {
-                out = out.replace(from.as_str(), to);
-            }
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -669,46 +483,5 @@ mod tests {
         ] {
             assert!(!is_secret_key(key), "{key}");
         }
-    }
-
-    #[test]
-    fn secret_types_print_masked() {
-        let secret = Secret::new("hunter2");
-        assert_eq!(format!("{secret} {secret:?}"), "*** \"***\"");
-        assert_eq!(secret.expose(), "hunter2");
-        let url = SecretUrl::new("postgres://u:hunter2@h/db?password=hunter2");
-        assert_eq!(format!("{url}"), "postgres://u:***@h/db?password=***");
-        assert!(!format!("{url:?}").contains("hunter2"));
-        assert!(url.expose().contains("hunter2"));
-        let properties: Properties = [
-            ("sasl.password".to_string(), "hunter2".to_string()),
-            ("sasl.username".to_string(), "app".to_string()),
-        ]
-        .into_iter()
-        .collect();
-        let shown = format!("{properties:?}");
-        assert!(
-            !shown.contains("hunter2") && shown.contains("app"),
-            "{shown}"
-        );
-        assert_eq!(properties["sasl.password"], "hunter2");
-    }
-
-    #[test]
-    fn scrubber_replaces_what_a_message_quotes() {
-        let document = serde_json::json!({
-            "kafka": { "properties": { "sasl.password": "hunter2", "ssl.key.password": 1234 } },
-            "connectors": [{ "sink": { "url": "postgres://u:pw1@h/db?password=hunter3" } }]
-        });
-        let scrubber = Scrubber::from_document(&document);
-        let message = format!("{document} is not of type \"array\"");
-        let scrubbed = scrubber.scrub(&message);
-        for secret in ["hunter2", "hunter3", "pw1", "1234"] {
-            assert!(!scrubbed.contains(secret), "{secret} in {scrubbed}");
-        }
-        assert!(scrubbed.contains("postgres://u:***@h/db?password=***"));
-        // Short secrets are not hunted for in unrelated words.
-        let short = Scrubber::from_document(&serde_json::json!({ "token": "a" }));
-        assert_eq!(short.scrub("a \"a\""), "a \"***\"");
     }
 }

@@ -64,8 +64,15 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
         super::admin::admin_problems(admin, &mut problems);
         admin_problems(admin, &mut problems);
     }
-    if config.pool.size == 0 {
-        problems.push(Problem::new("pool.size", "must be at least 1"));
+    if !(1..=bounds::POOL_SIZE_MAX).contains(&config.pool.size) {
+        problems.push(Problem::new(
+            "pool.size",
+            format!(
+                "{} is not between 1 and {}: each pooled consumer is a Kafka client with its own connections and threads",
+                config.pool.size,
+                bounds::POOL_SIZE_MAX
+            ),
+        ));
     }
     if config.pool.borrow_timeout.0.is_zero() {
         problems.push(Problem::new("pool.borrow_timeout", "must be longer than 0"));
@@ -208,20 +215,40 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
             problems.push(Problem::new(at("max_record_bytes"), "must be at least 1"));
         }
         for (t, topic) in connector.topics.iter().enumerate() {
-            if topic.is_empty()
-                || topic.len() > 249
-                || !topic
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-            {
-                problems.push(Problem::new(
-                    at(&format!("topics[{t}]")),
-                    format!("\"{topic}\" is not a valid Kafka topic name"),
-                ));
+            if let Err(why) = topic_name_problem(topic) {
+                problems.push(Problem::new(at(&format!("topics[{t}]")), why));
             }
         }
     }
     problems
+}
+
+/// Kafka's rule for a topic name: 1 to 249 characters of `[a-zA-Z0-9._-]`, and not `.` or
+/// `..`. Checked here so that no client is ever handed a name it refuses (or cannot pass
+/// to librdkafka at all, such as one holding a NUL).
+pub(super) fn topic_name_problem(topic: &str) -> Result<(), String> {
+    let rule = "a Kafka topic name is 1 to 249 characters of letters, digits, '.', '_' and '-', and not \".\" or \"..\"";
+    if topic.is_empty() {
+        return Err(format!("is empty: {rule}"));
+    }
+    if topic.len() > bounds::TOPIC_NAME_MAX {
+        return Err(format!("is {} bytes long: {rule}", topic.len()));
+    }
+    if topic == "." || topic == ".." {
+        return Err(format!(
+            "\"{topic}\" is not a valid Kafka topic name: {rule}"
+        ));
+    }
+    if let Some(c) = topic
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "._-".contains(*c)))
+    {
+        return Err(format!(
+            "\"{}\" is not a valid Kafka topic name ({c:?} is not allowed): {rule}",
+            topic.escape_debug()
+        ));
+    }
+    Ok(())
 }
 
 fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> Vec<Problem> {
@@ -244,7 +271,9 @@ fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> 
     if let Some(dlq) = &errors.dlq {
         match dlq {
             DeadLetterDestination::Topic(topic) => {
-                if connector.topics.contains(topic) {
+                if let Err(why) = topic_name_problem(topic) {
+                    problems.push(Problem::new(at("errors.dlq.topic"), why));
+                } else if connector.topics.contains(topic) {
                     problems.push(Problem::new(
                         at("errors.dlq.topic"),
                         format!("\"{topic}\" is also a source topic of this connector"),
