@@ -304,6 +304,14 @@ async fn ids_of_an_older_process_are_kept_a_window(kind: Backend) {
         .await
         .expect("write");
     assert_eq!((copy.rows, copy.duplicates), (0, vec![0]));
+    // The cleanup stamped it: a window after that, it goes.
+    age_ids(&sink, &["from-v7"], 2 * 3_600_000).await;
+    assert_eq!(
+        sink.clean_dedup(Duration::from_secs(3600))
+            .await
+            .expect("clean"),
+        1
+    );
     sink.close().await;
 }
 for_each_database!(ids_of_an_older_process_are_kept_a_window);

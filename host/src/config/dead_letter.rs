@@ -5,10 +5,10 @@
 
 use serde::{Deserialize, Deserializer};
 
+use super::Secret;
 use super::connector::{
     DeadLetterDestination, ErrorPolicy, ErrorsConfig, IsolationConfig, RestartConfig, RetryConfig,
 };
-use super::redact::Secret;
 
 /// The fewest bytes a signing key may have: a shorter one is guessed too easily.
 pub const MIN_SIGNING_KEY_BYTES: usize = 16;

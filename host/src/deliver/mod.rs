@@ -110,7 +110,7 @@ pub async fn deliver(
             }
         }
         if policy.dlq_table {
-            plan.batch.supersedes = written_ranges(&plan.batch.origins, &job.prepared);
+            plan.batch.supersedes = written_records(&plan.batch.origins, &job.prepared);
         }
         let error = match sink.write_timed(&plan.batch).await {
             Ok(written) => {
@@ -169,28 +169,22 @@ pub async fn deliver(
     Err(DeliverError::KeptRefusing { rounds: MAX_ROUNDS })
 }
 
-/// The records whose rows `origins` (input indices) write, as (topic, partition, first
-/// offset, last offset) per partition: with a dead-letter table, their letters of an
-/// earlier pass are removed in the batch's transaction.
-fn written_ranges(
+/// The records whose rows `origins` (input indices) write, each once: (topic, partition,
+/// offset, input). With a dead-letter table, their letters of an earlier pass are removed
+/// in the batch's transaction.
+fn written_records(
     origins: &[usize],
     prepared: &crate::prepare::Prepared,
-) -> Vec<(String, i32, i64, i64)> {
-    let mut ranges: Vec<(String, i32, i64, i64)> = Vec::new();
-    for &origin in origins {
-        let (topic, partition, offset) = prepared.position(origin);
-        match ranges
-            .iter_mut()
-            .find(|(t, p, _, _)| *p == partition && t == topic)
-        {
-            Some(range) => {
-                range.2 = range.2.min(offset);
-                range.3 = range.3.max(offset);
-            }
-            None => ranges.push((topic.to_string(), partition, offset, offset)),
-        }
-    }
-    ranges
+) -> Vec<(String, i32, i64, usize)> {
+    let mut seen = HashSet::new();
+    origins
+        .iter()
+        .filter(|&&origin| seen.insert(origin))
+        .map(|&origin| {
+            let (topic, partition, offset) = prepared.position(origin);
+            (topic.to_string(), partition, offset, origin)
+        })
+        .collect()
 }
 
 /// Failures for the other inputs of a batch that carry the producer id of a failed one.

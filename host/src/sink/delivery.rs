@@ -80,6 +80,84 @@ impl Sink {
         })
     }
 
+    /// Records `now` in place of `previous` (`None`: no row yet) only if the row still says
+    /// `previous`, and with `offsets` (`Some`) replaces every stored offset of the
+    /// connector in the same transaction. False when another process changed the row
+    /// first: it did the seeding.
+    pub async fn claim_delivery(
+        &self,
+        previous: Option<&DeliveryRow>,
+        now: &DeliveryRow,
+        offsets: Option<&[(String, i32, i64)]>,
+    ) -> Result<bool, SinkError> {
+        let p = |n| self.dialect.param(n);
+        let error = db_error("record the delivery guarantee", "sluice_delivery");
+        each_pool!(self, pool, DB => {
+            let mut tx = pool.begin_with(self.dialect.begin()).await.map_err(&error)?;
+            let claimed = match previous {
+                Some(previous) => sqlx::query::<DB>(AssertSqlSafe(format!(
+                    "UPDATE sluice_delivery SET guarantee = {}, group_id = {}, updated_at = {} \
+                     WHERE connector = {} AND guarantee = {} AND group_id = {}",
+                    p(1), p(2), p(3), p(4), p(5), p(6)
+                )))
+                .bind(now.guarantee.clone())
+                .bind(now.group.clone())
+                .bind(super::control::now_ms())
+                .bind(self.connector.clone())
+                .bind(previous.guarantee.clone())
+                .bind(previous.group.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(&error)?
+                .rows_affected()
+                    == 1,
+                None => match sqlx::query::<DB>(AssertSqlSafe(format!(
+                    "INSERT INTO sluice_delivery (connector, guarantee, group_id, updated_at) VALUES ({}, {}, {}, {})",
+                    p(1), p(2), p(3), p(4)
+                )))
+                .bind(self.connector.clone())
+                .bind(now.guarantee.clone())
+                .bind(now.group.clone())
+                .bind(super::control::now_ms())
+                .execute(&mut *tx)
+                .await
+                {
+                    Ok(_) => true,
+                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => false,
+                    Err(e) => return Err(error(e)),
+                },
+            };
+            if !claimed {
+                return Ok(false);
+            }
+            if let Some(offsets) = offsets {
+                sqlx::query::<DB>(AssertSqlSafe(format!(
+                    "DELETE FROM sluice_offsets WHERE connector = {}",
+                    p(1)
+                )))
+                .bind(self.connector.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(&error)?;
+                let insert = self.dialect.insert_offset();
+                for (topic, part, next) in offsets {
+                    sqlx::query::<DB>(AssertSqlSafe(insert.clone()))
+                        .bind(self.connector.clone())
+                        .bind(topic.clone())
+                        .bind(*part)
+                        .bind(*next)
+                        .bind(None::<String>)
+                        .bind(None::<String>)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(&error)?;
+                }
+            }
+            tx.commit().await.map_err(&error)?;
+            Ok(true)
+        })
+    }
+
     /// Whether `connector` has stored offsets or producer ids.
     pub async fn has_positions(&self, connector: &str) -> Result<bool, SinkError> {
         let sql = format!(
@@ -116,6 +194,28 @@ impl Sink {
         each_pool!(self, pool, DB => {
             let mut tx = pool.begin_with(self.dialect.begin()).await.map_err(&error)?;
             let mut moved = 0;
+            // A control or delivery row the new name has already (its operator stopped it
+            // while it waited) wins over the old name's.
+            for table in ["sluice_control", "sluice_delivery"] {
+                let mine = sqlx::query_scalar::<DB, i64>(AssertSqlSafe(format!(
+                    "SELECT COUNT(*) FROM {table} WHERE connector = {}",
+                    p(1)
+                )))
+                .bind(self.connector.clone())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(&error)?;
+                if mine > 0 {
+                    sqlx::query::<DB>(AssertSqlSafe(format!(
+                        "DELETE FROM {table} WHERE connector = {}",
+                        p(1)
+                    )))
+                    .bind(old.to_string())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(&error)?;
+                }
+            }
             for table in &tables {
                 let result = sqlx::query::<DB>(AssertSqlSafe(format!(
                     "UPDATE {table} SET connector = {} WHERE connector = {}",

@@ -116,11 +116,12 @@ pub struct WriteBatch {
     /// Dead letters (topic, partition, offset) that a redrive wrote: deleted from the
     /// dead-letter table in the same transaction.
     pub redriven: Vec<(String, i32, i64)>,
-    /// With a dead-letter table: the records (topic, partition, first offset, last offset)
-    /// whose rows this batch writes. Their dead letters from an earlier pass (a replay
-    /// after an offsets reset) are removed in the same transaction, before this batch's
-    /// own letters are stored, so that no record has both a row and a letter.
-    pub supersedes: Vec<(String, i32, i64, i64)>,
+    /// With a dead-letter table: the records (topic, partition, offset, input index) whose
+    /// rows this batch writes. Their dead letters from an earlier pass (a replay after an
+    /// offsets reset) are removed in the same transaction, before this batch's own letters
+    /// are stored, so that no record has both a row and a letter. Inputs skipped as
+    /// producer duplicates keep their letters.
+    pub supersedes: Vec<(String, i32, i64, usize)>,
     /// Records redriven from a dead-letter topic: recorded in `sluice_redriven` in the
     /// same transaction, where another redrive of the same record meets them (a
     /// [`SinkError::RedriveConflict`]).

@@ -206,8 +206,9 @@ impl Sink {
                 }
             }
             // Ids stored before sluice kept their source: their place is unknown, and
-            // keeping them could pass over a replayed record.
-            let result = if points.is_empty() {
+            // keeping them could pass over a replayed record. Only a reset of everything
+            // forgets them (a reset of some partitions cannot tell which are theirs).
+            let result = if *change != OffsetsChange::ForgetAll {
                 None
             } else {
                 Some(sqlx::query::<DB>(sqlx::AssertSqlSafe(format!(

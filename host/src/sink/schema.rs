@@ -134,14 +134,14 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
             "ALTER TABLE sluice_offsets ADD COLUMN topic_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL",
         ],
         (7, Dialect::Sqlite) => vec!["ALTER TABLE sluice_offsets ADD COLUMN topic_id TEXT"],
-        // Ids stored before this version count their window from the migration.
+        // Ids stored before this version (or by a process of version 7 meanwhile) have no
+        // written_at: the cleanup stamps them when it first sees them, so they count their
+        // window from then (no table-wide UPDATE under the migration's lock).
         (8, Dialect::Postgres) => vec![
             "ALTER TABLE sluice_dedup ADD COLUMN IF NOT EXISTS written_at BIGINT, \
              ADD COLUMN IF NOT EXISTS source_topic TEXT, \
              ADD COLUMN IF NOT EXISTS source_partition INTEGER, \
              ADD COLUMN IF NOT EXISTS source_offset BIGINT",
-            "UPDATE sluice_dedup SET written_at = (extract(epoch from clock_timestamp()) * 1000)::bigint \
-             WHERE written_at IS NULL",
             "CREATE INDEX IF NOT EXISTS sluice_dedup_written ON sluice_dedup (connector, written_at)",
             "CREATE INDEX IF NOT EXISTS sluice_dedup_source ON sluice_dedup \
              (connector, source_topic, source_partition, source_offset)",
@@ -155,8 +155,6 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
             "ALTER TABLE sluice_dedup ADD COLUMN source_topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL",
             "ALTER TABLE sluice_dedup ADD COLUMN source_partition INT NULL",
             "ALTER TABLE sluice_dedup ADD COLUMN source_offset BIGINT NULL",
-            "UPDATE sluice_dedup SET written_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) \
-             WHERE written_at IS NULL",
             "CREATE INDEX sluice_dedup_written ON sluice_dedup (connector, written_at)",
             "CREATE INDEX sluice_dedup_source ON sluice_dedup \
              (connector, source_topic, source_partition, source_offset)",
@@ -170,8 +168,6 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
             "ALTER TABLE sluice_dedup ADD COLUMN source_topic TEXT",
             "ALTER TABLE sluice_dedup ADD COLUMN source_partition INTEGER",
             "ALTER TABLE sluice_dedup ADD COLUMN source_offset INTEGER",
-            "UPDATE sluice_dedup SET written_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) \
-             WHERE written_at IS NULL",
             "CREATE INDEX IF NOT EXISTS sluice_dedup_written ON sluice_dedup (connector, written_at)",
             "CREATE INDEX IF NOT EXISTS sluice_dedup_source ON sluice_dedup \
              (connector, source_topic, source_partition, source_offset)",

@@ -65,7 +65,7 @@ impl Sink {
         for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
         String: for<'q> Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + Type<DB>,
         i32: for<'q> Encode<'q, DB> + Type<DB>,
-        i64: for<'q> Encode<'q, DB> + Type<DB>,
+        i64: for<'q> Encode<'q, DB> + for<'r> sqlx::Decode<'r, DB> + Type<DB>,
         Option<String>: for<'q> Encode<'q, DB> + Type<DB>,
         usize: sqlx::ColumnIndex<DB::Row>,
     {
@@ -152,28 +152,61 @@ impl Sink {
             }
         }
         // After the redriven letters' compare-and-set above: a redrive's own letters are
-        // gone by now.
-        let supersede = format!(
-            "DELETE FROM {} WHERE connector = {} AND source_topic = {} AND source_partition = {} \
-             AND source_offset >= {} AND source_offset <= {}",
-            self.dialect.quote(&table.name),
-            self.dialect.param(1),
-            self.dialect.param(2),
-            self.dialect.param(3),
-            self.dialect.param(4),
-            self.dialect.param(5)
-        );
-        for (topic, partition, first, last) in &batch.supersedes {
-            let result = sqlx::query::<DB>(AssertSqlSafe(supersede.clone()))
-                .bind(self.connector.clone())
-                .bind(topic.clone())
-                .bind(*partition)
-                .bind(*first)
-                .bind(*last)
-                .execute(&mut *conn)
-                .await
-                .map_err(dlq_error("remove superseded dead letters"))?;
-            written.superseded_letters += DB::rows_affected(&result);
+        // gone by now. A plain read of the range first (MySQL/MariaDB take gap locks for a
+        // DELETE that finds nothing), then each letter found deleted by its key.
+        if !batch.supersedes.is_empty() {
+            let mut by_partition: std::collections::BTreeMap<(&str, i32), Vec<i64>> =
+                Default::default();
+            let duplicates: std::collections::HashSet<usize> =
+                written.duplicates.iter().copied().collect();
+            for (topic, partition, offset, input) in &batch.supersedes {
+                if !duplicates.contains(input) {
+                    by_partition
+                        .entry((topic.as_str(), *partition))
+                        .or_default()
+                        .push(*offset);
+                }
+            }
+            let find = format!(
+                "SELECT source_offset FROM {} WHERE connector = {} AND source_topic = {} \
+                 AND source_partition = {} AND source_offset >= {} AND source_offset <= {}",
+                self.dialect.quote(&table.name),
+                self.dialect.param(1),
+                self.dialect.param(2),
+                self.dialect.param(3),
+                self.dialect.param(4),
+                self.dialect.param(5)
+            );
+            let delete = self.dialect.delete_dead_letter(&table.name);
+            for ((topic, partition), mut offsets) in by_partition {
+                offsets.sort_unstable();
+                let (Some(first), Some(last)) = (offsets.first(), offsets.last()) else {
+                    continue;
+                };
+                let found: Vec<i64> = sqlx::query_scalar::<DB, i64>(AssertSqlSafe(find.clone()))
+                    .bind(self.connector.clone())
+                    .bind(topic.to_string())
+                    .bind(partition)
+                    .bind(*first)
+                    .bind(*last)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(dlq_error("find superseded dead letters"))?;
+                for offset in found {
+                    if offsets.binary_search(&offset).is_err() {
+                        continue;
+                    }
+                    let result = sqlx::query::<DB>(AssertSqlSafe(delete.clone()))
+                        .bind(self.connector.clone())
+                        .bind(topic.to_string())
+                        .bind(partition)
+                        .bind(offset)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(dlq_error("remove superseded dead letters"))?;
+                    written.superseded_letters += DB::rows_affected(&result);
+                }
+            }
         }
         let rows: Vec<Vec<SqlValue>> = batch
             .dead_letters

@@ -1,25 +1,31 @@
 //! What a connector takes over before its tasks start: what its old name stored
-//! (`renamed_from`), and the positions of the other side when its guarantee changed since
-//! it last ran. Both run at the runner's connect, so at a process's start and at a reload
-//! alike, before any record is read.
+//! (`renamed_from`), and the positions of the other side when its guarantee (or, under
+//! `at_least_once`, its group) changed since it last ran. Both run at the runner's
+//! connect, at a process's start and at a reload alike, before any record is read.
 //!
 //! A switch of `delivery.guarantee` seeds the new side from the side that was in use, so
 //! that nothing is read twice or skipped:
 //!
 //! - `at_least_once` → `exactly_once`: the Kafka group's committed offsets (where the
-//!   connector stood) are written to `sluice_offsets`, replacing the offsets a former
-//!   exactly-once period left there;
+//!   connector stood) replace `sluice_offsets` (what a former exactly-once period left);
 //! - `exactly_once` → `at_least_once`: the offsets of `sluice_offsets` are committed to the
 //!   Kafka group (its mirror may lag the database's by a batch).
 //!
 //! Under `at_least_once` a new group (a rename, or `group:` changed between two starts)
 //! starts from the old group's committed offsets when it has none of its own.
+//!
+//! `sluice_delivery` keeps what each connector last ran with. A switch waits until no other
+//! process runs the connector, and the seeding is claimed with a conditional update of that
+//! row, so that of two processes starting at once only one seeds. A connector with no row
+//! (it last ran before schema version 8) that now runs `exactly_once` is taken to come from
+//! `at_least_once` when its group's committed offsets are ahead of the stored ones (an
+//! exactly-once mirror never is).
 
 use std::sync::Arc;
 
 use super::connector::Runner;
 use crate::config::{ConnectorConfig, Guarantee, defaults};
-use crate::sink::{DeliveryRow, OffsetsChange, Sink};
+use crate::sink::{DeliveryRow, Sink};
 
 /// Runs a blocking Kafka call off the runtime's workers.
 async fn kafka_call<T: Send + 'static>(
@@ -43,120 +49,159 @@ impl Runner {
     /// says what it waits for (tried again with the connection).
     pub(super) async fn hand_over(&self, sink: &Arc<Sink>) -> Result<(), String> {
         let config = self.config.clone();
-        let mut previous = sink
-            .read_delivery(&config.name)
-            .await
-            .map_err(|e| e.to_string())?;
+        let text = |e: crate::sink::SinkError| e.to_string();
+        let mut previous = sink.read_delivery(&config.name).await.map_err(text)?;
         if let Some(old) = &config.renamed_from
-            && !sink
-                .has_positions(&config.name)
-                .await
-                .map_err(|e| e.to_string())?
+            && previous.is_none()
+            && !sink.has_positions(&config.name).await.map_err(text)?
         {
-            let old_row = sink.read_delivery(old).await.map_err(|e| e.to_string())?;
+            let old_row = sink.read_delivery(old).await.map_err(text)?;
             let old_group = old_row
                 .as_ref()
                 .map_or_else(|| defaults::group(old), |r| r.group.clone());
-            self.wait_until_stopped(sink, old, &old_group).await?;
-            let moved = sink.take_over(old).await.map_err(|e| e.to_string())?;
+            self.wait_until_stopped(sink, old, &[old_group]).await?;
+            let moved = sink.take_over(old).await.map_err(text)?;
             tracing::info!(from = %old, moved, "renamed_from: took over what the old name stored");
-            if old_row.is_some() {
-                previous = old_row;
-            }
+            previous = sink.read_delivery(&config.name).await.map_err(text)?;
         }
         let now = DeliveryRow {
             guarantee: guarantee_name(config.delivery.guarantee).to_string(),
             group: config.group_id(),
         };
-        if let Some(previous) = &previous
-            && *previous != now
-        {
-            self.seed(sink, &config, previous).await?;
+        if previous.as_ref() == Some(&now) {
+            return Ok(());
         }
-        if previous.as_ref() != Some(&now) {
-            sink.write_delivery(&now).await.map_err(|e| e.to_string())?;
+        let (kafka, brokers) = (self.context.kafka.clone(), self.context.brokers.clone());
+        let mut came_from = previous.clone();
+        if came_from.is_none() && config.delivery.guarantee == Guarantee::ExactlyOnce {
+            // Before schema version 8: infer an at-least-once period from a group ahead of
+            // the stored offsets.
+            let stored = sink.read_all_offsets().await.map_err(text)?;
+            let probe = (*config).clone();
+            let committed = kafka_call(move || {
+                crate::kafka::group::committed_offsets(&kafka, &brokers, &probe)
+            })
+            .await?;
+            let ahead = committed.iter().any(|(t, p, n)| {
+                stored
+                    .iter()
+                    .find(|(st, sp, _)| st == t && sp == p)
+                    .is_none_or(|(_, _, s)| n > s)
+            });
+            if ahead && !committed.is_empty() {
+                came_from = Some(DeliveryRow {
+                    guarantee: "at_least_once".into(),
+                    group: config.group_id(),
+                });
+            }
         }
-        Ok(())
+        match came_from {
+            Some(from) if from != now => {
+                let mut groups = vec![config.group_id()];
+                if from.group != config.group_id() {
+                    groups.push(from.group.clone());
+                }
+                self.wait_until_stopped(sink, &config.name, &groups).await?;
+                self.seed(sink, &config, previous.as_ref(), &from, &now)
+                    .await
+            }
+            _ => {
+                sink.claim_delivery(previous.as_ref(), &now, None)
+                    .await
+                    .map_err(text)?;
+                Ok(())
+            }
+        }
     }
 
-    /// Waits (by failing, to be tried again) while `old` runs anywhere: its fresh
-    /// heartbeats, and members in its group.
+    /// Waits (by failing, to be tried again) while `connector` runs in another process
+    /// (fresh heartbeats of any process but this one) or any of `groups` has members.
     async fn wait_until_stopped(
         &self,
         sink: &Arc<Sink>,
-        old: &str,
-        old_group: &str,
+        connector: &str,
+        groups: &[String],
     ) -> Result<(), String> {
         let now = crate::sink::control::now_ms();
         let fresh = i64::try_from(crate::reset::HEARTBEAT_FRESH.as_millis()).unwrap_or(i64::MAX);
         let running: Vec<String> = sink
-            .heartbeats_of(old)
+            .heartbeats_of(connector)
             .await
             .map_err(|e| e.to_string())?
             .into_iter()
+            .filter(|r| r.worker != self.context.worker_id)
             .filter(|r| now - r.updated_at <= fresh)
             .filter(|r| r.state != "UNASSIGNED" && r.state != "FAILED")
             .map(|r| format!("task {} on {} is {}", r.task, r.worker, r.state))
             .collect();
         if !running.is_empty() {
             return Err(format!(
-                "waiting for connector {old} to stop in every process before taking over its positions (renamed_from): {}",
+                "waiting for connector {connector} to stop in every other process before taking over its positions: {}",
                 running.join(", ")
             ));
         }
-        let mut probe = (*self.config).clone();
-        probe.group = Some(old_group.to_string());
-        let (kafka, brokers) = (self.context.kafka.clone(), self.context.brokers.clone());
-        let members =
-            kafka_call(move || crate::kafka::group::members(&kafka, &brokers, &probe)).await?;
-        if members > 0 {
-            return Err(format!(
-                "waiting for connector {old}'s Kafka group {old_group} to empty ({members} member(s)) before taking over its positions (renamed_from)"
-            ));
+        for group in groups {
+            let mut probe = (*self.config).clone();
+            probe.group = Some(group.clone());
+            let (kafka, brokers) = (self.context.kafka.clone(), self.context.brokers.clone());
+            let members =
+                kafka_call(move || crate::kafka::group::members(&kafka, &brokers, &probe)).await?;
+            if members > 0 {
+                return Err(format!(
+                    "waiting for the Kafka group {group} to empty ({members} member(s)) before taking over connector {connector}'s positions"
+                ));
+            }
         }
         Ok(())
     }
 
-    /// Seeds the side the connector now resumes from, from the side it ran on.
+    /// Seeds the side the connector now resumes from, from the side it ran on (`from`),
+    /// claiming the change of `sluice_delivery` from `previous` to `now`.
     async fn seed(
         &self,
         sink: &Arc<Sink>,
         config: &ConnectorConfig,
-        previous: &DeliveryRow,
+        previous: Option<&DeliveryRow>,
+        from: &DeliveryRow,
+        now: &DeliveryRow,
     ) -> Result<(), String> {
+        let text = |e: crate::sink::SinkError| e.to_string();
         let (kafka, brokers) = (self.context.kafka.clone(), self.context.brokers.clone());
         let mut old = config.clone();
-        old.group = Some(previous.group.clone());
-        let was_exactly_once = previous.guarantee == "exactly_once";
+        old.group = Some(from.group.clone());
+        let was_exactly_once = from.guarantee == "exactly_once";
         match (was_exactly_once, config.delivery.guarantee) {
             (false, Guarantee::ExactlyOnce) => {
-                let committed = kafka_call({
-                    let (kafka, brokers) = (kafka.clone(), brokers.clone());
-                    move || crate::kafka::group::committed_offsets(&kafka, &brokers, &old)
+                let committed = kafka_call(move || {
+                    crate::kafka::group::committed_offsets(&kafka, &brokers, &old)
                 })
                 .await?;
-                let set: Vec<(String, i32, Option<i64>)> = committed
-                    .iter()
-                    .map(|(t, p, n)| (t.clone(), *p, Some(*n)))
-                    .collect();
-                sink.reset(&OffsetsChange::Set(set), &[])
+                if sink
+                    .claim_delivery(previous, now, Some(&committed))
                     .await
-                    .map_err(|e| e.to_string())?;
-                tracing::info!(partitions = committed.len(), group = %previous.group,
-                    "guarantee at_least_once -> exactly_once: the stored offsets start from the group's committed offsets");
+                    .map_err(text)?
+                {
+                    tracing::info!(partitions = committed.len(), group = %from.group,
+                        "guarantee at_least_once -> exactly_once: the stored offsets start from the group's committed offsets");
+                }
             }
+            // The group is moved first (again by another process starting at once: the
+            // same offsets), then the change claimed.
             (true, Guarantee::AtLeastOnce) => {
-                let stored = sink.read_all_offsets().await.map_err(|e| e.to_string())?;
+                let stored = sink.read_all_offsets().await.map_err(text)?;
                 let count = stored.len();
                 let new = config.clone();
                 kafka_call(move || {
                     crate::kafka::group::commit_group_offsets(&kafka, &brokers, &new, &stored)
                 })
                 .await?;
+                sink.claim_delivery(previous, now, None)
+                    .await
+                    .map_err(text)?;
                 tracing::info!(partitions = count, group = %config.group_id(),
                     "guarantee exactly_once -> at_least_once: the group's committed offsets start from the stored offsets");
             }
-            (false, Guarantee::AtLeastOnce) if previous.group != config.group_id() => {
+            (false, Guarantee::AtLeastOnce) if from.group != config.group_id() => {
                 let new = config.clone();
                 let moved = kafka_call(move || {
                     let mine = crate::kafka::group::committed_offsets(&kafka, &brokers, &new)?;
@@ -168,10 +213,17 @@ impl Runner {
                     Ok(theirs.len())
                 })
                 .await?;
-                tracing::info!(partitions = moved, from = %previous.group, to = %config.group_id(),
+                sink.claim_delivery(previous, now, None)
+                    .await
+                    .map_err(text)?;
+                tracing::info!(partitions = moved, from = %from.group, to = %config.group_id(),
                     "a new Kafka group starts from the old group's committed offsets");
             }
-            _ => {}
+            _ => {
+                sink.claim_delivery(previous, now, None)
+                    .await
+                    .map_err(text)?;
+            }
         }
         Ok(())
     }
