@@ -70,16 +70,8 @@ impl MetricsBinding {
         let app = router(supervisor);
         let (stop, stopped) = oneshot::channel::<()>();
         let listener = self.listener;
-        let join = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
-            if let Err(error) = served {
-                tracing::error!(%error, "the metrics listener stopped");
-            }
-        });
+        // The admin API's serving: header and idle timeouts, at most 256 connections.
+        let join = tokio::spawn(super::serve::serve(listener, app, None, stopped));
         tracing::info!(%addr, "metrics, /healthz and /readyz listening (no token)");
         Ok(MetricsServer {
             addr,

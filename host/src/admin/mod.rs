@@ -255,7 +255,10 @@ async fn relisten(
     reload: &mpsc::Sender<ReloadRequest>,
 ) -> Option<AdminServer> {
     let refused = |old: AdminServer, error: AdminError| {
-        tracing::error!(%error, listening = %old.listen, "the admin API could not move to its new address; it serves on at the old one");
+        tracing::error!(%error, listening = %old.listen, "the admin API could not move to its new address; it serves on at the old one, with the new tokens");
+        // A rotated or revoked token must not keep working because the address could
+        // not move.
+        old.set_tokens(&new);
         old.set_relisten(Some(json!({
             "listening": old.listen,
             "refused": new.listen,
@@ -449,7 +452,7 @@ async fn reload(State(state): State<AdminState>) -> Response {
             StatusCode::BAD_REQUEST,
             Json(json!({
                 "error_code": 400,
-                "message": "the new configuration is not valid; the old one runs on",
+                "message": "the new configuration is not valid, or a change it makes is refused; the old one runs on",
                 "problems": problems,
             })),
         )

@@ -33,19 +33,24 @@ pub(super) fn admin_problems(admin: &AdminConfig, problems: &mut Vec<Problem>) {
             }
         }
     }
-    if let (Some(listen), Some(token)) = (listen, &admin.token) {
-        let length = token.expose().len();
-        if !listen.ip().is_loopback()
-            && !token.expose().trim().is_empty()
-            && length < bounds::ADMIN_TOKEN_MIN_BYTES
-        {
-            problems.push(Problem::new(
-                "admin.token",
-                format!(
-                    "is {length} bytes: on {listen}, which other hosts can reach, the token must be at least {} bytes (e.g. `openssl rand -hex 32`); only a loopback address (127.0.0.1) takes a shorter one",
-                    bounds::ADMIN_TOKEN_MIN_BYTES
-                ),
-            ));
+    for (field, token) in [
+        ("admin.token", &admin.token),
+        ("admin.read_token", &admin.read_token),
+    ] {
+        if let (Some(listen), Some(token)) = (listen, token) {
+            let length = token.expose().len();
+            if !listen.ip().is_loopback()
+                && !token.expose().trim().is_empty()
+                && length < bounds::ADMIN_TOKEN_MIN_BYTES
+            {
+                problems.push(Problem::new(
+                    field,
+                    format!(
+                        "is {length} bytes: on {listen}, which other hosts can reach, the token must be at least {} bytes (e.g. `openssl rand -hex 32`); only a loopback address (127.0.0.1) takes a shorter one",
+                        bounds::ADMIN_TOKEN_MIN_BYTES
+                    ),
+                ));
+            }
         }
     }
 }
@@ -91,7 +96,9 @@ connectors:
     #[test]
     fn metrics_listen_loads() {
         assert_eq!(
-            problems(r#"{ listen: "0.0.0.0:8083", metrics_listen: "0.0.0.0:9090" }"#),
+            problems(
+                r#"{ listen: "0.0.0.0:8083", token: 0123456789abcdef0123, metrics_listen: "0.0.0.0:9090" }"#
+            ),
             Vec::<String>::new()
         );
         assert_eq!(
@@ -118,7 +125,7 @@ connectors:
             ("127.0.0.1:8083", "[::]:8083"),
         ] {
             let found = problems(&format!(
-                r#"{{ listen: "{listen}", metrics_listen: "{metrics}" }}"#
+                r#"{{ listen: "{listen}", token: 0123456789abcdef0123, metrics_listen: "{metrics}" }}"#
             ));
             assert_eq!(found.len(), 1, "{listen} {metrics}: {found:?}");
             assert!(

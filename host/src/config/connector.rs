@@ -523,8 +523,9 @@ pub struct DedupConfig {
     /// `header:NAME` (the header's value, UTF-8) or a JSON pointer into the value (`/id`;
     /// a string or an integer). A record without one is a per-record failure.
     pub id: DedupIdSource,
-    /// How long an id is remembered, measured on record timestamps: ids of records more
-    /// than `window` older than the newest id kept are cleaned up.
+    /// How long an id is remembered: at least `window` after it was written, by the sink
+    /// database's clock (a record's own timestamp does not count); older ids are cleaned
+    /// up.
     #[serde(default = "dedup_window_default")]
     pub window: HumanDuration,
 }

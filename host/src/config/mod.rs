@@ -88,7 +88,8 @@ pub mod defaults {
     pub const RESTART_INITIAL: Duration = Duration::from_secs(1);
     /// Longest wait between two restarts of a task that keeps failing transiently.
     pub const RESTART_MAX: Duration = Duration::from_secs(300);
-    /// How long `delivery.dedup` remembers a producer id (on record timestamps).
+    /// How long `delivery.dedup` remembers a producer id: at least this long after it was
+    /// written, by the sink database's clock.
     pub const DEDUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
     /// Consumers of the seek-consumer pool.
     pub const POOL_SIZE: usize = 4;

@@ -73,8 +73,10 @@ impl Scrubber {
             let Some(resolved) = document.pointer(pointer).and_then(|v| v.as_str()) else {
                 continue;
             };
-            let key = pointer.rsplit('/').next().unwrap_or_default();
-            let secret = is_secret_key(&key.replace("~1", "/").replace("~0", "~"));
+            // Secret when any part of its path is (`signing_key/0`, a list of secrets).
+            let secret = pointer
+                .split('/')
+                .any(|key| is_secret_key(&key.replace("~1", "/").replace("~0", "~")));
             self.add_shown(resolved, &shown_text(origin, secret));
             for (reference, value) in &origin.references {
                 self.add_shown(value, reference);

@@ -134,10 +134,17 @@ impl From<String> for Rejected {
 struct Letter {
     original: Record,
     signature: Option<Vec<u8>>,
+    /// The connector its `sluice.connector` header names: this one, or the name it had
+    /// before (`renamed_from`), whose letters it took over.
+    connector: String,
 }
 
 /// The record a dead letter was, or why it cannot be had.
-fn original_of(letter: &Record, connector: &str) -> Result<Letter, Rejected> {
+fn original_of(
+    letter: &Record,
+    connector: &str,
+    renamed_from: Option<&str>,
+) -> Result<Letter, Rejected> {
     let named = |name: &str| {
         letter
             .headers
@@ -155,13 +162,13 @@ fn original_of(letter: &Record, connector: &str) -> Result<Letter, Rejected> {
     let offset = named(header::SOURCE_OFFSET)
         .and_then(|o| o.parse::<i64>().ok())
         .ok_or("its sluice.source.offset header is missing or not a number")?;
-    match named(header::CONNECTOR) {
+    let named_connector = match named(header::CONNECTOR) {
         None => return Err(Rejected::NoConnector),
-        Some(other) if other != connector => {
+        Some(name) if name == connector || Some(name) == renamed_from => name.to_string(),
+        Some(other) => {
             return Err(format!("a dead letter of connector {other}").into());
         }
-        Some(_) => {}
-    }
+    };
     if named(header::ERROR_CLASS) == Some("header_not_utf8") {
         return Err(Rejected::from(
             "the record had a header name that is not UTF-8, which the dead letter keeps only lossily: it cannot be redriven as it was",
@@ -203,6 +210,7 @@ fn original_of(letter: &Record, connector: &str) -> Result<Letter, Rejected> {
     Ok(Letter {
         original,
         signature,
+        connector: named_connector,
     })
 }
 
@@ -441,7 +449,11 @@ async fn check_page(
                 letter.record.partition,
                 letter.record.offset,
             );
-            let taken = original_of(&letter.record, &connector.name);
+            let taken = original_of(
+                &letter.record,
+                &connector.name,
+                connector.renamed_from.as_deref(),
+            );
             (at, taken, letter.defect.clone())
         })
         .collect();
@@ -478,7 +490,7 @@ async fn check_page(
         let outcome = match &check.signer {
             Some(signer) => {
                 let signed = Signed {
-                    connector: &connector.name,
+                    connector: &letter.connector,
                     record: &letter.original,
                     value: letter.original.value.as_deref(),
                 };

@@ -17,23 +17,22 @@ use crate::config::{Config, ConnectorConfig, Guarantee};
 /// query parameters.
 pub fn database_of(url: &str) -> String {
     let url = url.trim();
-    let without_query = url.split(['?', '#']).next().unwrap_or(url);
-    match without_query.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = match rest.find('/') {
-                Some(slash) => rest.split_at(slash),
-                None => (rest, ""),
-            };
-            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-            format!(
-                "{}://{}{}",
-                scheme.to_ascii_lowercase(),
-                host.to_ascii_lowercase(),
-                path
-            )
-        }
-        None => without_query.to_string(),
-    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.split(['?', '#']).next().unwrap_or(url).to_string();
+    };
+    // A password may hold `/`, `?` or `#` unencoded: the host follows the last `@`.
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let rest = rest.split(['?', '#']).next().unwrap_or(rest);
+    let (host, path) = match rest.find('/') {
+        Some(slash) => rest.split_at(slash),
+        None => (rest, ""),
+    };
+    format!(
+        "{}://{}{}",
+        scheme.to_ascii_lowercase(),
+        host.to_ascii_lowercase(),
+        path
+    )
 }
 
 fn guarantee(g: Guarantee) -> &'static str {
@@ -129,6 +128,14 @@ mod tests {
             "sqlite:///var/lib/sluice/a.db"
         );
         assert_eq!(database_of("mysql://root@h/t"), "mysql://h/t");
+        // Passwords with the URL's own punctuation never show.
+        for url in [
+            "postgres://app:hun/ter2@db/prod",
+            "postgres://app:hun#ter2@db/prod",
+            "postgres://app:hun?ter2@db/prod?sslmode=require",
+        ] {
+            assert_eq!(database_of(url), "postgres://db/prod", "{url}");
+        }
     }
 
     fn config(text: &str) -> Config {

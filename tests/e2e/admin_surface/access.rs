@@ -166,7 +166,7 @@ fn validate_refuses_a_listener_beyond_loopback_without_a_token() {
     );
     let closed = embedded_config(
         dir.path(),
-        &format!("admin: {{ listen: \"0.0.0.0:{port}\", token: t-0123 }}"),
+        &format!("admin: {{ listen: \"0.0.0.0:{port}\", token: t-0123456789abcdef }}"),
     );
     let output = sluice_command(&["validate"], &closed);
     assert_eq!(
