@@ -69,16 +69,6 @@ pub struct ResetReport {
     pub kafka_group: Result<usize, String>,
 }
 
-/// Runs a blocking Kafka call off the runtime's workers.
-async fn kafka_call<T: Send + 'static>(
-    call: impl FnOnce() -> Result<T, rdkafka::error::KafkaError> + Send + 'static,
-) -> Result<T, String> {
-    match tokio::task::spawn_blocking(call).await {
-        Ok(result) => result.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 /// What runs the connector anywhere, as the database's heartbeats and the Kafka group
 /// show it: a fresh heartbeat of a task that is not unassigned or failed (of any process
 /// but `except`, whose own state its caller knows), and the group's members. `brokers`
@@ -109,14 +99,15 @@ pub async fn running_anywhere(
         .collect();
     if let Some(brokers) = brokers {
         let (kafka, brokers, config) = (kafka.clone(), brokers.to_string(), connector.clone());
-        let members = kafka_call(move || crate::kafka::group::members(&kafka, &brokers, &config))
-            .await
-            .map_err(|e| {
-                unchecked(format!(
-                    "cannot check that the Kafka group {} is empty: {e}",
-                    connector.group_id()
-                ))
-            })?;
+        let members =
+            crate::kafka::blocking(move || crate::kafka::group::members(&kafka, &brokers, &config))
+                .await
+                .map_err(|e| {
+                    unchecked(format!(
+                        "cannot check that the Kafka group {} is empty: {e}",
+                        connector.group_id()
+                    ))
+                })?;
         if members > 0 {
             running.push(format!(
                 "the Kafka group {} has {members} member(s)",
@@ -149,7 +140,7 @@ pub async fn reset(
         let brokers = brokers.map(str::to_string);
         async move {
             match brokers {
-                Some(brokers) => kafka_call(move || {
+                Some(brokers) => crate::kafka::blocking(move || {
                     crate::kafka::group::start_positions(&kafka, &brokers, &config, only.as_deref())
                 })
                 .await
@@ -232,7 +223,7 @@ pub async fn reset(
             let (kafka, brokers, config) = (kafka.clone(), brokers.to_string(), connector.clone());
             match request {
                 ResetRequest::All => {
-                    kafka_call(move || {
+                    crate::kafka::blocking(move || {
                         crate::kafka::group::reset_group_offsets(&kafka, &brokers, &config)
                     })
                     .await
@@ -243,7 +234,7 @@ pub async fn reset(
                         .filter_map(|(t, p, n)| n.map(|n| (t.clone(), *p, n)))
                         .collect();
                     let moved = commits.len();
-                    kafka_call(move || {
+                    crate::kafka::blocking(move || {
                         crate::kafka::group::commit_group_offsets(
                             &kafka, &brokers, &config, &commits,
                         )

@@ -325,16 +325,6 @@ async fn restart_task(
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// Runs a blocking Kafka call off the runtime's workers.
-async fn kafka_call<T: Send + 'static>(
-    call: impl FnOnce() -> Result<T, rdkafka::error::KafkaError> + Send + 'static,
-) -> Result<T, String> {
-    match tokio::task::spawn_blocking(call).await {
-        Ok(result) => result.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 fn offsets_body(rows: Vec<(String, i32, i64)>) -> Value {
     let offsets: Vec<Value> = rows
         .into_iter()
@@ -366,7 +356,7 @@ async fn offsets(State(state): State<AdminState>, Path(name): Path<String>) -> R
             state.supervisor.brokers(),
             connector.config.clone(),
         );
-        return match kafka_call(move || {
+        return match crate::kafka::blocking(move || {
             crate::kafka::group::committed_offsets(&kafka, &brokers, &config)
         })
         .await

@@ -9,3 +9,14 @@ pub mod dead_letter_signature;
 pub mod embedded;
 pub mod group;
 pub mod topic_ids;
+
+/// Runs a blocking Kafka call (librdkafka's metadata, watermarks, group commits) off the
+/// runtime's workers; its error, or the blocking task's, as text.
+pub async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> Result<T, rdkafka::error::KafkaError> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::task::spawn_blocking(call).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}

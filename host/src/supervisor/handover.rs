@@ -27,16 +27,6 @@ use super::connector::Runner;
 use crate::config::{ConnectorConfig, Guarantee, defaults};
 use crate::sink::{DeliveryRow, Sink};
 
-/// Runs a blocking Kafka call off the runtime's workers.
-async fn kafka_call<T: Send + 'static>(
-    call: impl FnOnce() -> Result<T, rdkafka::error::KafkaError> + Send + 'static,
-) -> Result<T, String> {
-    match tokio::task::spawn_blocking(call).await {
-        Ok(result) => result.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 fn guarantee_name(guarantee: Guarantee) -> &'static str {
     match guarantee {
         Guarantee::ExactlyOnce => "exactly_once",
@@ -78,7 +68,7 @@ impl Runner {
             // the stored offsets.
             let stored = sink.read_all_offsets().await.map_err(text)?;
             let probe = (*config).clone();
-            let committed = kafka_call(move || {
+            let committed = crate::kafka::blocking(move || {
                 crate::kafka::group::committed_offsets(&kafka, &brokers, &probe)
             })
             .await?;
@@ -144,8 +134,10 @@ impl Runner {
             let mut probe = (*self.config).clone();
             probe.group = Some(group.clone());
             let (kafka, brokers) = (self.context.kafka.clone(), self.context.brokers.clone());
-            let members =
-                kafka_call(move || crate::kafka::group::members(&kafka, &brokers, &probe)).await?;
+            let members = crate::kafka::blocking(move || {
+                crate::kafka::group::members(&kafka, &brokers, &probe)
+            })
+            .await?;
             if members > 0 {
                 return Err(format!(
                     "waiting for the Kafka group {group} to empty ({members} member(s)) before taking over connector {connector}'s positions"
@@ -172,7 +164,7 @@ impl Runner {
         let was_exactly_once = from.guarantee == "exactly_once";
         match (was_exactly_once, config.delivery.guarantee) {
             (false, Guarantee::ExactlyOnce) => {
-                let committed = kafka_call(move || {
+                let committed = crate::kafka::blocking(move || {
                     crate::kafka::group::committed_offsets(&kafka, &brokers, &old)
                 })
                 .await?;
@@ -191,7 +183,7 @@ impl Runner {
                 let stored = sink.read_all_offsets().await.map_err(text)?;
                 let count = stored.len();
                 let new = config.clone();
-                kafka_call(move || {
+                crate::kafka::blocking(move || {
                     crate::kafka::group::commit_group_offsets(&kafka, &brokers, &new, &stored)
                 })
                 .await?;
@@ -203,7 +195,7 @@ impl Runner {
             }
             (false, Guarantee::AtLeastOnce) if from.group != config.group_id() => {
                 let new = config.clone();
-                let moved = kafka_call(move || {
+                let moved = crate::kafka::blocking(move || {
                     let mine = crate::kafka::group::committed_offsets(&kafka, &brokers, &new)?;
                     if !mine.is_empty() {
                         return Ok(0);
