@@ -85,18 +85,12 @@ pub async fn running_anywhere(
         connector: connector.name.clone(),
         reason,
     };
-    let now = crate::sink::control::now_ms();
-    let fresh = i64::try_from(HEARTBEAT_FRESH.as_millis()).unwrap_or(i64::MAX);
-    let mut running: Vec<String> = sink
-        .read_heartbeats()
-        .await
-        .map_err(|e| unchecked(e.to_string()))?
-        .into_iter()
-        .filter(|row| Some(row.worker.as_str()) != except)
-        .filter(|row| now - row.updated_at <= fresh)
-        .filter(|row| row.state != "UNASSIGNED" && row.state != "FAILED")
-        .map(|row| format!("task {} on {} is {}", row.task, row.worker, row.state))
-        .collect();
+    let mut running = live_tasks(
+        sink.read_heartbeats()
+            .await
+            .map_err(|e| unchecked(e.to_string()))?,
+        except,
+    );
     if let Some(brokers) = brokers {
         let (kafka, brokers, config) = (kafka.clone(), brokers.to_string(), connector.clone());
         let members =
@@ -116,6 +110,23 @@ pub async fn running_anywhere(
         }
     }
     Ok(running)
+}
+
+/// The tasks that `heartbeats` show running now (fresh, neither unassigned nor failed), as
+/// `task N on WORKER is STATE`, leaving out those of the process `except`.
+pub fn live_tasks(
+    heartbeats: Vec<crate::sink::control::TaskRow>,
+    except: Option<&str>,
+) -> Vec<String> {
+    let now = crate::sink::control::now_ms();
+    let fresh = i64::try_from(HEARTBEAT_FRESH.as_millis()).unwrap_or(i64::MAX);
+    heartbeats
+        .into_iter()
+        .filter(|row| Some(row.worker.as_str()) != except)
+        .filter(|row| now - row.updated_at <= fresh)
+        .filter(|row| row.state != "UNASSIGNED" && row.state != "FAILED")
+        .map(|row| format!("task {} on {} is {}", row.task, row.worker, row.state))
+        .collect()
 }
 
 /// Resets `connector`'s positions as `request` says (see the module's doc). The caller

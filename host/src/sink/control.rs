@@ -231,13 +231,18 @@ impl Sink {
 
     /// Every process's heartbeat rows for the connector.
     pub async fn read_heartbeats(&self) -> Result<Vec<TaskRow>, SinkError> {
+        self.heartbeats_of(&self.connector).await
+    }
+
+    /// The heartbeats of any connector name (a renamed connector's old one, say).
+    pub async fn heartbeats_of(&self, connector: &str) -> Result<Vec<TaskRow>, SinkError> {
         let sql = format!(
             "SELECT worker, task, state, trace, updated_at FROM sluice_task_status WHERE connector = {} ORDER BY worker, task",
             self.dialect.param(1)
         );
         let rows: Vec<(String, i32, String, Option<String>, i64)> = each_pool!(self, pool, DB => {
             sqlx::query_as::<DB, (String, i32, String, Option<String>, i64)>(AssertSqlSafe(sql))
-                .bind(self.connector.clone())
+                .bind(connector.to_string())
                 .fetch_all(pool)
                 .await
         })

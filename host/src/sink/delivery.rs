@@ -241,34 +241,4 @@ impl Sink {
             Ok(moved)
         })
     }
-
-    /// The heartbeats of another connector name (a renamed connector's old one).
-    pub async fn heartbeats_of(
-        &self,
-        connector: &str,
-    ) -> Result<Vec<super::control::TaskRow>, SinkError> {
-        let sql = format!(
-            "SELECT worker, task, state, updated_at FROM sluice_task_status WHERE connector = {}",
-            self.dialect.param(1)
-        );
-        let rows: Vec<(String, i32, String, i64)> = each_pool!(self, pool, DB => {
-            sqlx::query_as::<DB, (String, i32, String, i64)>(AssertSqlSafe(sql))
-                .bind(connector.to_string())
-                .fetch_all(pool)
-                .await
-        })
-        .map_err(db_error("read task status", "sluice_task_status"))?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(worker, task, state, updated_at)| super::control::TaskRow {
-                    worker,
-                    task,
-                    state,
-                    trace: None,
-                    updated_at,
-                },
-            )
-            .collect())
-    }
 }

@@ -112,18 +112,12 @@ impl Runner {
         connector: &str,
         groups: &[String],
     ) -> Result<(), String> {
-        let now = crate::sink::control::now_ms();
-        let fresh = i64::try_from(crate::reset::HEARTBEAT_FRESH.as_millis()).unwrap_or(i64::MAX);
-        let running: Vec<String> = sink
-            .heartbeats_of(connector)
-            .await
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .filter(|r| r.worker != self.context.worker_id)
-            .filter(|r| now - r.updated_at <= fresh)
-            .filter(|r| r.state != "UNASSIGNED" && r.state != "FAILED")
-            .map(|r| format!("task {} on {} is {}", r.task, r.worker, r.state))
-            .collect();
+        let running = crate::reset::live_tasks(
+            sink.heartbeats_of(connector)
+                .await
+                .map_err(|e| e.to_string())?,
+            Some(&self.context.worker_id),
+        );
         if !running.is_empty() {
             return Err(format!(
                 "waiting for connector {connector} to stop in every other process before taking over its positions: {}",
