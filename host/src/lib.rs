@@ -39,6 +39,7 @@ pub mod config;
 pub mod dedup;
 pub mod deliver;
 pub mod failure;
+pub mod format;
 pub mod kafka;
 pub mod logging;
 pub mod map;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer};
 
 use super::units::{ByteSize, HumanDuration};
-use super::{Properties, SecretUrl, defaults};
+use super::{Format, Properties, SchemaRegistryConfig, SecretUrl, defaults};
 
 /// One connector: topics in, one table out.
 #[derive(Debug, Clone, Deserialize)]
@@ -28,9 +28,17 @@ pub struct ConnectorConfig {
     /// Consumers (threads) this process runs for the connector.
     #[serde(default = "tasks_default")]
     pub tasks: u32,
-    /// How a record's value is read.
+    /// How a record's value is read (docs/formats.md).
     #[serde(default)]
     pub format: Format,
+    /// How a record's key is read; without it, as JSON where a tombstone needs the key,
+    /// and as raw bytes for `$key`.
+    #[serde(default)]
+    pub key_format: Option<Format>,
+    /// The Schema Registry of this connector's `avro`, `protobuf` and `json_schema`
+    /// formats, in place of `kafka.schema_registry`.
+    #[serde(default)]
+    pub schema_registry: Option<SchemaRegistryConfig>,
     /// When a batch is cut.
     #[serde(default)]
     pub batch: BatchConfig,

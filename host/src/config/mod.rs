@@ -7,6 +7,7 @@
 mod admin;
 mod connector;
 mod dead_letter;
+mod formats;
 mod interpolate;
 mod load;
 mod problem;
@@ -26,6 +27,7 @@ use serde::Deserialize;
 
 pub use connector::*;
 pub use dead_letter::{MIN_SIGNING_KEY_BYTES, SigningKeys};
+pub use formats::{Format, RegistryTls, SchemaRegistryConfig, Urls};
 pub use load::{ConfigError, load_file, load_str, plugin_problems};
 pub use problem::Problem;
 pub use redact::{is_secret_key, redact_document, redact_url};
@@ -273,6 +275,10 @@ pub struct KafkaConfig {
     /// the values of secret keys (`sasl.password`, …) never print.
     #[serde(default)]
     pub properties: Properties,
+    /// The Schema Registry that `avro`, `protobuf` and `json_schema` formats fetch their
+    /// schemas from (a connector's own `schema_registry` takes its place).
+    #[serde(default)]
+    pub schema_registry: Option<SchemaRegistryConfig>,
 }
 
 impl KafkaConfig {
