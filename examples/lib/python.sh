@@ -4,7 +4,7 @@
 # a lock: tests running at once share it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-check='import confluent_kafka, psycopg, pymysql'
+check='import confluent_kafka, confluent_kafka.schema_registry.avro, confluent_kafka.schema_registry.protobuf, confluent_kafka.schema_registry.json_schema, grpc_tools, psycopg, pymysql'
 if [ -n "${PYTHON:-}" ] && "$PYTHON" -c "$check" 2>/dev/null; then
   echo "$PYTHON"
   exit 0

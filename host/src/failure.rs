@@ -40,7 +40,8 @@ named_enum! {
     /// The stage of the record's path where it failed.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Stage {
-        /// On arrival: too large, a header name that is not UTF-8, no `delivery.dedup` id.
+        /// On arrival: too large, a header name that is not UTF-8, a key or value that does
+        /// not decode in its format, no `delivery.dedup` id.
         Source => "source",
         /// A transform rejected it, or trapped on it.
         Transform => "transform",
@@ -72,6 +73,15 @@ named_enum! {
         TransformNotIsolated => "transform_not_isolated",
         /// The connector's JSON Schema refused the transformed value.
         SchemaInvalid => "schema_invalid",
+        /// A key or value in the Confluent wire format names a schema id (or GUID) that the
+        /// Schema Registry does not have (404, error code 40403).
+        SchemaNotFound => "schema_not_found",
+        /// A key or value is not a Confluent wire-format frame: a magic byte other than 0
+        /// or 1, too short for its schema id, a broken Protobuf message-index list.
+        BadFrame => "bad_frame",
+        /// A key or value does not decode with its schema (Avro, Protobuf, JSON Schema, a
+        /// Connect envelope), or its schema does not compile.
+        DecodeFailed => "decode_failed",
         /// The value is not JSON (or is nested too deep) where `format: json` needs it.
         InvalidJson => "invalid_json",
         /// The value is not UTF-8 where `format: string` needs it.

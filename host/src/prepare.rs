@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::config::{ConnectorConfig, DedupIdSource, ErrorPolicy, Format};
 use crate::dedup::{self, DedupKey};
 use crate::failure::{Failure, FailureClass, Stage};
+use crate::format::{Decoders, RecordSchemas, RegistryError, Resolved};
 use crate::map::{MapError, RowMapper, RowOp};
 use crate::record::{Incoming, Record, RecordExt};
 use crate::validate::{self, RecordSchema};
@@ -32,6 +33,32 @@ pub enum PrepareError {
     /// The task's transform thread ended while the task ran (a panic in it).
     #[error("the transform thread ended unexpectedly (see the log above for its panic)")]
     WorkerGone,
+    /// The Schema Registry cannot answer: waited out when transient
+    /// ([`RegistryError::is_transient`]), else the task fails.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The connector's `format` / `key_format` cannot be set up (a schema file, the
+    /// registry's settings).
+    #[error(transparent)]
+    Format(#[from] crate::format::FormatError),
+    /// A preparer for a decoding format was made without its decoders (a bug in sluice).
+    #[error(
+        "internal error: the connector's {0} decodes on arrival, and its preparer has no decoders"
+    )]
+    NoDecoders(&'static str),
+}
+
+impl PrepareError {
+    /// Whether the batch is to be tried again later (with `errors.retry`), and the retry
+    /// reason it counts under: the transform chain cannot run now, or the Schema Registry
+    /// does not answer.
+    pub fn retry_reason(&self) -> Option<&'static str> {
+        match self {
+            PrepareError::Transform(e) if e.is_chain_failure() => Some("transform_chain"),
+            PrepareError::Registry(e) if e.is_transient() => Some("schema_registry"),
+            _ => None,
+        }
+    }
 }
 
 /// A prepared batch.
@@ -56,6 +83,10 @@ pub struct Prepared {
     /// With `delivery.dedup`: the producer id of each input that passed the arrival checks,
     /// in input order.
     pub dedup: Vec<DedupKey>,
+    /// The schemas each input's key and value were written with, in input order, when the
+    /// connector's formats carry schemas (empty otherwise). Transforms' outputs keep their
+    /// input's entry.
+    pub schemas: Vec<RecordSchemas>,
     /// Each input's topic (an index into `topics`), partition and offset.
     coordinates: Vec<(usize, i32, i64)>,
     topics: Vec<String>,
@@ -105,6 +136,12 @@ pub struct Preparer {
     policy: ErrorPolicy,
     isolation: sluice_transform::Isolation,
     dedup: Option<DedupIdSource>,
+    /// The connector's decoders, when a format decodes on arrival.
+    decoders: Option<Arc<Decoders>>,
+    /// `format` or `key_format`, when one of them decodes on arrival.
+    decoding: Option<&'static str>,
+    /// The schemas of the next batch, fetched by [`Preparer::resolve`].
+    resolved: Resolved,
 }
 
 impl Preparer {
@@ -118,8 +155,8 @@ impl Preparer {
         Self {
             chain,
             schema,
-            mapper: RowMapper::new(&connector.sink, connector.format),
-            format: connector.format,
+            mapper: RowMapper::new(&connector.sink, connector.format.mapped()),
+            format: connector.format.mapped(),
             max_record_bytes: connector.max_record_bytes.0,
             keep_originals: connector.errors.policy == ErrorPolicy::Dlq,
             policy: connector.errors.policy,
@@ -128,16 +165,48 @@ impl Preparer {
                 max_time: connector.errors.isolation.max_time.0,
             },
             dedup: connector.delivery.dedup.as_ref().map(|d| d.id.clone()),
+            decoders: None,
+            decoding: if connector.format.decodes() {
+                Some("format")
+            } else if connector.key_format.as_ref().is_some_and(|f| f.decodes()) {
+                Some("key_format")
+            } else {
+                None
+            },
+            resolved: Resolved::default(),
         }
     }
 
+    /// Decodes keys and values on arrival with `decoders` (those of
+    /// [`Decoders::for_connector`]); a connector whose formats decode needs them.
+    pub fn with_decoders(mut self, decoders: Option<Arc<Decoders>>) -> Self {
+        self.decoders = decoders;
+        self
+    }
+
+    /// Whether [`Preparer::resolve`] has anything to fetch (a format with a registry).
+    pub fn uses_registry(&self) -> bool {
+        self.decoders.as_ref().is_some_and(|d| d.uses_registry())
+    }
+
+    /// Fetches the schemas `batch` names, for the next [`Preparer::prepare`]: call it
+    /// before each batch when [`Preparer::uses_registry`]. `Err` when the registry cannot
+    /// answer; nothing of the batch has been used then.
+    pub async fn resolve(&mut self, batch: &[Incoming]) -> Result<(), RegistryError> {
+        if let Some(decoders) = &self.decoders {
+            self.resolved = decoders.resolve(batch).await?;
+        }
+        Ok(())
+    }
+
     /// A preparer for `connector` with its transform chain instantiated on `engine` (its
-    /// own stores: one preparer per task, or per redrive).
+    /// own stores: one preparer per task, or per redrive), and its decoders.
     pub fn for_connector(
         connector: &ConnectorConfig,
         engine: Option<&sluice_transform::TransformEngine>,
         schema: Option<Arc<RecordSchema>>,
-    ) -> Result<Self, sluice_transform::TransformError> {
+    ) -> Result<Self, PrepareError> {
+        let decoders = Decoders::for_connector(connector)?;
         let chain = match engine {
             Some(engine) if !connector.transforms.is_empty() => {
                 let specs: Vec<_> = connector.transforms.iter().map(|t| t.spec()).collect();
@@ -149,7 +218,7 @@ impl Preparer {
             }
             _ => None,
         };
-        Ok(Self::new(connector, chain, schema))
+        Ok(Self::new(connector, chain, schema).with_decoders(decoders))
     }
 
     /// A flag that, once raised, ends a search for a batch's failing records early (the
@@ -201,17 +270,44 @@ impl Preparer {
             prepared.originals = Some(incoming.iter().map(|i| i.record.clone()).collect());
         }
 
+        let decoders = match (&self.decoders, self.decoding) {
+            (Some(decoders), _) => Some(decoders.clone()),
+            (None, Some(setting)) => return Err(PrepareError::NoDecoders(setting)),
+            (None, None) => None,
+        };
+        let resolved = std::mem::take(&mut self.resolved);
+        // The decoded values, by input, while no transform stands between arrival and the
+        // mapping (which then does not parse their JSON text again).
+        let mut decoded_values: Vec<Option<serde_json::Value>> = Vec::new();
+        if decoders.is_some() {
+            prepared.schemas = vec![RecordSchemas::default(); incoming.len()];
+            if self.chain.is_none() {
+                decoded_values.resize(incoming.len(), None);
+            }
+        }
+
         // Arrival checks: a failing record goes no further.
         let mut passing = Vec::with_capacity(incoming.len());
         let mut passing_index = Vec::with_capacity(incoming.len());
         let read_at = now_millis();
-        for (index, item) in incoming.into_iter().enumerate() {
+        for (index, mut item) in incoming.into_iter().enumerate() {
             let mut problem = match item.defect {
                 Some(defect) => Some((FailureClass::HeaderNotUtf8, defect)),
                 None => validate::check_size(&item.record, self.max_record_bytes)
                     .err()
                     .map(|m| (FailureClass::RecordTooLarge, m)),
             };
+            if let (None, Some(decoders)) = (&problem, &decoders) {
+                match decoders.decode(&mut item.record, &resolved) {
+                    Ok(decoded) => {
+                        prepared.schemas[index] = decoded.schemas;
+                        if let Some(slot) = decoded_values.get_mut(index) {
+                            *slot = decoded.value;
+                        }
+                    }
+                    Err(failure) => problem = Some((failure.class, failure.message)),
+                }
+            }
             if let (None, Some(source)) = (&problem, &self.dedup) {
                 match dedup::read_id(source, &item.record) {
                     Ok(id) => prepared.dedup.push(DedupKey {
@@ -293,7 +389,8 @@ impl Preparer {
             if failed[index] {
                 continue;
             }
-            match self.map_one(record) {
+            let decoded = decoded_values.get_mut(index).and_then(Option::take);
+            match self.map_one(record, decoded) {
                 Ok(RowOp::Skip(why)) => {
                     tracing::debug!(record = %record.coordinates(), why, "record skipped");
                     prepared.skipped += 1;
@@ -324,7 +421,12 @@ impl Preparer {
         Ok(prepared)
     }
 
-    fn map_one(&self, record: &Record) -> Result<RowOp, (Stage, FailureClass, String)> {
+    /// Checks and maps one record; `decoded` is its value already decoded on arrival.
+    fn map_one(
+        &self,
+        record: &Record,
+        decoded: Option<serde_json::Value>,
+    ) -> Result<RowOp, (Stage, FailureClass, String)> {
         let map_failure = |e: MapError| {
             let class = match e {
                 MapError::Decode(_) => FailureClass::InvalidJson,
@@ -333,18 +435,18 @@ impl Preparer {
             };
             (Stage::Map, class, e.to_string())
         };
-        let parsed = match (&self.schema, self.format) {
-            (Some(schema), Format::Json) => match RowMapper::parse(record).map_err(map_failure)? {
-                Some(document) => {
-                    schema
-                        .check(&document)
-                        .map_err(|m| (Stage::Validate, FailureClass::SchemaInvalid, m))?;
-                    Some(document)
-                }
-                None => None,
-            },
-            _ => None,
+        let parsed = match decoded {
+            Some(document) => Some(document),
+            None if self.schema.is_some() && self.format == Format::Json => {
+                RowMapper::parse(record).map_err(map_failure)?
+            }
+            None => None,
         };
+        if let (Some(schema), Some(document)) = (&self.schema, &parsed) {
+            schema
+                .check(document)
+                .map_err(|m| (Stage::Validate, FailureClass::SchemaInvalid, m))?;
+        }
         self.mapper.map_parsed(record, parsed).map_err(map_failure)
     }
 }

@@ -35,6 +35,10 @@
 //! - [`error_classes`]: database errors classified as transient, refused or permanent, each
 //!   provoked for real.
 //! - [`fuzz_decode_map`]: property tests of decoding and mapping arbitrary records.
+//! - [`formats`]: Avro, Protobuf, JSON Schema and Connect JSON keys and values, produced
+//!   by Confluent's serializers through the suite's Schema Registry ([`registry`]): every
+//!   type, the registry down, unknown ids and broken frames.
+//! - [`fuzz_formats`]: arbitrary bytes at every decoder: never a panic.
 //!
 //! Run one suite with `cargo nextest run --test e2e -E 'test(/^faults::/)'`.
 
@@ -49,7 +53,9 @@ mod dlq_topic;
 mod error_classes;
 mod examples;
 mod faults;
+mod formats;
 mod fuzz_decode_map;
+mod fuzz_formats;
 mod metrics_listen;
 mod offset_integrity;
 mod offsets_cas;
@@ -58,6 +64,7 @@ mod pg_copy;
 mod pipeline;
 mod poison;
 mod pool;
+mod registry;
 mod reload_guard;
 mod replay;
 mod schema;

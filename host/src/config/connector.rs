@@ -264,19 +264,6 @@ impl ConnectorConfig {
     }
 }
 
-/// How the record value reaches the mapping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Format {
-    /// The value is a JSON document; `from: /pointer` reads into it.
-    #[default]
-    Json,
-    /// The value is UTF-8 text, available as `$value`.
-    String,
-    /// The value is raw bytes, available as `$value`.
-    Bytes,
-}
-
 /// When a batch is cut: whichever limit is reached first.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -463,6 +450,8 @@ pub enum ColumnType {
     Timestamp,
     Timestamptz,
     Date,
+    /// A time of day (PostgreSQL `TIME`, MySQL `TIME(6)`, SQLite `TEXT`): microseconds.
+    Time,
     Json,
     Bytes,
     Uuid,
@@ -481,6 +470,7 @@ impl ColumnType {
             ColumnType::Timestamp => "timestamp",
             ColumnType::Timestamptz => "timestamptz",
             ColumnType::Date => "date",
+            ColumnType::Time => "time",
             ColumnType::Json => "json",
             ColumnType::Bytes => "bytes",
             ColumnType::Uuid => "uuid",

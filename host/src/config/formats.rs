@@ -157,9 +157,9 @@ impl<'de> Deserialize<'de> for Urls {
             One(String),
             Many(Vec<String>),
         }
-        let urls = match OneOrMany::deserialize(deserializer).map_err(|_| {
-            de::Error::custom("a URL (https://registry:8081) or a list of URLs")
-        })? {
+        let urls = match OneOrMany::deserialize(deserializer)
+            .map_err(|_| de::Error::custom("a URL (https://registry:8081) or a list of URLs"))?
+        {
             OneOrMany::One(url) => vec![url],
             OneOrMany::Many(urls) => urls,
         };
@@ -208,6 +208,107 @@ pub struct RegistryTls {
     pub key: Option<PathBuf>,
 }
 
+/// The checks of a connector's formats that need no file and no network: a registry
+/// format with no registry, and the connector's own registry settings (`kafka`'s are
+/// checked once, by [`registry_problems`], not once per connector that inherits them).
+pub(super) fn format_problems(
+    connector: &super::ConnectorConfig,
+    kafka_registry: Option<&SchemaRegistryConfig>,
+    at: &dyn Fn(&str) -> String,
+) -> Vec<super::Problem> {
+    let mut problems = Vec::new();
+    for (setting, format) in [
+        ("format", Some(&connector.format)),
+        ("key_format", connector.key_format.as_ref()),
+    ] {
+        if let Some(format) = format
+            && format.uses_registry()
+            && connector.schema_registry.is_none()
+        {
+            problems.push(super::Problem::new(
+                at(setting),
+                format!(
+                    "{} reads its schemas from a Schema Registry: set kafka.schema_registry (or this connector's schema_registry)",
+                    format.name()
+                ),
+            ));
+        }
+    }
+    if let Some(registry) = &connector.schema_registry
+        && Some(registry) != kafka_registry
+    {
+        problems.extend(registry_problems(registry, &at("schema_registry")));
+    }
+    problems
+}
+
+/// A registry's settings: each URL an `http://` or `https://` URL with a host, basic
+/// authentication complete, a token not mixed with it, a client certificate with its key.
+pub(super) fn registry_problems(registry: &SchemaRegistryConfig, at: &str) -> Vec<super::Problem> {
+    let mut problems = Vec::new();
+    for (i, url) in registry.url.0.iter().enumerate() {
+        if let Err(why) = registry_url_problem(url) {
+            let path = if registry.url.0.len() == 1 {
+                format!("{at}.url")
+            } else {
+                format!("{at}.url[{i}]")
+            };
+            problems.push(super::Problem::new(path, why));
+        }
+    }
+    match (&registry.username, &registry.password, &registry.token) {
+        (Some(_), None, _) => problems.push(super::Problem::new(
+            format!("{at}.password"),
+            "username needs a password",
+        )),
+        (None, Some(_), _) => problems.push(super::Problem::new(
+            format!("{at}.username"),
+            "password needs a username",
+        )),
+        (Some(_), Some(_), Some(_)) => problems.push(super::Problem::new(
+            format!("{at}.token"),
+            "use either a token or username and password, not both",
+        )),
+        _ => {}
+    }
+    if let Some(tls) = &registry.tls
+        && tls.cert.is_some() != tls.key.is_some()
+    {
+        problems.push(super::Problem::new(
+            format!("{at}.tls"),
+            "a client certificate needs its key, and a key its certificate (cert and key)",
+        ));
+    }
+    problems
+}
+
+/// Why `url` is no registry URL.
+fn registry_url_problem(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| {
+            format!(
+                "\"{url}\" is not a Schema Registry URL: use http://host:port or https://host:port"
+            )
+        })?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("");
+    let (host, port) = match host.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (h, Some(p)),
+        _ => (host, None),
+    };
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return Err(format!("\"{url}\" has no host: use http://host:port"));
+    }
+    if let Some(port) = port
+        && port.parse::<u16>().is_err()
+    {
+        return Err(format!("\"{url}\": port \"{port}\" is not a port number"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,5 +351,27 @@ mod tests {
             serde_yaml_ng::from_str("url: [http://a:8081, http://b:8081]").unwrap();
         assert_eq!(many.url.0.len(), 2);
         assert!(serde_yaml_ng::from_str::<SchemaRegistryConfig>("url: []").is_err());
+    }
+
+    #[test]
+    fn registry_urls_are_checked() {
+        assert!(registry_url_problem("http://registry:8081").is_ok());
+        assert!(registry_url_problem("https://user@r.example.com/path").is_ok());
+        assert!(registry_url_problem("http://[::1]:8081").is_ok());
+        assert!(
+            registry_url_problem("registry:8081")
+                .unwrap_err()
+                .contains("http://")
+        );
+        assert!(
+            registry_url_problem("http://")
+                .unwrap_err()
+                .contains("no host")
+        );
+        assert!(
+            registry_url_problem("http://r:80x")
+                .unwrap_err()
+                .contains("port")
+        );
     }
 }

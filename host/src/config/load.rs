@@ -71,6 +71,28 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
         {
             *schema = base.join(&*schema);
         }
+        for format in std::iter::once(&mut connector.format).chain(connector.key_format.as_mut()) {
+            if let super::Format::AvroFile { schema } = format
+                && schema.is_relative()
+            {
+                *schema = base.join(&*schema);
+            }
+        }
+        if let Some(tls) = connector
+            .schema_registry
+            .as_mut()
+            .and_then(|r| r.tls.as_mut())
+        {
+            relative_to(base, tls);
+        }
+    }
+    if let Some(tls) = config
+        .kafka
+        .schema_registry
+        .as_mut()
+        .and_then(|r| r.tls.as_mut())
+    {
+        relative_to(base, tls);
     }
     if let Some(tls) = config.admin.as_mut().and_then(|a| a.tls.as_mut()) {
         for path in [&mut tls.cert, &mut tls.key]
@@ -84,10 +106,59 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     }
     let mut problems = record_schema_problems(&config);
     problems.extend(admin_tls_problems(&config));
+    problems.extend(format_file_problems(&config));
     if !problems.is_empty() {
         return Err(ConfigError::Invalid { problems });
     }
     Ok(config)
+}
+
+/// A registry's TLS files, relative to the configuration file's directory.
+fn relative_to(base: &Path, tls: &mut super::RegistryTls) {
+    for path in [&mut tls.ca, &mut tls.cert, &mut tls.key]
+        .into_iter()
+        .flatten()
+    {
+        if path.is_relative() {
+            *path = base.join(&*path);
+        }
+    }
+}
+
+/// Reads what the formats read at start: an `.avsc` file must parse, a registry's TLS
+/// files must hold usable PEM.
+fn format_file_problems(config: &Config) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (c, connector) in config.connectors.iter().enumerate() {
+        for (setting, format) in [
+            ("format", Some(&connector.format)),
+            ("key_format", connector.key_format.as_ref()),
+        ] {
+            if let Some(super::Format::AvroFile { schema }) = format
+                && let Err(message) = crate::format::load_avro_file(schema)
+            {
+                problems.push(Problem::new(
+                    format!("connectors[{c}].{setting}.avro.schema"),
+                    message,
+                ));
+            }
+        }
+        if let Some(registry) = &connector.schema_registry
+            && registry.tls.is_some()
+            && let Err(message) = crate::format::registry::RegistryClient::new(registry)
+        {
+            let path = if Some(registry) == config.kafka.schema_registry.as_ref() {
+                "kafka.schema_registry".to_string()
+            } else {
+                format!("connectors[{c}].schema_registry")
+            };
+            let problem = Problem::new(path, message);
+            if !problems.contains(&problem) {
+                problems.push(problem);
+            }
+        }
+    }
+    problems
 }
 
 /// Reads `admin.tls`'s certificate and key as the server will: a file that is missing or
@@ -269,6 +340,14 @@ fn check_str(
         }
     };
     show_as_written(&mut config, &origins);
+    // A connector without a registry of its own uses the `kafka:` section's.
+    for connector in &mut config.connectors {
+        if connector.schema_registry.is_none() {
+            connector
+                .schema_registry
+                .clone_from(&config.kafka.schema_registry);
+        }
+    }
 
     problems.extend(semantic_problems(&config));
     config.shown = super::Document(shown_document(&document, &origins, scrubber));

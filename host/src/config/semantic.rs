@@ -22,6 +22,12 @@ const METADATA_SOURCES: &[&str] = &[
 pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut names = HashSet::new();
+    if let Some(registry) = &config.kafka.schema_registry {
+        problems.extend(super::formats::registry_problems(
+            registry,
+            "kafka.schema_registry",
+        ));
+    }
     if config.kafka.brokers.trim().is_empty() {
         problems.push(Problem::new(
             "kafka.brokers",
@@ -145,7 +151,24 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
                     "defined twice (column names are case-insensitive)",
                 ));
             }
-            problems.extend(source_problem(column, &column_at, connector.format));
+            problems.extend(source_problem(
+                column,
+                &column_at,
+                &connector.format.mapped(),
+            ));
+            if column.from == "$key"
+                && let Some(format) = connector.key_format.as_ref().filter(|f| f.decodes())
+                && column.column_type != super::ColumnType::Json
+            {
+                problems.push(Problem::new(
+                    format!("{column_at}.type"),
+                    format!(
+                        "key_format: {} decodes the key to a JSON document: read $key with type json, or point into the key with a key column that a tombstone reads (not as {})",
+                        format.name(),
+                        column.column_type.name()
+                    ),
+                ));
+            }
         }
         let mut transform_names = HashSet::new();
         for (t, transform) in connector.transforms.iter().enumerate() {
@@ -205,12 +228,17 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
             ));
         }
         problems.extend(errors_problems(connector, &at));
-        if connector.schema.is_some() && connector.format != super::Format::Json {
+        if connector.schema.is_some() && connector.format.mapped() != super::Format::Json {
             problems.push(Problem::new(
                 at("schema"),
-                "a JSON Schema needs format: json",
+                "a JSON Schema needs format: json, or a format that decodes on arrival (avro, protobuf, json_schema, connect_json)",
             ));
         }
+        problems.extend(super::formats::format_problems(
+            connector,
+            config.kafka.schema_registry.as_ref(),
+            &at,
+        ));
         if connector.max_record_bytes.0 == 0 {
             problems.push(Problem::new(at("max_record_bytes"), "must be at least 1"));
         }
@@ -404,7 +432,7 @@ fn human_size(bytes: u64) -> String {
     format!("{bytes} bytes")
 }
 
-fn source_problem(column: &ColumnConfig, at: &str, format: super::Format) -> Option<Problem> {
+fn source_problem(column: &ColumnConfig, at: &str, format: &super::Format) -> Option<Problem> {
     let from = column.from.as_str();
     if from.starts_with('$') {
         if !METADATA_SOURCES.contains(&from) {
@@ -424,10 +452,10 @@ fn source_problem(column: &ColumnConfig, at: &str, format: super::Format) -> Opt
             format!("\"{from}\" is not a JSON pointer: write /{from}"),
         ));
     }
-    if format != super::Format::Json {
+    if *format != super::Format::Json {
         return Some(Problem::new(
             format!("{at}.from"),
-            "a JSON pointer needs format: json; with string or bytes use $value",
+            "a JSON pointer needs format: json (or a format that decodes on arrival); with string or bytes use $value",
         ));
     }
     None

@@ -10,8 +10,21 @@
 //! - [`shape`]: every format's schema in one vocabulary; [`temporal`]: the decoded forms
 //!   of dates, times, instants and decimals.
 
+pub mod avro;
+pub mod connect_json;
+mod decode;
+pub mod json_schema;
+pub mod protobuf;
+pub mod registry;
 pub mod shape;
 pub mod temporal;
+pub mod wire;
+
+pub use decode::{
+    DecodeFailure, Decoded, Decoders, FormatError, RecordSchemas, Resolved, SchemaSource,
+    WriterSchema, load_avro_file,
+};
+pub use registry::RegistryError;
 
 use std::sync::Arc;
 
@@ -57,10 +70,7 @@ impl RegisteredSchema {
     /// Every schema this one references, directly or not, each once, the referenced before
     /// those that refer to them (the order Avro named types must be defined in).
     pub fn references_in_order(&self) -> Vec<(&str, &RegisteredSchema)> {
-        fn visit<'a>(
-            schema: &'a RegisteredSchema,
-            out: &mut Vec<(&'a str, &'a RegisteredSchema)>,
-        ) {
+        fn visit<'a>(schema: &'a RegisteredSchema, out: &mut Vec<(&'a str, &'a RegisteredSchema)>) {
             for reference in &schema.references {
                 if out.iter().any(|(name, _)| *name == reference.name) {
                     continue;

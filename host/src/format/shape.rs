@@ -38,7 +38,10 @@ pub enum FieldType {
     /// Bytes of any length, decoded as `{"base64": …}`.
     Bytes,
     /// Bytes of a fixed length (Avro `fixed`), decoded as `{"base64": …}`.
-    Fixed { name: String, size: usize },
+    Fixed {
+        name: String,
+        size: usize,
+    },
     /// A calendar date, decoded as `YYYY-MM-DD`.
     Date,
     /// A time of day, decoded as `HH:MM:SS.ffffff`.
@@ -50,9 +53,15 @@ pub enum FieldType {
     /// A UUID, decoded as text.
     Uuid,
     /// An enumeration, decoded as its symbol.
-    Enum { name: String, symbols: Vec<String> },
+    Enum {
+        name: String,
+        symbols: Vec<String>,
+    },
     /// A record, struct or message: named fields, decoded as a JSON object.
-    Record { name: String, fields: Vec<Field> },
+    Record {
+        name: String,
+        fields: Vec<Field>,
+    },
     Array(Box<FieldType>),
     /// A map with string keys, decoded as a JSON object.
     Map(Box<FieldType>),

@@ -23,7 +23,9 @@ pub fn date(days: i64) -> Result<String, String> {
 pub fn time(value: i64, unit: TimeUnit) -> Result<String, String> {
     let nanos = in_nanos(value, unit).filter(|n| (0..86_400_000_000_000).contains(n));
     let Some(nanos) = nanos else {
-        return Err(format!("time of day {value} ({unit:?}) is not within a day"));
+        return Err(format!(
+            "time of day {value} ({unit:?}) is not within a day"
+        ));
     };
     let secs = u32::try_from(nanos / 1_000_000_000).map_err(|e| e.to_string())?;
     let frac = u32::try_from(nanos % 1_000_000_000).map_err(|e| e.to_string())?;

@@ -633,6 +633,7 @@ mod tests {
         let kafka = KafkaConfig {
             brokers: "b:9092".into(),
             properties: Default::default(),
+            schema_registry: None,
         };
         let mut connector = connector();
         let config = consumer_config(&kafka, "b:9092", &connector, 0);
@@ -654,6 +655,7 @@ mod tests {
         let mut kafka = KafkaConfig {
             brokers: "b:9092".into(),
             properties: Default::default(),
+            schema_registry: None,
         };
         let config = consumer_config(&kafka, "b:9092", &connector(), 0);
         assert_eq!(config.get("isolation.level"), Some("read_committed"));

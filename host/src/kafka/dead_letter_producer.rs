@@ -329,6 +329,7 @@ mod tests {
         let kafka = KafkaConfig {
             brokers: "127.0.0.1:9".into(),
             properties: Default::default(),
+            schema_registry: None,
         };
         // Creating a producer does not connect.
         let producer = DeadLetterProducer::new(&kafka, "127.0.0.1:9", "dlq", "c").unwrap();
@@ -364,6 +365,7 @@ mod tests {
         let kafka = KafkaConfig {
             brokers: "127.0.0.1:9".into(),
             properties: Default::default(),
+            schema_registry: None,
         };
         let keys: SigningKeys =
             serde_json::from_value(serde_json::json!("0123456789abcdef")).expect("a key");

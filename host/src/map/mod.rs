@@ -2,6 +2,7 @@
 //! column vocabulary. A value that does not fit its column is a [`MapError`] for that record
 //! alone.
 
+use base64::Engine as _;
 use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use serde_json::Value;
 
@@ -143,7 +144,10 @@ pub struct RowMapper {
 const MAX_TEXT_FOR_ERRORS: usize = 60;
 
 impl RowMapper {
+    /// A mapper for `sink`, reading values as `format` reads them once they arrived
+    /// (every decoding format hands on JSON: [`Format::mapped`]).
     pub fn new(sink: &SinkConfig, format: Format) -> Self {
+        let format = format.mapped();
         let columns: Vec<Column> = sink
             .columns
             .0
@@ -190,17 +194,17 @@ impl RowMapper {
         let Some(raw) = record.value.as_deref() else {
             return self.tombstone(record);
         };
-        let document = match (self.format, parsed) {
-            (Format::Json, Some(document)) => Some(document),
-            (Format::Json, None) => Some(
-                serde_json::from_slice::<Value>(raw)
-                    .map_err(|e| MapError::Decode(e.to_string()))?,
-            ),
+        let document = match (&self.format, parsed) {
             (Format::String, _) => {
                 std::str::from_utf8(raw).map_err(|_| MapError::NotUtf8)?;
                 None
             }
             (Format::Bytes, _) => None,
+            (_, Some(document)) => Some(document),
+            (_, None) => Some(
+                serde_json::from_slice::<Value>(raw)
+                    .map_err(|e| MapError::Decode(e.to_string()))?,
+            ),
         };
         let mut row = Vec::with_capacity(self.columns.len());
         for (index, column) in self.columns.iter().enumerate() {
@@ -369,7 +373,11 @@ pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, Strin
         },
         ColumnType::Text => Ok(SqlValue::Text(match value {
             Value::String(s) => s.clone(),
-            other => other.to_string(),
+            // Bytes decoded on arrival (`{"base64": …}`): their base64 text.
+            other => match base64_of(other) {
+                Some(text) => text.to_string(),
+                None => other.to_string(),
+            },
         })),
         ColumnType::Bool => match value {
             Value::Bool(b) => Ok(SqlValue::Bool(*b)),
@@ -393,9 +401,29 @@ pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, Strin
             }
             _ => Err(format!("{} is not a date: use YYYY-MM-DD", show(value))),
         },
+        ColumnType::Time => match value {
+            Value::String(s) => parse_time(s).map(SqlValue::Text).ok_or_else(|| {
+                format!(
+                    "{} is not a time of day: use HH:MM:SS[.ffffff]",
+                    show(value)
+                )
+            }),
+            _ => Err(format!(
+                "{} is not a time of day: use HH:MM:SS[.ffffff]",
+                show(value)
+            )),
+        },
         ColumnType::Json => Ok(SqlValue::Text(value.to_string())),
         ColumnType::Bytes => match value {
             Value::String(s) => Ok(SqlValue::Bytes(s.as_bytes().to_vec())),
+            // Bytes as the decoders (and `inspect`) give them.
+            Value::Object(_) => match base64_of(value) {
+                Some(text) => base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map(SqlValue::Bytes)
+                    .map_err(|e| format!("{} is not base64: {e}", show(value))),
+                None => Err(mismatch()),
+            },
             _ => Err(mismatch()),
         },
         ColumnType::Uuid => match value {
@@ -403,6 +431,21 @@ pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, Strin
             _ => Err(format!("{} is not a UUID", show(value))),
         },
     }
+}
+
+/// The text of `{"base64": "…"}`, the shape of bytes decoded on arrival.
+fn base64_of(value: &Value) -> Option<&str> {
+    match value {
+        Value::Object(map) if map.len() == 1 => map.get("base64")?.as_str(),
+        _ => None,
+    }
+}
+
+/// `HH:MM:SS[.f…]` as `HH:MM:SS.ffffff`: the databases keep microseconds, so further digits
+/// are cut (not rounded, as PostgreSQL and MySQL would round differently).
+fn parse_time(text: &str) -> Option<String> {
+    let time = chrono::NaiveTime::parse_from_str(text.trim(), "%H:%M:%S%.f").ok()?;
+    Some(time.format("%H:%M:%S%.6f").to_string())
 }
 
 fn parse_timestamp(value: &Value) -> Option<NaiveDateTime> {

@@ -16,20 +16,18 @@ impl Metrics {
         let label = ConnectorLabel {
             connector: name.to_string(),
         };
-        let reason = |reason: &str| ReasonLabel {
-            connector: name.to_string(),
-            reason: reason.to_string(),
-        };
         Arc::new(ConnectorMetrics {
             connector: name.to_string(),
             committed: self.committed.get_or_create_owned(&label),
             rows_written: self.rows_written.get_or_create_owned(&label),
             filtered: self.filtered.get_or_create_owned(&label),
-            skipped: self
-                .skipped
-                .get_or_create_owned(&reason("nothing_to_write")),
-            failed_skipped: self.skipped.get_or_create_owned(&reason("errors_policy")),
-            dead_letters: self.dead_letters.get_or_create_owned(&label),
+            skipped: self.skipped.get_or_create_owned(&FailureLabel {
+                connector: name.to_string(),
+                reason: "nothing_to_write".into(),
+                class: String::new(),
+            }),
+            failed_skipped: Counter::default(),
+            dead_letters: Counter::default(),
             duplicates: self.duplicates.get_or_create_owned(&label),
             batches: self.batches.get_or_create_owned(&label),
             conflicts: self.conflicts.get_or_create_owned(&label),
@@ -58,9 +56,10 @@ pub struct ConnectorMetrics {
     pub filtered: Counter,
     /// Records that committed as a skip (tombstone without key, …).
     pub skipped: Counter,
-    /// Failed records passed over by `errors.policy: skip`.
+    /// Failed records passed over by `errors.policy: skip`, all classes (the registered
+    /// counters are by class: [`ConnectorMetrics::record_failed`]).
     pub failed_skipped: Counter,
-    /// Failed records stored or produced as dead letters.
+    /// Failed records stored or produced as dead letters, all classes.
     pub dead_letters: Counter,
     /// Records skipped as producer duplicates (`delivery.dedup`).
     pub duplicates: Counter,
@@ -159,6 +158,31 @@ impl ConnectorMetrics {
                 stage: stage.name().to_string(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// A failed record that committed as a dead letter (`dead_letter`) or a skip
+    /// (`errors.policy: skip`), counted by its class.
+    pub fn record_failed(&self, class: crate::failure::FailureClass, dead_letter: bool) {
+        if dead_letter {
+            self.dead_letters.inc();
+            self.all
+                .dead_letters
+                .get_or_create(&ClassLabel {
+                    connector: self.connector.clone(),
+                    class: class.name().to_string(),
+                })
+                .inc();
+        } else {
+            self.failed_skipped.inc();
+            self.all
+                .skipped
+                .get_or_create(&FailureLabel {
+                    connector: self.connector.clone(),
+                    reason: "errors_policy".into(),
+                    class: class.name().to_string(),
+                })
+                .inc();
+        }
     }
 
     /// A committed batch of `records`.

@@ -7,7 +7,6 @@
 //!
 //! Every metric is documented in `docs/operations.md`; a new one goes there too.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -18,10 +17,13 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 mod connector;
+mod schema_registry;
 #[cfg(test)]
 mod tests;
 
-pub use connector::{BatchStage, Consumed, ConnectorMetrics};
+pub use schema_registry::{schema_registry_observer, set_cached_schemas};
+
+pub use connector::{BatchStage, ConnectorMetrics, Consumed};
 
 /// The window of the status API's rows per second.
 pub const RATE_WINDOW: Duration = Duration::from_secs(30);
@@ -32,6 +34,21 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ConnectorLabel {
     connector: String,
+}
+
+/// A per-record failure's counter: why it was passed over (`reason`, for skips) and its
+/// failure class (empty for a skip that is no failure, `nothing_to_write`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabel {
+    connector: String,
+    reason: String,
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabel {
+    connector: String,
+    class: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -109,8 +126,8 @@ pub struct Metrics {
     consumed: Family<TaskLabel, Counter>,
     rows_written: Family<ConnectorLabel, Counter>,
     filtered: Family<ConnectorLabel, Counter>,
-    skipped: Family<ReasonLabel, Counter>,
-    dead_letters: Family<ConnectorLabel, Counter>,
+    skipped: Family<FailureLabel, Counter>,
+    dead_letters: Family<ClassLabel, Counter>,
     duplicates: Family<ConnectorLabel, Counter>,
     committed: Family<ConnectorLabel, Counter>,
     batches: Family<ConnectorLabel, Counter>,
@@ -180,13 +197,13 @@ impl Metrics {
             skipped: register!(
                 r,
                 "records_skipped",
-                "Records passed over: reason nothing_to_write (a tombstone on a table without key) or errors_policy (a failed record under errors.policy: skip)",
+                "Records passed over: reason nothing_to_write (a tombstone on a table without key, class empty) or errors_policy (a failed record under errors.policy: skip, by its failure class)",
                 Family::default()
             ),
             dead_letters: register!(
                 r,
                 "dead_letters",
-                "Failed records stored or produced as dead letters",
+                "Failed records stored or produced as dead letters, by failure class",
                 Family::default()
             ),
             duplicates: register!(
@@ -227,7 +244,7 @@ impl Metrics {
             retries: register!(
                 r,
                 "retries",
-                "Transient failures retried, by reason: database, dead_letter_topic, stored_offsets, transform_chain, connect",
+                "Transient failures retried, by reason: database, dead_letter_topic, stored_offsets, transform_chain, schema_registry, connect",
                 Family::default()
             ),
             conflicts: register!(
@@ -312,6 +329,12 @@ impl Metrics {
             ),
             registry,
         }
+        .with_schema_registry()
+    }
+
+    fn with_schema_registry(mut self) -> Self {
+        schema_registry::register(&mut self.registry);
+        self
     }
 
     /// The gauges and counters of the seek-consumer pool of `cluster`.

@@ -1,5 +1,7 @@
 //! The exposition of every family: names, labels, values.
 
+use std::sync::Arc;
+
 use super::*;
 
 #[test]

@@ -82,6 +82,7 @@ impl Dialect {
                 Timestamp => "TIMESTAMP",
                 Timestamptz => "TIMESTAMPTZ",
                 Date => "DATE",
+                Time => "TIME",
                 Json => "JSONB",
                 Bytes => "BYTEA",
                 Uuid => "UUID",
@@ -97,6 +98,7 @@ impl Dialect {
                 Bool => "BOOLEAN",
                 Timestamp | Timestamptz => "DATETIME(6)",
                 Date => "DATE",
+                Time => "TIME(6)",
                 Json => "JSON",
                 Bytes if in_key => "VARBINARY(255)",
                 Bytes => "LONGBLOB",
@@ -107,7 +109,7 @@ impl Dialect {
                 Double => "REAL",
                 Numeric => "NUMERIC",
                 Bytes => "BLOB",
-                Text | Timestamp | Timestamptz | Date | Json | Uuid => "TEXT",
+                Text | Timestamp | Timestamptz | Date | Time | Json | Uuid => "TEXT",
             },
         }
     }

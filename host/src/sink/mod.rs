@@ -209,6 +209,7 @@ fn pg_type_name(column_type: crate::config::ColumnType) -> &'static str {
         Timestamp => "timestamp without time zone",
         Timestamptz => "timestamp with time zone",
         Date => "date",
+        Time => "time without time zone",
         Json => "jsonb",
         Bytes => "bytea",
         Uuid => "uuid",

@@ -115,7 +115,9 @@ fn encode(out: &mut Vec<u8>, value: &SqlValue, column_type: ColumnType) -> Resul
                 out.push(HEX[usize::from(b & 15)]);
             }
         }
-        (SqlValue::Text(v), Numeric | Text | Date | Json | Uuid) => escape(out, v.as_bytes()),
+        (SqlValue::Text(v), Numeric | Text | Date | Time | Json | Uuid) => {
+            escape(out, v.as_bytes())
+        }
         (SqlValue::Timestamp(t), Timestamp | Timestamptz) => {
             out.extend_from_slice(timestamp_text(t).as_bytes());
             // A timestamptz is a UTC instant; without the offset PostgreSQL would read it

@@ -210,6 +210,7 @@ impl Actor {
                 preparer,
                 format!("{}-{}-transform", self.spec.connector.name, self.spec.task),
                 self.shared.wake.clone(),
+                self.shared.runtime.clone(),
             )
             .map_err(PrepareError::WorkerStart)?,
         );
@@ -555,7 +556,7 @@ impl Actor {
                 if let Some(retrying) = self.chain_retrying.take() {
                     tracing::info!(
                         attempts = retrying.attempts(),
-                        "the transform chain runs again"
+                        "the batch is prepared again (transform chain, schema registry)"
                     );
                 }
                 let metrics = &self.shared.metrics;
@@ -568,24 +569,25 @@ impl Actor {
                 }
                 Ok(())
             }
-            Err((PrepareError::Transform(error), Some(batch))) if error.is_chain_failure() => {
+            Err((error, Some(batch))) if error.retry_reason().is_some() => {
+                let reason = error.retry_reason().unwrap_or("transform_chain");
                 let stale = inner
                     .transforming
                     .take()
                     .map(|t| t.stale)
                     .unwrap_or_default();
-                self.shared.metrics.retried("transform_chain");
+                self.shared.metrics.retried(reason);
                 let Ok(wait) =
                     Retrying::failed(&mut self.chain_retrying, &self.spec.connector.errors.retry)
                 else {
                     // Past `errors.retry.max_elapsed`: the task fails with the cause.
-                    return Err(PrepareError::Transform(error).into());
+                    return Err(error.into());
                 };
                 if self.chain_retrying.is_some_and(|r| r.attempts() == 1) {
-                    tracing::warn!(%error, ?wait,
-                        "the transform chain cannot run; the batch waits and is tried again (errors.retry)");
+                    tracing::warn!(%error, ?wait, reason,
+                        "the batch cannot be prepared now; it waits, partitions paused, and is tried again (errors.retry)");
                 } else {
-                    tracing::debug!(%error, ?wait, "the transform chain still cannot run");
+                    tracing::debug!(%error, ?wait, reason, "the batch still cannot be prepared");
                 }
                 // Records of partitions that moved meanwhile are read again from their
                 // stored offsets; the rest go back to the front of the buffer.

@@ -256,16 +256,10 @@ impl Shared {
                 offset = failure.offset, stage = %failure.stage, class = %failure.class, policy = self.policy.policy.name(),
                 error = %failure.message, "record failed");
         }
-        match self.policy.policy {
-            ErrorPolicy::Dlq => self
-                .metrics
-                .dead_letters
-                .inc_by(delivered.dead_letters as u64),
-            _ => self
-                .metrics
-                .failed_skipped
-                .inc_by(delivered.handled.len() as u64),
-        };
+        let dead_letters = self.policy.policy == ErrorPolicy::Dlq;
+        for failure in &delivered.handled {
+            self.metrics.record_failed(failure.class, dead_letters);
+        }
         for &input in &delivered.duplicates {
             let (topic, partition, offset) = flight.job.prepared.position(input);
             tracing::debug!(

@@ -70,6 +70,7 @@ pub enum TaskError {
     Transform(#[from] sluice_transform::TransformError),
     #[error(transparent)]
     Prepare(#[from] crate::prepare::PrepareError),
+
     #[error("reading stored offsets for {topic}: {source}")]
     Offsets { topic: String, source: SinkError },
     #[error("still failing after {elapsed:?} of retries (errors.retry.max_elapsed): {source}")]
@@ -151,7 +152,9 @@ impl TaskError {
                 e.is_chain_failure()
             }
             TaskError::Prepare(PrepareError::WorkerStart(_) | PrepareError::WorkerGone) => true,
-            TaskError::Prepare(PrepareError::NotIsolated { .. })
+            TaskError::Prepare(PrepareError::Registry(e)) => e.is_transient(),
+            TaskError::Prepare(PrepareError::NotIsolated { .. } | PrepareError::NoDecoders(_))
+            | TaskError::Prepare(PrepareError::Format(_))
             | TaskError::Record(_)
             | TaskError::Transition(_)
             | TaskError::OffsetOutOfRange { .. }

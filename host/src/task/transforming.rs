@@ -38,10 +38,12 @@ pub(super) struct Worker {
 impl Worker {
     /// Starts the worker thread, in the caller's span (the task's).
     /// `wake` is rung after each answer.
+    /// `runtime` runs the Schema Registry's requests of a batch (the thread blocks on them).
     pub(super) fn start(
         mut preparer: Preparer,
         name: String,
         wake: Arc<Wake>,
+        runtime: tokio::runtime::Handle,
     ) -> std::io::Result<Self> {
         let (batches, requests) = mpsc::channel::<Vec<Incoming>>();
         let (answer, answers) = mpsc::channel::<Answer>();
@@ -51,13 +53,25 @@ impl Worker {
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             let _entered = span.entered();
             for batch in requests {
+                // The schemas the batch names, first: a registry that does not answer
+                // hands the whole batch back, untouched, to be tried again.
+                if preparer.uses_registry()
+                    && let Err(error) = runtime.block_on(preparer.resolve(&batch))
+                {
+                    let error = PrepareError::Registry(error);
+                    let again = error.retry_reason().is_some().then_some(batch);
+                    if answer.send(Err((error, again))).is_err() {
+                        break;
+                    }
+                    wake.ring();
+                    continue;
+                }
                 // Kept to be tried again if the chain cannot run (cloned only with
                 // transforms: without them nothing fails that is not a record's).
                 let copy = preparer.has_transforms().then(|| batch.clone());
                 let result = preparer.prepare(batch).map_err(|error| {
-                    let chain_failure =
-                        matches!(&error, PrepareError::Transform(e) if e.is_chain_failure());
-                    (error, if chain_failure { copy } else { None })
+                    let again = error.retry_reason().is_some();
+                    (error, if again { copy } else { None })
                 });
                 if answer.send(result).is_err() {
                     // The task ended and does not want the answer.

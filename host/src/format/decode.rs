@@ -1,0 +1,574 @@
+//! One connector's decoders: its `key_format` and `format`, the registry they fetch
+//! schemas from, and the schemas compiled from what it answered.
+//!
+//! Decoding is two steps, so a registry that does not answer never costs a record:
+//!
+//! 1. [`Decoders::resolve`] (async) reads the frames of a batch and fetches the schemas it
+//!    names that are not compiled yet. A registry that is down is an `Err` for the whole
+//!    batch: the task waits it out with `errors.retry` and nothing is dead-lettered. An id
+//!    the registry does not know is kept as that id's answer, for its records alone.
+//! 2. [`Decoders::decode`] (sync, on the transform thread) decodes one record with what
+//!    step 1 resolved: its key and value become JSON text, and the schemas they were
+//!    written with are handed back to stay beside the record.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::Value;
+
+use super::avro::AvroSchema;
+use super::json_schema::JsonSchemaSchema;
+use super::protobuf::ProtoSchema;
+use super::registry::{RegistryClient, RegistryError};
+use super::shape::FieldType;
+use super::wire::{self, SchemaRef};
+use super::{RegisteredSchema, SchemaType, connect_json};
+use crate::config::{ConnectorConfig, Format, SchemaRegistryConfig};
+use crate::failure::FailureClass;
+use crate::record::{Incoming, Record};
+
+/// Most compiled schemas kept per registry: ids are immutable, so they never expire; past
+/// this the least recently used goes first.
+const MAX_COMPILED: usize = 10_000;
+/// Most Connect schemas (by their text) kept per connector.
+const MAX_CONNECT_SCHEMAS: usize = 1_000;
+
+/// Why a connector's decoders cannot be set up: a problem with the configuration, named by
+/// its path.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("{path}: {message}")]
+    Config { path: String, message: String },
+}
+
+/// The schema a key or value was written with, kept beside the record: its fields, types,
+/// optionality, defaults and logical types (`shape`), and for Protobuf the message.
+#[derive(Debug)]
+pub struct WriterSchema {
+    /// The registry's id or GUID; `None` for a schema file or Connect's envelope.
+    pub reference: Option<SchemaRef>,
+    /// The format it was decoded by.
+    pub format: &'static str,
+    pub shape: FieldType,
+    /// The Protobuf message, when it is one.
+    pub message: Option<prost_reflect::MessageDescriptor>,
+}
+
+/// The schemas of one record's key and value (`None` where the format carries none).
+#[derive(Debug, Clone, Default)]
+pub struct RecordSchemas {
+    pub key: Option<Arc<WriterSchema>>,
+    pub value: Option<Arc<WriterSchema>>,
+}
+
+/// A schema compiled for decoding.
+enum Compiled {
+    Avro(AvroSchema),
+    Protobuf(ProtoSchema),
+    Json(JsonSchemaSchema),
+}
+
+/// What a registry answered for one schema reference, compiled: the schema, or why its
+/// records cannot be decoded (`schema_not_found`, or `decode_failed` for a schema that
+/// does not compile).
+#[derive(Clone)]
+enum Answer {
+    Ready(Arc<CompiledSchema>),
+    Missing(FailureClass, String),
+}
+
+/// A compiled schema and its writer schema (Protobuf's are per message, made on use).
+struct CompiledSchema {
+    reference: SchemaRef,
+    compiled: Compiled,
+    /// Avro and JSON Schema: one writer schema. Protobuf: one per message-index path.
+    writers: Mutex<HashMap<Vec<i32>, Arc<WriterSchema>>>,
+}
+
+impl CompiledSchema {
+    fn compile(reference: SchemaRef, registered: &RegisteredSchema) -> Result<Self, String> {
+        let compiled = match registered.schema_type {
+            SchemaType::Avro => Compiled::Avro(AvroSchema::from_registered(registered)?),
+            SchemaType::Protobuf => Compiled::Protobuf(ProtoSchema::from_registered(registered)?),
+            SchemaType::Json => Compiled::Json(JsonSchemaSchema::from_registered(registered)?),
+        };
+        Ok(CompiledSchema {
+            reference,
+            compiled,
+            writers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn schema_type(&self) -> SchemaType {
+        match self.compiled {
+            Compiled::Avro(_) => SchemaType::Avro,
+            Compiled::Protobuf(_) => SchemaType::Protobuf,
+            Compiled::Json(_) => SchemaType::Json,
+        }
+    }
+
+    /// Decodes a payload, with its writer schema.
+    fn decode(
+        &self,
+        indexes: &[i32],
+        payload: &[u8],
+    ) -> Result<(Value, Arc<WriterSchema>), String> {
+        let value = match &self.compiled {
+            Compiled::Avro(schema) => schema.decode(payload)?,
+            Compiled::Protobuf(schema) => schema.decode(indexes, payload)?,
+            Compiled::Json(schema) => schema.decode(payload)?,
+        };
+        Ok((value, self.writer(indexes)?))
+    }
+
+    fn writer(&self, indexes: &[i32]) -> Result<Arc<WriterSchema>, String> {
+        let mut writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(writer) = writers.get(indexes) {
+            return Ok(writer.clone());
+        }
+        let (format, shape, message) = match &self.compiled {
+            Compiled::Avro(schema) => ("avro", schema.shape(), None),
+            Compiled::Protobuf(schema) => (
+                "protobuf",
+                schema.shape(indexes)?,
+                Some(schema.message(indexes)?),
+            ),
+            Compiled::Json(schema) => ("json_schema", schema.shape(), None),
+        };
+        let writer = Arc::new(WriterSchema {
+            reference: Some(self.reference.clone()),
+            format,
+            shape,
+            message,
+        });
+        writers.insert(indexes.to_vec(), writer.clone());
+        Ok(writer)
+    }
+}
+
+/// One registry, shared by every connector of the process that uses it: its client and
+/// the schemas compiled from its answers.
+pub struct SchemaSource {
+    client: RegistryClient,
+    compiled: Mutex<super::registry::Lru<SchemaRef, Answer>>,
+}
+
+type Sources = Mutex<Vec<(SchemaRegistryConfig, Arc<SchemaSource>)>>;
+
+/// Every registry the process has asked, once each.
+fn sources() -> &'static Sources {
+    static SOURCES: OnceLock<Sources> = OnceLock::new();
+    SOURCES.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+impl SchemaSource {
+    /// The process's source for `config`, made the first time it is asked for.
+    pub fn shared(config: &SchemaRegistryConfig) -> Result<Arc<SchemaSource>, String> {
+        let mut sources = sources().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, source)) = sources.iter().find(|(c, _)| c == config) {
+            return Ok(source.clone());
+        }
+        let mut client = RegistryClient::new(config)?;
+        client.set_observer(crate::metrics::schema_registry_observer());
+        let source = Arc::new(SchemaSource {
+            client,
+            compiled: Mutex::new(super::registry::Lru::new(MAX_COMPILED)),
+        });
+        sources.push((config.clone(), source.clone()));
+        Ok(source)
+    }
+
+    fn cached(&self, reference: &SchemaRef) -> Option<Answer> {
+        self.compiled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(reference)
+            .cloned()
+    }
+
+    /// The answer for `reference`, fetched and compiled if it is not cached.
+    async fn answer(&self, reference: &SchemaRef) -> Result<Answer, RegistryError> {
+        if let Some(answer) = self.cached(reference) {
+            return Ok(answer);
+        }
+        let fetched = match reference {
+            SchemaRef::Id(id) => self.client.schema_by_id(*id).await,
+            SchemaRef::Guid(guid) => self.client.schema_by_guid(guid).await,
+        };
+        let answer = match fetched {
+            Ok(registered) => match CompiledSchema::compile(reference.clone(), &registered) {
+                Ok(compiled) => Answer::Ready(Arc::new(compiled)),
+                Err(message) => Answer::Missing(
+                    FailureClass::DecodeFailed,
+                    format!("{reference} from the registry does not compile: {message}"),
+                ),
+            },
+            Err(RegistryError::NotFound { what }) => Answer::Missing(
+                FailureClass::SchemaNotFound,
+                format!(
+                    "{what} is not in the schema registry {}",
+                    self.client.describe()
+                ),
+            ),
+            Err(error) => return Err(error),
+        };
+        self.compiled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(reference.clone(), answer.clone());
+        let cached: usize = sources()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(_, source)| source.client.cached())
+            .sum();
+        crate::metrics::set_cached_schemas(cached);
+        Ok(answer)
+    }
+}
+
+/// How one side (key or value) is decoded.
+enum SideDecoder {
+    /// Confluent's wire format, schemas from a registry.
+    Registry {
+        expected: SchemaType,
+        format: &'static str,
+        source: Arc<SchemaSource>,
+    },
+    /// Bare Avro datums with the schema of a file.
+    AvroFile {
+        schema: AvroSchema,
+        writer: Arc<WriterSchema>,
+    },
+    /// Kafka Connect's envelope, schemas by their text.
+    ConnectJson {
+        writers: Mutex<super::registry::Lru<String, Arc<WriterSchema>>>,
+    },
+}
+
+/// Which side of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Key,
+    Value,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Key => "key",
+            Side::Value => "value",
+        }
+    }
+
+    fn header(self) -> &'static str {
+        match self {
+            Side::Key => wire::KEY_SCHEMA_ID_HEADER,
+            Side::Value => wire::VALUE_SCHEMA_ID_HEADER,
+        }
+    }
+}
+
+/// One record decoded: the schemas of its key and value, and the value itself when it was
+/// decoded (its JSON text is in the record now).
+#[derive(Debug, Default)]
+pub struct Decoded {
+    pub schemas: RecordSchemas,
+    pub value: Option<Value>,
+}
+
+/// A batch's schemas, resolved by [`Decoders::resolve`] for [`Decoders::decode`].
+#[derive(Default)]
+pub struct Resolved {
+    answers: HashMap<SchemaRef, Answer>,
+}
+
+/// A record that cannot be decoded: its failure class and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodeFailure {
+    pub class: FailureClass,
+    pub message: String,
+}
+
+/// A connector's decoders.
+pub struct Decoders {
+    key: Option<SideDecoder>,
+    value: Option<SideDecoder>,
+}
+
+impl Decoders {
+    /// The decoders of `connector` (with its `schema_registry`, which the `kafka:`
+    /// section's fills in when loaded). `None` when neither its `format` nor its
+    /// `key_format` decodes on arrival.
+    pub fn for_connector(
+        connector: &ConnectorConfig,
+    ) -> Result<Option<Arc<Decoders>>, FormatError> {
+        let registry = connector.schema_registry.as_ref();
+        let value = SideDecoder::new(&connector.format, registry, "format")?;
+        let key = match &connector.key_format {
+            Some(format) => SideDecoder::new(format, registry, "key_format")?,
+            None => None,
+        };
+        if key.is_none() && value.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(Decoders { key, value })))
+    }
+
+    /// Whether a decoder waits on a registry (the batch may have to wait for it).
+    pub fn uses_registry(&self) -> bool {
+        [&self.key, &self.value]
+            .into_iter()
+            .flatten()
+            .any(|d| matches!(d, SideDecoder::Registry { .. }))
+    }
+
+    /// Fetches the schemas `batch` names that are not compiled yet. `Err` only for a
+    /// registry that cannot answer (transient, or refusing sluice: see
+    /// [`RegistryError::is_transient`]); a malformed frame or an unknown id is left for
+    /// [`Decoders::decode`] to fail that record alone.
+    pub async fn resolve(&self, batch: &[Incoming]) -> Result<Resolved, RegistryError> {
+        let mut resolved = Resolved::default();
+        for (side, decoder) in [(Side::Key, &self.key), (Side::Value, &self.value)] {
+            let Some(SideDecoder::Registry {
+                source, expected, ..
+            }) = decoder
+            else {
+                continue;
+            };
+            for incoming in batch {
+                let Some(reference) = frame_of(&incoming.record, side, *expected)
+                    .ok()
+                    .flatten()
+                    .map(|f| f.schema)
+                else {
+                    continue;
+                };
+                if resolved.answers.contains_key(&reference) {
+                    continue;
+                }
+                let answer = source.answer(&reference).await?;
+                resolved.answers.insert(reference, answer);
+            }
+        }
+        Ok(resolved)
+    }
+
+    /// Decodes `record`'s key and value in place, to JSON text, and returns the schemas
+    /// they were written with and the decoded value (so the mapping need not parse the
+    /// text again). A tombstone (no value) and a null key stay as they are.
+    pub fn decode(
+        &self,
+        record: &mut Record,
+        resolved: &Resolved,
+    ) -> Result<Decoded, DecodeFailure> {
+        let mut decoded = Decoded::default();
+        if let Some(decoder) = &self.key {
+            decoded.schemas.key = decoder.decode(record, Side::Key, resolved)?.map(|(w, _)| w);
+        }
+        if let Some(decoder) = &self.value
+            && let Some((writer, value)) = decoder.decode(record, Side::Value, resolved)?
+        {
+            decoded.schemas.value = Some(writer);
+            decoded.value = Some(value);
+        }
+        Ok(decoded)
+    }
+}
+
+/// The frame of a record's key or value, `None` when it has none (null).
+fn frame_of(
+    record: &Record,
+    side: Side,
+    expected: SchemaType,
+) -> Result<Option<wire::Frame<'_>>, String> {
+    let data = match side {
+        Side::Key => record.key.as_deref(),
+        Side::Value => record.value.as_deref(),
+    };
+    let Some(data) = data else {
+        return Ok(None);
+    };
+    let header = record
+        .headers
+        .iter()
+        .rev()
+        .find(|(name, _)| name == side.header())
+        .and_then(|(_, value)| value.as_deref());
+    wire::parse(data, header, expected == SchemaType::Protobuf).map(Some)
+}
+
+impl SideDecoder {
+    fn new(
+        format: &Format,
+        registry: Option<&SchemaRegistryConfig>,
+        path: &str,
+    ) -> Result<Option<SideDecoder>, FormatError> {
+        let registry_format = |expected: SchemaType, name: &'static str| {
+            let Some(config) = registry else {
+                return Err(FormatError::Config {
+                    path: path.to_string(),
+                    message: format!(
+                        "{name} reads its schemas from a Schema Registry: set kafka.schema_registry (or the connector's schema_registry)"
+                    ),
+                });
+            };
+            let source = SchemaSource::shared(config).map_err(|message| FormatError::Config {
+                path: "schema_registry".into(),
+                message,
+            })?;
+            Ok(Some(SideDecoder::Registry {
+                expected,
+                format: name,
+                source,
+            }))
+        };
+        match format {
+            Format::Json | Format::String | Format::Bytes => Ok(None),
+            Format::Avro => registry_format(SchemaType::Avro, "avro"),
+            Format::Protobuf => registry_format(SchemaType::Protobuf, "protobuf"),
+            Format::JsonSchema => registry_format(SchemaType::Json, "json_schema"),
+            Format::ConnectJson => Ok(Some(SideDecoder::ConnectJson {
+                writers: Mutex::new(super::registry::Lru::new(MAX_CONNECT_SCHEMAS)),
+            })),
+            Format::AvroFile { schema } => {
+                let schema = load_avro_file(schema).map_err(|message| FormatError::Config {
+                    path: format!("{path}.avro.schema"),
+                    message,
+                })?;
+                let writer = Arc::new(WriterSchema {
+                    reference: None,
+                    format: "avro",
+                    shape: schema.shape(),
+                    message: None,
+                });
+                Ok(Some(SideDecoder::AvroFile { schema, writer }))
+            }
+        }
+    }
+
+    fn decode(
+        &self,
+        record: &mut Record,
+        side: Side,
+        resolved: &Resolved,
+    ) -> Result<Option<(Arc<WriterSchema>, Value)>, DecodeFailure> {
+        let fail = |class: FailureClass, message: String| DecodeFailure {
+            class,
+            message: format!("{}: {message}", side.name()),
+        };
+        let (value, writer) = match self {
+            SideDecoder::Registry {
+                expected, format, ..
+            } => {
+                let frame = match frame_of(record, side, *expected) {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => return Ok(None),
+                    Err(message) => {
+                        return Err(fail(
+                            FailureClass::BadFrame,
+                            format!("not in the Confluent wire format ({format}): {message}"),
+                        ));
+                    }
+                };
+                let compiled = match resolved.answers.get(&frame.schema) {
+                    Some(Answer::Ready(compiled)) => compiled,
+                    Some(Answer::Missing(class, message)) => {
+                        return Err(fail(*class, message.clone()));
+                    }
+                    None => {
+                        return Err(fail(
+                            FailureClass::SchemaNotFound,
+                            format!("{} was not resolved for this batch", frame.schema),
+                        ));
+                    }
+                };
+                if compiled.schema_type() != *expected {
+                    return Err(fail(
+                        FailureClass::DecodeFailed,
+                        format!(
+                            "{} is a {} schema, and the connector reads {format}",
+                            frame.schema,
+                            compiled.schema_type().name()
+                        ),
+                    ));
+                }
+                compiled
+                    .decode(&frame.message_indexes, frame.payload)
+                    .map_err(|m| {
+                        fail(
+                            FailureClass::DecodeFailed,
+                            format!("does not match {}: {m}", frame.schema),
+                        )
+                    })?
+            }
+            SideDecoder::AvroFile { schema, writer } => {
+                let Some(data) = side_data(record, side) else {
+                    return Ok(None);
+                };
+                let value = schema.decode(data).map_err(|m| {
+                    fail(
+                        FailureClass::DecodeFailed,
+                        format!("does not match the Avro schema file: {m}"),
+                    )
+                })?;
+                (value, writer.clone())
+            }
+            SideDecoder::ConnectJson { writers } => {
+                let Some(data) = side_data(record, side) else {
+                    return Ok(None);
+                };
+                let (value, schema) =
+                    connect_json::decode(data).map_err(|m| fail(FailureClass::DecodeFailed, m))?;
+                (
+                    value,
+                    connect_writer(writers, &schema)
+                        .map_err(|m| fail(FailureClass::DecodeFailed, m))?,
+                )
+            }
+        };
+        let text = serde_json::to_vec(&value)
+            .map_err(|e| fail(FailureClass::DecodeFailed, e.to_string()))?;
+        match side {
+            Side::Key => record.key = Some(text),
+            Side::Value => record.value = Some(text),
+        }
+        Ok(Some((writer, value)))
+    }
+}
+
+fn side_data(record: &Record, side: Side) -> Option<&[u8]> {
+    match side {
+        Side::Key => record.key.as_deref(),
+        Side::Value => record.value.as_deref(),
+    }
+}
+
+/// The writer schema of a Connect envelope's schema, cached by its text.
+fn connect_writer(
+    writers: &Mutex<super::registry::Lru<String, Arc<WriterSchema>>>,
+    schema: &Value,
+) -> Result<Arc<WriterSchema>, String> {
+    let text = schema.to_string();
+    let mut writers = writers.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(writer) = writers.get(&text) {
+        return Ok(writer.clone());
+    }
+    let writer = Arc::new(WriterSchema {
+        reference: None,
+        format: "connect_json",
+        shape: connect_json::shape(schema)?,
+        message: None,
+    });
+    writers.insert(text, writer.clone());
+    Ok(writer)
+}
+
+/// Reads and parses an `.avsc` file (`format: { avro: { schema: FILE } }`).
+pub fn load_avro_file(path: &Path) -> Result<AvroSchema, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    AvroSchema::parse(&text, &[])
+        .map_err(|e| format!("{} is not an Avro schema: {e}", path.display()))
+}
