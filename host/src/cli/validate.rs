@@ -105,7 +105,56 @@ fn validate_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
             );
         }
     }
+    for warning in registry_warnings(&config) {
+        let _ = writeln!(err, "{}: warning: {warning}", path.display());
+    }
     0
+}
+
+/// Asks each Schema Registry the connectors read from whether it answers: one that cannot
+/// be reached, or refuses the credentials, is a warning (validate works offline).
+fn registry_warnings(config: &config::Config) -> Vec<String> {
+    let mut registries: Vec<&config::SchemaRegistryConfig> = Vec::new();
+    for connector in &config.connectors {
+        let uses = connector.format.uses_registry()
+            || connector
+                .key_format
+                .as_ref()
+                .is_some_and(|f| f.uses_registry());
+        if let Some(registry) = connector.schema_registry.as_ref().filter(|_| uses)
+            && !registries.contains(&registry)
+        {
+            registries.push(registry);
+        }
+    }
+    let probe = async {
+        let mut warnings = Vec::new();
+        for registry in registries {
+            let client = match crate::format::registry::RegistryClient::new(registry) {
+                Ok(client) => client,
+                Err(message) => {
+                    warnings.push(message);
+                    continue;
+                }
+            };
+            if let Err(error) = client.probe().await {
+                warnings.push(format!(
+                    "the Schema Registry does not answer as one ({error}); connectors that read its schemas wait for it when they run"
+                ));
+            }
+        }
+        warnings
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => tokio::task::block_in_place(|| handle.block_on(probe)),
+        Err(_) => match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(probe),
+            Err(e) => vec![format!("cannot ask the Schema Registry: {e}")],
+        },
+    }
 }
 
 #[cfg(test)]
@@ -124,6 +173,37 @@ mod tests {
             String::from_utf8(out).unwrap(),
             String::from_utf8(err).unwrap(),
         )
+    }
+
+    #[test]
+    fn an_unreachable_registry_is_a_warning_and_a_bad_url_an_error() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let file = |url: &str| {
+            format!(
+                "kafka:\n  brokers: localhost:9092\n  schema_registry: {{ url: \"{url}\", username: u, password: hunter2-registry }}\nconnectors:\n  - name: a\n    topics: [a]\n    format: avro\n    sink:\n      url: sqlite://a.db\n      table: a\n      columns:\n        id: {{ from: /id, type: bigint }}\n"
+            )
+        };
+        let (code, out, err) = validate_text(&file(&format!("http://127.0.0.1:{port}")));
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(
+            err.contains("warning") && err.contains("Schema Registry"),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"), "{err}");
+        let (code, _, err) = validate_text(&file("registry:8081"));
+        assert_eq!(code, EXIT_INVALID, "{err}");
+        assert!(err.contains("kafka.schema_registry.url"), "{err}");
+        // Avro without any registry: an error at the format.
+        let none = file("http://x").replace(
+            "  schema_registry: { url: \"http://x\", username: u, password: hunter2-registry }\n",
+            "",
+        );
+        let (code, _, err) = validate_text(&none);
+        assert_eq!(code, EXIT_INVALID, "{err}");
+        assert!(err.contains("connectors[0].format"), "{err}");
     }
 
     const SECRETS: &str = r#"

@@ -94,16 +94,23 @@ pub async fn dry_run_on(
         .iter()
         .map(|i| (i.record.topic.clone(), i.record.partition, i.record.offset))
         .collect();
-    // Compiling plugins and running them is CPU work: off the async workers.
+    // Compiling plugins and running them is CPU work: off the async workers. The schemas
+    // the records name (a registry format) are fetched from there first.
     let prepared = {
         let connector = connector.clone();
         let engine = engine.cloned();
+        let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || -> Result<_, DryRunError> {
             let schema = match &connector.schema {
                 Some(path) => Some(Arc::new(RecordSchema::load(path)?)),
                 None => None,
             };
             let mut preparer = Preparer::for_connector(&connector, engine.as_ref(), schema)?;
+            if preparer.uses_registry() {
+                runtime
+                    .block_on(preparer.resolve(&inputs))
+                    .map_err(PrepareError::Registry)?;
+            }
             Ok(preparer.prepare(inputs)?)
         })
         .await

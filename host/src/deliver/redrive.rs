@@ -72,6 +72,10 @@ pub async fn redrive(
         };
         let page_start = after.replace(last.coordinates());
         let incoming: Vec<Incoming> = stored.iter().map(|s| s.incoming()).collect();
+        preparer
+            .resolve(&incoming)
+            .await
+            .map_err(crate::prepare::PrepareError::Registry)?;
         let mut prepared = preparer.prepare(incoming)?;
         let failed: HashSet<usize> = prepared.failures.iter().map(|f| f.index).collect();
         let redriven = stored

@@ -382,6 +382,10 @@ async fn redrive_page(
     if !candidates.is_empty() {
         let (incoming, redriven): (Vec<Incoming>, Vec<RedrivenFromTopic>) =
             candidates.into_iter().unzip();
+        preparer
+            .resolve(&incoming)
+            .await
+            .map_err(crate::prepare::PrepareError::Registry)?;
         let mut prepared = preparer.prepare(incoming)?;
         let mut plan = Plan::new(
             ErrorPolicy::Skip,

@@ -267,22 +267,35 @@ pub(crate) async fn read_rows(
 ) -> Vec<Vec<Option<String>>> {
     let select: Vec<String> = columns
         .iter()
-        .map(|(name, kind)| match (db.kind, *kind) {
-            (Backend::Postgres, "bytes") => format!("encode({name}, 'hex')"),
-            (Backend::Postgres, "timestamptz") => {
-                format!("to_char({name} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')")
+        .map(|(name, kind)| {
+            // Quoted: `blob`, `lines` and the like are reserved words in MySQL.
+            let q = match db.kind {
+                Backend::MariaDb => format!("`{name}`"),
+                _ => format!("\"{name}\""),
+            };
+            match (db.kind, *kind) {
+                (Backend::Postgres, "bytes") => format!("encode({q}, 'hex')"),
+                (Backend::Postgres, "timestamptz") => {
+                    format!("to_char({q} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')")
+                }
+                (Backend::Postgres, _) => format!("{q}::text"),
+                (Backend::MariaDb, "bytes") => format!("LOWER(HEX({q}))"),
+                (Backend::MariaDb, _) => format!("CAST({q} AS CHAR)"),
+                // SQLite's hex(NULL) is '', not NULL.
+                (Backend::Sqlite, "bytes") => {
+                    format!("CASE WHEN {q} IS NULL THEN NULL ELSE LOWER(HEX({q})) END")
+                }
+                (Backend::Sqlite, _) => format!("CAST({q} AS TEXT)"),
             }
-            (Backend::Postgres, _) => format!("{name}::text"),
-            (Backend::MariaDb, "bytes") => format!("LOWER(HEX({name}))"),
-            (Backend::MariaDb, _) => format!("CAST({name} AS CHAR)"),
-            (Backend::Sqlite, "bytes") => format!("LOWER(HEX({name}))"),
-            (Backend::Sqlite, _) => format!("CAST({name} AS TEXT)"),
         })
         .collect();
     let sql = format!(
         "SELECT {} FROM {table} ORDER BY {}",
         select.join(", "),
-        columns[0].0
+        match db.kind {
+            Backend::MariaDb => format!("`{}`", columns[0].0),
+            _ => format!("\"{}\"", columns[0].0),
+        }
     );
     let sql = sqlx::AssertSqlSafe(sql);
     let raw: Vec<Vec<Option<String>>> = match db.kind {

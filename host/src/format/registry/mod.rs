@@ -73,6 +73,8 @@ impl std::fmt::Debug for RegistryClient {
 
 /// What a request looks up: how a 404 reads, and what a message calls it.
 enum Lookup<'a> {
+    /// `GET /subjects`: whether the registry answers at all (`sluice validate`).
+    Subjects,
     Id(u32),
     Guid(&'a str),
     Version {
@@ -86,6 +88,7 @@ enum Lookup<'a> {
 impl Lookup<'_> {
     fn what(&self) -> String {
         match self {
+            Lookup::Subjects => "the list of subjects".to_string(),
             Lookup::Id(id) => format!("schema id {id}"),
             Lookup::Guid(guid) => format!("schema guid {guid}"),
             Lookup::Version {
@@ -208,6 +211,12 @@ impl RegistryClient {
             .by_guid
             .insert(guid.to_string(), schema.clone());
         Ok(schema)
+    }
+
+    /// Asks the registry for its subjects (`GET /subjects`, which every implementation
+    /// answers): `Ok` when it answers as a registry, with the credentials it was given.
+    pub async fn probe(&self) -> Result<(), RegistryError> {
+        self.fetch("/subjects", &Lookup::Subjects).await.map(|_| ())
     }
 
     /// The URLs as configured, passwords replaced by `***`, for messages.
@@ -480,6 +489,7 @@ fn interpret(
                 .ok()
                 .and_then(|body| body.get("error_code").and_then(Value::as_i64));
             let not_found = match lookup {
+                Lookup::Subjects => false,
                 Lookup::Guid(_) => true,
                 Lookup::Id(_) => code == Some(40403),
                 Lookup::Version { .. } => matches!(code, Some(40401..=40403)),
