@@ -41,6 +41,10 @@ pub enum PrepareError {
     /// registry's settings).
     #[error(transparent)]
     Format(#[from] crate::format::FormatError),
+    /// A record's schema was not fetched before its batch was prepared (a bug in sluice:
+    /// [`Preparer::resolve`] was not called).
+    #[error("internal error: {0}")]
+    Unresolved(String),
     /// A preparer for a decoding format was made without its decoders (a bug in sluice).
     #[error(
         "internal error: the connector's {0} decodes on arrival, and its preparer has no decoders"
@@ -155,7 +159,7 @@ impl Preparer {
         Self {
             chain,
             schema,
-            mapper: RowMapper::new(&connector.sink, connector.format.mapped()),
+            mapper: RowMapper::new(&connector.sink, connector.format.clone()),
             format: connector.format.mapped(),
             max_record_bytes: connector.max_record_bytes.0,
             keep_originals: connector.errors.policy == ErrorPolicy::Dlq,
@@ -304,6 +308,9 @@ impl Preparer {
                         if let Some(slot) = decoded_values.get_mut(index) {
                             *slot = decoded.value;
                         }
+                    }
+                    Err(failure) if failure.unresolved => {
+                        return Err(PrepareError::Unresolved(failure.message));
                     }
                     Err(failure) => problem = Some((failure.class, failure.message)),
                 }

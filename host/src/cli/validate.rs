@@ -204,6 +204,30 @@ mod tests {
         let (code, _, err) = validate_text(&none);
         assert_eq!(code, EXIT_INVALID, "{err}");
         assert!(err.contains("connectors[0].format"), "{err}");
+        // An Avro key read as text: the decoded key is a document.
+        let key_as_text = file(&format!("http://127.0.0.1:{port}")).replace(
+            "    format: avro\n",
+            "    format: avro\n    key_format: avro\n",
+        ) + "        k: { from: $key, type: text }\n";
+        let (code, _, err) = validate_text(&key_as_text);
+        assert_eq!(code, EXIT_INVALID, "{err}");
+        assert!(
+            err.contains("connectors[0].sink.columns.k.type") && err.contains("key_format"),
+            "{err}"
+        );
+        // A schema file that does not parse.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("bad.avsc"), "{\"type\": \"record\"}").unwrap();
+        let text = file("http://x").replace(
+            "    format: avro\n",
+            &format!(
+                "    format: {{ avro: {{ schema: \"{}\" }} }}\n",
+                dir.path().join("bad.avsc").display()
+            ),
+        );
+        let (code, _, err) = validate_text(&text);
+        assert_eq!(code, EXIT_INVALID, "{err}");
+        assert!(err.contains("connectors[0].format.avro.schema"), "{err}");
     }
 
     const SECRETS: &str = r#"

@@ -145,9 +145,17 @@ impl<'de> Deserialize<'de> for Format {
     }
 }
 
-/// One URL or a list of them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One URL or a list of them. `Debug` prints them with any `user:password@` masked.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Urls(pub Vec<String>);
+
+impl fmt::Debug for Urls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|url| super::redact_url(url)))
+            .finish()
+    }
+}
 
 impl<'de> Deserialize<'de> for Urls {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -351,6 +359,16 @@ mod tests {
             serde_yaml_ng::from_str("url: [http://a:8081, http://b:8081]").unwrap();
         assert_eq!(many.url.0.len(), 2);
         assert!(serde_yaml_ng::from_str::<SchemaRegistryConfig>("url: []").is_err());
+    }
+
+    #[test]
+    fn urls_print_without_their_passwords() {
+        let urls = Urls(vec!["https://sluice:hunter2@registry:8081".into()]);
+        let shown = format!("{urls:?}");
+        assert!(
+            !shown.contains("hunter2") && shown.contains("registry:8081"),
+            "{shown}"
+        );
     }
 
     #[test]

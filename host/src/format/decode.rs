@@ -82,7 +82,9 @@ enum Answer {
 struct CompiledSchema {
     reference: SchemaRef,
     compiled: Compiled,
-    /// Avro and JSON Schema: one writer schema. Protobuf: one per message-index path.
+    /// Avro and JSON Schema: the one writer schema, made on first use (no lock per record).
+    writer: OnceLock<Arc<WriterSchema>>,
+    /// Protobuf: one writer schema per message-index path.
     writers: Mutex<HashMap<Vec<i32>, Arc<WriterSchema>>>,
 }
 
@@ -96,6 +98,7 @@ impl CompiledSchema {
         Ok(CompiledSchema {
             reference,
             compiled,
+            writer: OnceLock::new(),
             writers: Mutex::new(HashMap::new()),
         })
     }
@@ -123,25 +126,38 @@ impl CompiledSchema {
     }
 
     fn writer(&self, indexes: &[i32]) -> Result<Arc<WriterSchema>, String> {
+        let made = |format, shape, message| {
+            Arc::new(WriterSchema {
+                reference: Some(self.reference.clone()),
+                format,
+                shape,
+                message,
+            })
+        };
+        let schema = match &self.compiled {
+            Compiled::Avro(schema) => {
+                return Ok(self
+                    .writer
+                    .get_or_init(|| made("avro", schema.shape(), None))
+                    .clone());
+            }
+            Compiled::Json(schema) => {
+                return Ok(self
+                    .writer
+                    .get_or_init(|| made("json_schema", schema.shape(), None))
+                    .clone());
+            }
+            Compiled::Protobuf(schema) => schema,
+        };
         let mut writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(writer) = writers.get(indexes) {
             return Ok(writer.clone());
         }
-        let (format, shape, message) = match &self.compiled {
-            Compiled::Avro(schema) => ("avro", schema.shape(), None),
-            Compiled::Protobuf(schema) => (
-                "protobuf",
-                schema.shape(indexes)?,
-                Some(schema.message(indexes)?),
-            ),
-            Compiled::Json(schema) => ("json_schema", schema.shape(), None),
-        };
-        let writer = Arc::new(WriterSchema {
-            reference: Some(self.reference.clone()),
-            format,
-            shape,
-            message,
-        });
+        let writer = made(
+            "protobuf",
+            schema.shape(indexes)?,
+            Some(schema.message(indexes)?),
+        );
         writers.insert(indexes.to_vec(), writer.clone());
         Ok(writer)
     }
@@ -204,10 +220,21 @@ impl SchemaSource {
                     format!("{reference} from the registry does not compile: {message}"),
                 ),
             },
-            Err(RegistryError::NotFound { what }) => Answer::Missing(
-                FailureClass::SchemaNotFound,
+            // Not cached: an id that is absent now (a replica behind its primary) may be
+            // there for the next batch; only what a schema id names is immutable.
+            Err(RegistryError::NotFound { what }) => {
+                return Ok(Answer::Missing(
+                    FailureClass::SchemaNotFound,
+                    format!(
+                        "{what} is not in the schema registry {}",
+                        self.client.describe()
+                    ),
+                ));
+            }
+            Err(RegistryError::Unusable { what, message }) => Answer::Missing(
+                FailureClass::DecodeFailed,
                 format!(
-                    "{what} is not in the schema registry {}",
+                    "{what}: the schema registry {} answered a schema that cannot be used: {message}",
                     self.client.describe()
                 ),
             ),
@@ -289,6 +316,10 @@ pub struct Resolved {
 pub struct DecodeFailure {
     pub class: FailureClass,
     pub message: String,
+    /// Not the record's fault: its schema was not resolved for the batch (a caller that
+    /// skipped [`Decoders::resolve`], a bug in sluice). The batch fails, nothing is
+    /// dead-lettered for it.
+    pub unresolved: bool,
 }
 
 /// A connector's decoders.
@@ -457,6 +488,7 @@ impl SideDecoder {
         let fail = |class: FailureClass, message: String| DecodeFailure {
             class,
             message: format!("{}: {message}", side.name()),
+            unresolved: false,
         };
         let (value, writer) = match self {
             SideDecoder::Registry {
@@ -478,10 +510,13 @@ impl SideDecoder {
                         return Err(fail(*class, message.clone()));
                     }
                     None => {
-                        return Err(fail(
-                            FailureClass::SchemaNotFound,
-                            format!("{} was not resolved for this batch", frame.schema),
-                        ));
+                        return Err(DecodeFailure {
+                            unresolved: true,
+                            ..fail(
+                                FailureClass::SchemaNotFound,
+                                format!("{} was not resolved for this batch", frame.schema),
+                            )
+                        });
                     }
                 };
                 if compiled.schema_type() != *expected {

@@ -11,6 +11,11 @@ use super::shape::TimeUnit;
 /// producer writes such values); a longer one is a decode failure, not a slow record.
 pub const MAX_DECIMAL_BYTES: usize = 128;
 
+/// Largest scale of a decimal: more digits after the point than any database keeps
+/// (PostgreSQL: 16383; MySQL: 30), and a bound on the text a hostile schema can make one
+/// small value into.
+pub const MAX_DECIMAL_SCALE: u32 = 400;
+
 /// Days since 1970-01-01 as `YYYY-MM-DD`.
 pub fn date(days: i64) -> Result<String, String> {
     NaiveDate::from_ymd_opt(1970, 1, 1)
@@ -106,6 +111,11 @@ pub fn decimal(unscaled: &[u8], scale: u32) -> Result<String, String> {
     }
     if unscaled.is_empty() {
         return Err("decimal with no bytes".into());
+    }
+    if scale > MAX_DECIMAL_SCALE {
+        return Err(format!(
+            "decimal scale {scale} is larger than {MAX_DECIMAL_SCALE}"
+        ));
     }
     let negative = unscaled[0] & 0x80 != 0;
     // The magnitude, big-endian: the two's complement negated for a negative value.
@@ -234,6 +244,9 @@ mod tests {
         );
         assert!(decimal(&[], 0).is_err());
         assert!(decimal(&[1; MAX_DECIMAL_BYTES + 1], 0).is_err());
+        // A hostile scale: refused, not 200 MB of zeros.
+        assert!(decimal(&[1], 200_000_000).is_err());
+        assert!(decimal(&[1], MAX_DECIMAL_SCALE).is_ok());
         assert_eq!(decimal_from_i128(-1250, 2), "-12.50");
         assert_eq!(decimal_from_i128(5, 3), "0.005");
         assert_eq!(decimal_from_i128(i128::MIN, 0), i128::MIN.to_string());

@@ -138,6 +138,9 @@ pub struct RowMapper {
     /// Indices into `columns` of the key, in key order.
     key: Vec<usize>,
     format: Format,
+    /// The value was decoded on arrival (a format with a schema): bytes in it are
+    /// `{"base64": …}`, which `bytes` and `text` columns take as bytes.
+    decoded: bool,
 }
 
 /// How much of a bad value an error message quotes.
@@ -147,6 +150,7 @@ impl RowMapper {
     /// A mapper for `sink`, reading values as `format` reads them once they arrived
     /// (every decoding format hands on JSON: [`Format::mapped`]).
     pub fn new(sink: &SinkConfig, format: Format) -> Self {
+        let decoded = format.decodes();
         let format = format.mapped();
         let columns: Vec<Column> = sink
             .columns
@@ -167,6 +171,7 @@ impl RowMapper {
             columns,
             key,
             format,
+            decoded,
         }
     }
 
@@ -229,6 +234,11 @@ impl RowMapper {
             // Converted from where it lies in the document, not from a copy.
             Source::Pointer(pointer) => {
                 let found = document.and_then(|d| pointer.find(d)).unwrap_or(&NULL);
+                if self.decoded
+                    && let Some(bytes) = decoded_bytes(found, column.column_type)
+                {
+                    return bytes.map_err(|message| column_error(column, &message));
+                }
                 return convert(found, column.column_type)
                     .map_err(|message| column_error(column, &message));
             }
@@ -373,11 +383,7 @@ pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, Strin
         },
         ColumnType::Text => Ok(SqlValue::Text(match value {
             Value::String(s) => s.clone(),
-            // Bytes decoded on arrival (`{"base64": …}`): their base64 text.
-            other => match base64_of(other) {
-                Some(text) => text.to_string(),
-                None => other.to_string(),
-            },
+            other => other.to_string(),
         })),
         ColumnType::Bool => match value {
             Value::Bool(b) => Ok(SqlValue::Bool(*b)),
@@ -416,14 +422,6 @@ pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, Strin
         ColumnType::Json => Ok(SqlValue::Text(value.to_string())),
         ColumnType::Bytes => match value {
             Value::String(s) => Ok(SqlValue::Bytes(s.as_bytes().to_vec())),
-            // Bytes as the decoders (and `inspect`) give them.
-            Value::Object(_) => match base64_of(value) {
-                Some(text) => base64::engine::general_purpose::STANDARD
-                    .decode(text)
-                    .map(SqlValue::Bytes)
-                    .map_err(|e| format!("{} is not base64: {e}", show(value))),
-                None => Err(mismatch()),
-            },
             _ => Err(mismatch()),
         },
         ColumnType::Uuid => match value {
@@ -437,6 +435,22 @@ pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, Strin
 fn base64_of(value: &Value) -> Option<&str> {
     match value {
         Value::Object(map) if map.len() == 1 => map.get("base64")?.as_str(),
+        _ => None,
+    }
+}
+
+/// A value decoded on arrival into a `bytes` or `text` column: bytes (`{"base64": …}`)
+/// are their bytes, or their base64 text; `None` for every other value.
+fn decoded_bytes(value: &Value, column_type: ColumnType) -> Option<Result<SqlValue, String>> {
+    let text = base64_of(value)?;
+    match column_type {
+        ColumnType::Bytes => Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map(SqlValue::Bytes)
+                .map_err(|e| format!("{} is not base64: {e}", show(value))),
+        ),
+        ColumnType::Text => Some(Ok(SqlValue::Text(text.to_string()))),
         _ => None,
     }
 }

@@ -314,7 +314,13 @@ impl Supervisor {
             .unwrap_or_else(|poisoned| poisoned.into_inner().clone());
         // The pool follows the cluster and its settings; the old one closes once the new
         // context is in place (reads in progress finish on it).
-        let keep_pool = old_context.kafka == config.kafka
+        // The Schema Registry is no concern of the pool's (each connector holds a copy of
+        // it, so a change restarts the connectors that read it, not the pool).
+        let cluster = |kafka: &crate::config::KafkaConfig| crate::config::KafkaConfig {
+            schema_registry: None,
+            ..kafka.clone()
+        };
+        let keep_pool = cluster(&old_context.kafka) == cluster(&config.kafka)
             && old_context.brokers == brokers
             && self.config().pool == config.pool;
         let pool = if keep_pool {

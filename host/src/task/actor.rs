@@ -583,11 +583,15 @@ impl Actor {
                     // Past `errors.retry.max_elapsed`: the task fails with the cause.
                     return Err(error.into());
                 };
-                if self.chain_retrying.is_some_and(|r| r.attempts() == 1) {
-                    tracing::warn!(%error, ?wait, reason,
-                        "the batch cannot be prepared now; it waits, partitions paused, and is tried again (errors.retry)");
-                } else {
-                    tracing::debug!(%error, ?wait, reason, "the batch still cannot be prepared");
+                let first = self.chain_retrying.is_some_and(|r| r.attempts() == 1);
+                match (first, reason) {
+                    (true, "schema_registry") => tracing::warn!(%error, ?wait, reason,
+                        "the Schema Registry does not answer; the batch waits, partitions paused, and is tried again (errors.retry)"),
+                    (true, _) => tracing::warn!(%error, ?wait, reason,
+                        "the transform chain cannot run; the batch waits and is tried again (errors.retry)"),
+                    (false, _) => {
+                        tracing::debug!(%error, ?wait, reason, "the batch still cannot be prepared")
+                    }
                 }
                 // Records of partitions that moved meanwhile are read again from their
                 // stored offsets; the rest go back to the front of the buffer.

@@ -153,7 +153,11 @@ impl TaskError {
             }
             TaskError::Prepare(PrepareError::WorkerStart(_) | PrepareError::WorkerGone) => true,
             TaskError::Prepare(PrepareError::Registry(e)) => e.is_transient(),
-            TaskError::Prepare(PrepareError::NotIsolated { .. } | PrepareError::NoDecoders(_))
+            TaskError::Prepare(
+                PrepareError::NotIsolated { .. }
+                | PrepareError::NoDecoders(_)
+                | PrepareError::Unresolved(_),
+            )
             | TaskError::Prepare(PrepareError::Format(_))
             | TaskError::Record(_)
             | TaskError::Transition(_)

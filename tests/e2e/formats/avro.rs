@@ -232,9 +232,15 @@ async fn every_type_and_a_new_version(kind: Backend) {
     .await;
     run.wait_for(3, 0, 60, &sluice).await;
     assert_eq!(run.rows(READ).await[2], expected(3, true));
+    // The value's first version is id 1, the key's 2, the value's second 3: sluice
+    // fetched the new id when it met it.
     assert!(
-        run.registry.guid_of(3).is_some(),
-        "the key schema and two value schemas are registered"
+        run.registry
+            .log()
+            .iter()
+            .any(|line| line.starts_with("GET /schemas/ids/3")),
+        "sluice asked for the new version's id: {:?}",
+        run.registry.log()
     );
     sluice.terminate();
 }

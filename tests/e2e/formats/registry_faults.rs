@@ -174,7 +174,10 @@ async fn a_registry_that_refuses_fails_the_task(kind: Backend) {
     assert!(!status.success(), "a refused registry fails the task");
     let text = std::fs::read_to_string(log).expect("log");
     assert!(
-        text.contains("401") && text.contains(&run.registry.url()),
+        text.contains(&format!(
+            "schema registry {} refused the request (401)",
+            run.registry.url()
+        )),
         "the log names the registry and the refusal:\n{text}"
     );
     assert_eq!(super::count(&run.db, &run.dead_letters).await, 0);

@@ -1,7 +1,7 @@
 //! Why a schema could not be had from the Schema Registry, sorted by what the caller does
 //! about it: retry later ([`RegistryError::Unavailable`]), stop the task
-//! ([`RegistryError::Denied`], [`RegistryError::Invalid`]), or fail one record
-//! ([`RegistryError::NotFound`]).
+//! ([`RegistryError::Denied`], [`RegistryError::Invalid`]), or fail the records of one
+//! schema ([`RegistryError::NotFound`], [`RegistryError::Unusable`]).
 
 /// A failed schema lookup.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,14 +19,21 @@ pub enum RegistryError {
     /// record names a schema that does not exist (or was hard-deleted).
     #[error("{what} is not in the schema registry")]
     NotFound { what: String },
-    /// The registry answered something that cannot be used: another 4xx, a body that is
-    /// not the documented JSON, a reference cycle, a reference chain deeper than allowed.
+    /// The registry answered something that cannot be used at all: another 4xx, a body
+    /// that is not JSON, a 404 without a registry's error code (a URL that is not the
+    /// registry's): the settings are wrong, permanent.
     #[error("schema registry {url}: {message}")]
     Invalid { url: String, message: String },
+    /// The registry answered one schema in a form that cannot be used (no `schema` text,
+    /// an unknown `schemaType`, malformed references, a reference cycle, references nested
+    /// too deep): that schema's records fail (`decode_failed`), not the task.
+    #[error("{what}: {message}")]
+    Unusable { what: String, message: String },
 }
 
 impl RegistryError {
-    /// Whether trying again later may succeed (only [`RegistryError::Unavailable`]).
+    /// Whether trying again later may succeed (only [`RegistryError::Unavailable`]: no
+    /// answer, 5xx, 408 or 429).
     pub fn is_transient(&self) -> bool {
         matches!(self, RegistryError::Unavailable { .. })
     }
@@ -37,7 +44,7 @@ impl RegistryError {
             RegistryError::Unavailable { .. } => "unavailable",
             RegistryError::Denied { .. } => "denied",
             RegistryError::NotFound { .. } => "not_found",
-            RegistryError::Invalid { .. } => "invalid",
+            RegistryError::Invalid { .. } | RegistryError::Unusable { .. } => "invalid",
         }
     }
 }

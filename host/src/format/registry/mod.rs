@@ -281,15 +281,18 @@ impl RegistryClient {
                     let mut path: Vec<String> =
                         chain.iter().map(|(s, v)| format!("{s} v{v}")).collect();
                     path.push(format!("{subject} v{version}"));
-                    return Err(self.invalid(format!(
-                        "reference cycle in {referrer}: {}",
-                        path.join(" -> ")
-                    )));
+                    return Err(RegistryError::Unusable {
+                        what: referrer.clone(),
+                        message: format!("reference cycle: {}", path.join(" -> ")),
+                    });
                 }
                 if chain.len() >= MAX_REFERENCE_DEPTH {
-                    return Err(self.invalid(format!(
-                        "{referrer}: references nest deeper than {MAX_REFERENCE_DEPTH} levels"
-                    )));
+                    return Err(RegistryError::Unusable {
+                        what: referrer.clone(),
+                        message: format!(
+                            "references nest deeper than {MAX_REFERENCE_DEPTH} levels"
+                        ),
+                    });
                 }
                 // Version -1 means "latest", which may change: never cached.
                 let cacheable = version > 0;
@@ -343,13 +346,6 @@ impl RegistryClient {
     }
 
     /// An [`RegistryError::Invalid`] about the registry as a whole.
-    fn invalid(&self, message: String) -> RegistryError {
-        RegistryError::Invalid {
-            url: self.describe(),
-            message,
-        }
-    }
-
     /// GET `path`, trying the URLs in turn from the one that answered last; the JSON of a
     /// 2xx answer, or the error the answer means.
     async fn fetch(&self, path: &str, lookup: &Lookup<'_>) -> Result<Value, RegistryError> {
@@ -370,7 +366,8 @@ impl RegistryClient {
             )
             .await;
             let answer = match answer {
-                Ok(answer) if answer.status >= 500 => {
+                // 5xx, and 408 and 429 (a timeout, a rate limit): another URL, or later.
+                Ok(answer) if answer.status >= 500 || matches!(answer.status, 408 | 429) => {
                     self.observe("unavailable", started);
                     let message = format!(
                         "answered {} for {}: {}",
@@ -416,7 +413,10 @@ impl RegistryClient {
     /// The schema in an answer: `schema` (text), `schemaType` (absent: Avro) and
     /// `references`.
     fn parse_schema(&self, body: &Value, lookup: &Lookup<'_>) -> Result<Unresolved, RegistryError> {
-        let bad = |message: String| self.invalid(format!("{}: {message}", lookup.what()));
+        let bad = |message: String| RegistryError::Unusable {
+            what: lookup.what(),
+            message,
+        };
         let text = body
             .get("schema")
             .and_then(Value::as_str)

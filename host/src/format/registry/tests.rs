@@ -409,15 +409,19 @@ async fn a_reference_cycle_and_too_deep_a_chain_are_refused() {
     let client = client(&[canned(routes).await]);
     let error = client.schema_by_id(1).await.unwrap_err();
     assert!(
-        matches!(&error, RegistryError::Invalid { message, .. } if message.contains("x v1 -> y v1 -> x v1")),
+        matches!(&error, RegistryError::Unusable { message, .. } if message.contains("x v1 -> y v1 -> x v1")),
         "{error}"
     );
     let error = client.schema_by_id(2).await.unwrap_err();
-    assert!(error.to_string().contains("deeper than 32"), "{error}");
+    assert!(
+        matches!(error, RegistryError::Unusable { .. })
+            && error.to_string().contains("deeper than 32"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
-async fn unusable_answers_are_invalid_and_named() {
+async fn unusable_answers_are_invalid_or_unusable_and_named() {
     let mut routes = HashMap::new();
     routes.insert("/schemas/ids/1".to_string(), (200, "<html>".to_string()));
     routes.insert(
@@ -443,17 +447,24 @@ async fn unusable_answers_are_invalid_and_named() {
         ),
     );
     let client = client(&[canned(routes).await]);
-    for (id, needle) in [
-        (1, "not JSON"),
-        (2, "THRIFT"),
-        (3, "no \"schema\""),
-        (4, "400"),
-        (5, "404 without"),
-        (6, "references[0]"),
+    // A registry that answers nothing usable at all (the settings are wrong) fails the
+    // task; one schema answered in a form that cannot be used fails its records alone.
+    for (id, needle, whole_registry) in [
+        (1, "not JSON", true),
+        (2, "THRIFT", false),
+        (3, "no \"schema\"", false),
+        (4, "400", true),
+        (5, "404 without", true),
+        (6, "references[0]", false),
     ] {
         let error = client.schema_by_id(id).await.unwrap_err();
+        let kind_ok = if whole_registry {
+            matches!(error, RegistryError::Invalid { .. })
+        } else {
+            matches!(error, RegistryError::Unusable { .. })
+        };
         assert!(
-            matches!(error, RegistryError::Invalid { .. }) && error.to_string().contains(needle),
+            kind_ok && error.to_string().contains(needle),
             "id {id}: {error}"
         );
         assert!(
@@ -517,4 +528,24 @@ fn the_client_and_its_futures_are_send_and_sync() {
     send_sync(&client);
     send(client.schema_by_id(1));
     send(client.schema_by_guid("g"));
+}
+
+#[tokio::test]
+async fn a_rate_limit_or_timeout_is_waited_out_not_a_failure() {
+    for status in [408u16, 429] {
+        let mut routes = HashMap::new();
+        routes.insert(
+            "/schemas/ids/1".to_string(),
+            (
+                status,
+                r#"{"error_code": 42901, "message": "slow down"}"#.to_string(),
+            ),
+        );
+        let client = client(&[canned(routes).await]);
+        let error = client.schema_by_id(1).await.unwrap_err();
+        assert!(
+            error.is_transient() && error.to_string().contains(&status.to_string()),
+            "{status}: {error}"
+        );
+    }
 }
