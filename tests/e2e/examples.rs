@@ -7,6 +7,10 @@
 //! Each run against a server database gets a database of its own (`CREATE DATABASE`), as
 //! the examples' tables have fixed names, and a broker of its own (the topics too).
 //!
+//! `examples/avro-orders` needs a Schema Registry: its runs get the suite's
+//! ([`crate::registry`]) as `SCHEMA_REGISTRY_URL`, served by the test's runtime while
+//! `run.sh` runs in a thread of its own.
+//!
 //! The scripts need Python with `examples/requirements.txt`; `examples/lib/python.sh`
 //! makes a virtual environment under `target/` the first time (`scripts/setup.sh --tests`
 //! does it ahead of the tests).
@@ -398,4 +402,185 @@ fn account_balances_both_patterns() {
             db.drop_now().await;
         }
     });
+}
+
+/// `examples/avro-orders/run.sh` with SCHEMA_REGISTRY_URL at the suite's Schema Registry:
+/// Confluent's `AvroSerializer` registers the schemas there and sluice reads them from it.
+/// `run.sh` runs in a thread of its own, as the registry is served by this test's runtime.
+async fn avro_orders_run(
+    registry: &crate::registry::TestRegistry,
+    orders: &str,
+    database_url: &str,
+) -> (bool, String) {
+    let run = root()
+        .join("examples/avro-orders/run.sh")
+        .to_string_lossy()
+        .into_owned();
+    let (orders, url, registry_url) =
+        (orders.to_string(), database_url.to_string(), registry.url());
+    tokio::task::spawn_blocking(move || {
+        script(
+            &[&run, &orders],
+            &[
+                ("SLUICE", sluice_bin()),
+                ("SCHEMA_REGISTRY_URL", &registry_url),
+                ("DATABASE_URL", &url),
+            ],
+        )
+    })
+    .await
+    .expect("run.sh thread")
+}
+
+/// The answers of one query in the SQLite file at `path`, every column text or NULL (cast
+/// the others in `sql`).
+async fn sqlite_rows(path: &Path, sql: &str) -> Vec<Vec<Option<String>>> {
+    use sqlx::Row;
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .expect("open the SQLite file");
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+        .fetch_all(&mut conn)
+        .await
+        .expect(sql);
+    rows.iter()
+        .map(|r| {
+            (0..r.len())
+                .map(|i| r.get::<Option<String>, _>(i))
+                .collect()
+        })
+        .collect()
+}
+
+/// `examples/avro-orders/run.sh`: the first look, on the embedded Kafka and SQLite. The
+/// checker decodes the topic with Confluent's `AvroDeserializer` and compares every row and
+/// the dead letter; beside its verdict, the SQLite file is read here: the edge values the
+/// producer writes (the largest amount precision 12 holds, a credit note, a leap day, a
+/// null coupon), the one dead letter (`bad_frame`, the JSON bytes as they came), and the
+/// producer's schemas registered with the suite's registry.
+#[test]
+fn avro_orders_first_look() {
+    harness::run_test(async {
+        let registry = crate::registry::TestRegistry::start().await;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("avro-orders.db");
+        let url = format!("sqlite://{}", db.display());
+        let (ok, out) = avro_orders_run(&registry, "300", &url).await;
+        assert!(ok, "run.sh failed");
+        assert!(out.contains("VERDICT: every order exact"), "{out}");
+        assert!(out.contains(" 1 not Avro"), "{out}");
+        assert!(
+            !out.contains(" 0 tombstones"),
+            "no order was deleted: {out}"
+        );
+
+        let rows = sqlite_rows(
+            &db,
+            "SELECT CAST(order_id AS TEXT), CAST(amount AS TEXT), status, ship_by, coupon, city, order_key \
+             FROM orders WHERE order_id IN (1, 2, 3, 4) ORDER BY order_id",
+        )
+        .await;
+        assert_eq!(rows.len(), 4, "orders 1 to 4 (never deleted): {rows:?}");
+        let column = |i: usize, c: usize| rows[i][c].as_deref().unwrap_or("NULL").to_string();
+        // Paid with a coupon or not (10 % off), each amount exact to the cent.
+        assert!(
+            ["9999999999.99", "8999999999.99"].contains(&column(0, 1).as_str()),
+            "{rows:?}"
+        );
+        assert_eq!(column(1, 1), "0.01", "{rows:?}");
+        assert!(
+            ["-0.5", "-0.45"].contains(&column(2, 1).as_str()),
+            "{rows:?}"
+        );
+        assert_eq!(column(3, 3), "2028-02-29", "{rows:?}");
+        assert_eq!(column(0, 5), "São Paulo", "{rows:?}");
+        assert_eq!(column(0, 6), r#"{"order_id":1}"#, "{rows:?}");
+        for row in &rows {
+            let status = row[2].as_deref().unwrap_or("NULL");
+            assert!(
+                ["PLACED", "PAID", "SHIPPED", "CANCELLED"].contains(&status),
+                "{rows:?}"
+            );
+            // A coupon is applied at payment; before it the nullable field is SQL NULL.
+            assert!(
+                row[4].is_none() || status == "PAID" || status == "SHIPPED",
+                "{rows:?}"
+            );
+        }
+
+        let letters = sqlite_rows(
+            &db,
+            "SELECT stage, error_class, CAST(record_value AS TEXT), error_message \
+             FROM orders_dead_letters",
+        )
+        .await;
+        assert_eq!(letters.len(), 1, "{letters:?}");
+        let letter = &letters[0];
+        assert_eq!(letter[0].as_deref(), Some("source"), "{letters:?}");
+        assert_eq!(letter[1].as_deref(), Some("bad_frame"), "{letters:?}");
+        assert!(
+            letter[2]
+                .as_deref()
+                .is_some_and(|v| v.starts_with(r#"{"order_id": 900001,"#)),
+            "{letters:?}"
+        );
+        assert!(
+            letter[3]
+                .as_deref()
+                .is_some_and(|m| m.contains("magic byte 123")),
+            "{letters:?}"
+        );
+
+        let log = registry.log();
+        for subject in ["orders-value", "orders-key"] {
+            assert!(
+                log.iter()
+                    .any(|r| r.starts_with(&format!("POST /subjects/{subject}/versions"))),
+                "the producer did not register {subject}: {log:?}"
+            );
+        }
+    });
+}
+
+/// `examples/avro-orders/run.sh` into PostgreSQL and MariaDB (`DATABASE_URL`), whose
+/// `numeric` columns are exact: the checker compares every amount as a decimal.
+#[test]
+fn avro_orders_into_postgres_and_mariadb() {
+    harness::run_test(async {
+        let registry = crate::registry::TestRegistry::start().await;
+        for kind in [Backend::Postgres, Backend::MariaDb] {
+            let db = OwnDatabase::create(kind).await;
+            let (ok, out) = avro_orders_run(&registry, "200", &db.url).await;
+            assert!(ok, "{kind:?}: run.sh failed");
+            assert!(
+                out.contains("VERDICT: every order exact"),
+                "{kind:?}: {out}"
+            );
+            db.drop_now().await;
+        }
+    });
+}
+
+/// `examples/avro-orders/run.sh` without a registry stops before it starts anything, and
+/// says what to do: SCHEMA_REGISTRY_URL unset, then pointing at a port nobody listens on.
+#[test]
+fn avro_orders_needs_a_registry() {
+    let run = root().join("examples/avro-orders/run.sh");
+    let run = run.to_string_lossy();
+    let (ok, out) = script(
+        &[&run, "10"],
+        &[("SLUICE", sluice_bin()), ("SCHEMA_REGISTRY_URL", "")],
+    );
+    assert!(!ok, "run.sh ran without a registry: {out}");
+    assert!(out.contains("SCHEMA_REGISTRY_URL is not set"), "{out}");
+    assert!(out.contains("docker run"), "{out}");
+    let nobody = format!("http://127.0.0.1:{}", harness::free_port());
+    let (ok, out) = script(
+        &[&run, "10"],
+        &[("SLUICE", sluice_bin()), ("SCHEMA_REGISTRY_URL", &nobody)],
+    );
+    assert!(!ok, "run.sh ran without a registry: {out}");
+    assert!(out.contains("does not answer"), "{out}");
+    assert!(!out.contains("sluice runs on the embedded Kafka"), "{out}");
 }
