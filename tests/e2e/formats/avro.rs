@@ -327,3 +327,60 @@ async fn bare_datums_with_a_schema_file(kind: Backend) {
     sluice.terminate();
 }
 for_each_database!(bare_datums_with_a_schema_file: sqlite = Sqlite);
+
+/// Everything after arrival reads the decoded value: a transform (the `filter` plugin)
+/// gets JSON text and drops by a field, the connector's JSON Schema checks the decoded
+/// document, and `delivery.dedup` reads the producer id by pointer into it.
+async fn transforms_schema_and_dedup_read_the_decoded_value(kind: Backend) {
+    let run = FormatRun::new(kind).await;
+    let schema_path = run.dir.path().join("word.json");
+    std::fs::write(
+        &schema_path,
+        r#"{"type": "object", "properties": {"word": {"type": "string", "minLength": 2}}, "required": ["word", "msg"]}"#,
+    )
+    .expect("write the JSON Schema");
+    let extra = format!(
+        "    schema: {}\n    delivery: {{ dedup: {{ id: /msg }} }}\n    transforms:\n      - name: keep\n        plugin: {}\n        config: {{ field: /lang, op: ne, value: xx }}\n",
+        schema_path.display(),
+        sluice_transform::example_plugin_path("filter").display()
+    );
+    let config = run.config(
+        "avro",
+        "        msg: { from: /msg, type: text }\n        word: { from: /word, type: text }",
+        "[]",
+        &extra,
+    );
+    let schema = r#"{"type": "record", "name": "Said", "fields": [{"name": "msg", "type": {"type": "string", "logicalType": "uuid"}}, {"name": "word", "type": "string"}, {"name": "lang", "type": "string"}]}"#;
+    let said = |msg: &str, word: &str, lang: &str| json!({"value": {"msg": msg, "word": word, "lang": lang}});
+    run.produce(
+        json!({"serializer": "avro", "schema": schema}),
+        vec![
+            said("00000000-0000-4000-8000-000000000001", "hello", "en"),
+            // The same message again (a producer's retry): skipped by its decoded id.
+            said("00000000-0000-4000-8000-000000000001", "hello", "en"),
+            // Dropped by the transform, which read the decoded JSON.
+            said("00000000-0000-4000-8000-000000000002", "dropped", "xx"),
+            // Refused by the JSON Schema (a one-letter word): a dead letter.
+            said("00000000-0000-4000-8000-000000000003", "a", "en"),
+            said("00000000-0000-4000-8000-000000000004", "world", "de"),
+        ],
+    )
+    .await;
+    let sluice = run.start(&config);
+    run.wait_for(2, 1, 120, &sluice).await;
+    assert_eq!(
+        run.rows(&[("msg", "text"), ("word", "text")]).await,
+        vec![
+            row(&[Some("00000000-0000-4000-8000-000000000001"), Some("hello")]),
+            row(&[Some("00000000-0000-4000-8000-000000000004"), Some("world")]),
+        ]
+    );
+    let letters = run.letters().await;
+    assert_eq!(
+        (letters[0].0, letters[0].1.as_str(), letters[0].2.as_str()),
+        (3, "validate", "schema_invalid"),
+        "{letters:?}"
+    );
+    sluice.terminate();
+}
+for_each_database!(transforms_schema_and_dedup_read_the_decoded_value: postgres = Postgres, sqlite = Sqlite);

@@ -6,7 +6,8 @@
 //!
 //! - [`avro`]: every Avro type and logical type, nested records, arrays and maps, unions, a
 //!   key in Avro, the header variant (magic byte 1 and a GUID), a schema that changes
-//!   mid-stream, a bare-Avro schema file;
+//!   mid-stream, a bare-Avro schema file; a transform, the JSON Schema and dedup reading
+//!   the decoded value;
 //! - [`protobuf`]: a `.proto` with imports and a nested message that is not the first;
 //! - [`json_schema`]: JSON Schema values, one that breaks its schema;
 //! - [`connect_json`]: Kafka Connect's `JsonConverter` envelopes, Debezium's change events;
