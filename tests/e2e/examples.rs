@@ -35,8 +35,8 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The Python that runs the examples' scripts.
-fn python() -> String {
+/// The Python that runs the examples' scripts (the format suites' producer too).
+pub(crate) fn python() -> String {
     let output = Command::new(root().join("examples/lib/python.sh"))
         .stderr(Stdio::inherit())
         .output()

@@ -112,7 +112,7 @@ connectors:
         spec["topic"] = json!(self.topic);
         spec["registry"] = json!(self.registry.url());
         spec["records"] = Value::Array(records);
-        let python = python();
+        let python = crate::examples::python();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/e2e/formats/produce.py");
         tokio::task::spawn_blocking(move || {
             let mut child = Command::new(python)
@@ -203,20 +203,6 @@ connectors:
             })
             .collect()
     }
-}
-
-/// The Python with `examples/requirements.txt` (Confluent's serializers).
-fn python() -> String {
-    let output =
-        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lib/python.sh"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run examples/lib/python.sh");
-    assert!(
-        output.status.success(),
-        "examples/lib/python.sh could not provide a Python with examples/requirements.txt"
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
 /// Rows of `count`, 0 while the table does not exist yet.
