@@ -1,0 +1,99 @@
+//! One line of the table per run, and the table as printed.
+
+use serde::Serialize;
+
+use std::time::Duration;
+
+/// One line of the table.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Figure {
+    pub(crate) name: String,
+    /// `sluice`, `baseline` or `restart`.
+    pub(crate) kind: &'static str,
+    pub(crate) records: u64,
+    /// Rows in the table at the end (sluice, COPY, per-row insert) or records read (drain).
+    pub(crate) rows: u64,
+    /// Records that never arrived (see the module's note on the broker).
+    pub(crate) holes: u64,
+    pub(crate) seconds: f64,
+    pub(crate) rows_per_s: f64,
+    /// The rate from the commit that passed a quarter of the records to the last one:
+    /// without the start and an early rebalance (a second task joining).
+    pub(crate) rows_per_s_after_quarter: Option<f64>,
+    /// rows_per_s / COPY's (PostgreSQL, same table with its primary key, same run).
+    pub(crate) ratio_to_copy: Option<f64>,
+    /// CPU seconds (user + system) of the sluice process per million rows.
+    pub(crate) cpu_s_per_million: Option<f64>,
+    /// The share of that CPU spent on the tasks' transform threads.
+    pub(crate) transform_cpu_share: Option<f64>,
+    pub(crate) peak_rss_mb: Option<f64>,
+    /// RSS when a quarter, half, three quarters and all of the records had committed:
+    /// flat or growing.
+    pub(crate) rss_mb_at_quarters: Vec<f64>,
+    pub(crate) note: String,
+}
+
+impl Figure {
+    pub(crate) fn baseline(
+        name: &str,
+        records: u64,
+        rows: u64,
+        elapsed: Duration,
+        note: &str,
+    ) -> Figure {
+        Figure {
+            name: name.to_string(),
+            kind: "baseline",
+            records,
+            rows,
+            holes: records.saturating_sub(rows),
+            seconds: elapsed.as_secs_f64(),
+            rows_per_s: rows as f64 / elapsed.as_secs_f64().max(1e-9),
+            ratio_to_copy: None,
+            cpu_s_per_million: None,
+            transform_cpu_share: None,
+            peak_rss_mb: None,
+            rows_per_s_after_quarter: None,
+            rss_mb_at_quarters: Vec::new(),
+            note: note.to_string(),
+        }
+    }
+}
+
+pub(crate) fn print_table(figures: &[Figure]) {
+    println!(
+        "\n{:<70} {:>8} {:>8} {:>6} {:>8} {:>7} {:>16} {:>6} {:>7}",
+        "run", "rows/s", ">25%", "×COPY", "CPU s/M", "xform%", "RSS MB ¼ ½ ¾ 1", "holes", "seconds"
+    );
+    for f in figures {
+        let opt = |v: Option<f64>, digits: usize| {
+            v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
+        };
+        let rate = if f.kind == "restart" {
+            "-".to_string()
+        } else {
+            format!("{:.0}", f.rows_per_s)
+        };
+        let rss = if f.rss_mb_at_quarters.is_empty() {
+            opt(f.peak_rss_mb, 0)
+        } else {
+            f.rss_mb_at_quarters
+                .iter()
+                .map(|mb| format!("{mb:.0}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        println!(
+            "{:<70} {:>8} {:>8} {:>6} {:>8} {:>7} {:>16} {:>6} {:>7.2}",
+            f.name,
+            rate,
+            opt(f.rows_per_s_after_quarter, 0),
+            opt(f.ratio_to_copy, 2),
+            opt(f.cpu_s_per_million, 2),
+            opt(f.transform_cpu_share.map(|s| s * 100.0), 1),
+            rss,
+            f.holes,
+            f.seconds
+        );
+    }
+}
