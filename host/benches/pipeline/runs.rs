@@ -186,7 +186,8 @@ pub(crate) fn stage_times(scenario: &Scenario) -> String {
     let mut text = String::new();
     if let Ok(mut stream) = std::net::TcpStream::connect(listen) {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n");
+        // A loopback admin API answers only requests for a loopback host (admin/auth.rs).
+        let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
         let _ = stream.read_to_string(&mut text);
     }
     let mut out = Vec::new();
