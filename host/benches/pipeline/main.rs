@@ -5,11 +5,15 @@
 //! - The backlog is produced first, the way producers write it: batches of up to 10,000
 //!   records, lz4-compressed, over several partitions. Two topics hold the same events:
 //!   JSON (`{"uid":…,"word":…,"produced_at":…}`) for runs without a plugin, and the
-//!   field's raw `#uid*word@timestamp` for runs through the `word_parse` plugin.
+//!   field's raw `#uid*word@timestamp` for runs through the `word_parse` plugin. When the
+//!   Avro run is asked for, a third holds them in Avro (record `WordEvent`), written by
+//!   Confluent's own `AvroSerializer` (`produce_avro.py`) against the suite's Schema
+//!   Registry, which runs in this process.
 //! - sluice runs (a release binary, one process per run, `exactly_once`, batches of
 //!   5,000): PostgreSQL insert and upsert, MariaDB and SQLite upsert, each with and
 //!   without the plugin, with 1 and 2 tasks; then the levers (the same run with a switch
-//!   that puts an older way back, see docs/performance.md).
+//!   that puts an older way back, see docs/performance.md); `postgres insert avro 1t`
+//!   (`format: avro`) beside `postgres insert json 1t`, and its ratio to it.
 //! - Baselines: `psql \copy` of the same rows into the same table shape (with and without
 //!   its primary key): the sink's limit; a bare librdkafka drain of the topic: the
 //!   source's limit; a per-row `INSERT` consumer that commits offsets to Kafka, the shape
@@ -32,6 +36,12 @@
 
 #[path = "../../../tests/e2e/harness/mod.rs"]
 mod harness;
+// The suite's Schema Registry, for the Avro run. The bench uses only a part of it, and
+// cargo builds benches with cfg(test) but without the test harness, so the registry's
+// unit tests are left with imports they do not use.
+#[path = "../../../tests/e2e/registry/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod registry;
 
 mod backlog;
 mod baselines;
@@ -44,10 +54,11 @@ use std::time::{Duration, Instant};
 
 use harness::{Backend, Broker, TestDb};
 
-use backlog::{produce_backlog, raw_event};
+use backlog::{produce_avro_backlog, produce_backlog, raw_event};
 use baselines::{bare_drain, copy_file, per_row_insert, psql_copy};
 use process::clock_ticks;
-use report::print_table;
+use registry::TestRegistry;
+use report::{avro_to_json, print_table};
 use runs::{matrix, restart_to_first_commit, run_sluice};
 
 /// What the command line asks for.
@@ -134,6 +145,22 @@ async fn main() {
         "produced 2 × {n} records in {:.1} s",
         producing.elapsed().as_secs_f64()
     );
+    // The Avro topic, only when an Avro run is asked for: its producer is Python.
+    let avro_topic = harness::unique("bench_avro");
+    let registry = if matrix()
+        .iter()
+        .any(|run| run.avro && options.wants(&run.name))
+    {
+        let registry = TestRegistry::start().await;
+        broker.create_topic(&avro_topic, options.partitions).await;
+        let seconds =
+            produce_avro_backlog(&broker.bootstrap, &registry.url(), &avro_topic, n).await;
+        println!("produced {n} Avro records (confluent_kafka's AvroSerializer) in {seconds:.1} s");
+        Some(registry)
+    } else {
+        None
+    };
+    let registry_url = registry.as_ref().map(TestRegistry::url);
 
     let postgres = TestDb::new(Backend::Postgres);
     let mut figures = Vec::new();
@@ -167,8 +194,23 @@ async fn main() {
         if !options.wants(&run.name) {
             continue;
         }
-        let topic = if run.plugin { &raw_topic } else { &json_topic };
-        let figure = run_sluice(&options, &broker, &run, index, topic, ticks).await;
+        let topic = if run.plugin {
+            &raw_topic
+        } else if run.avro {
+            &avro_topic
+        } else {
+            &json_topic
+        };
+        let figure = run_sluice(
+            &options,
+            &broker,
+            &run,
+            index,
+            topic,
+            registry_url.as_deref(),
+            ticks,
+        )
+        .await;
         println!("{}: {:.0} rows/s", figure.name, figure.rows_per_s);
         figures.push(figure);
     }
@@ -197,6 +239,10 @@ async fn main() {
         }
     }
     print_table(&figures);
+    let avro = avro_to_json(&figures);
+    if let Some(avro) = &avro {
+        println!("\n{avro}");
+    }
 
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench");
     std::fs::create_dir_all(&dir).expect("target/bench");
@@ -210,6 +256,7 @@ async fn main() {
         "sluice": options.sluice.display().to_string(),
         "unix_time": stamp,
         "figures": figures,
+        "avro_to_json": avro,
     });
     let text = serde_json::to_string_pretty(&report).expect("json");
     for name in [

@@ -97,3 +97,44 @@ pub(crate) fn print_table(figures: &[Figure]) {
         );
     }
 }
+
+/// The Avro run against the JSON run of the same records: what decoding Avro on arrival
+/// costs (issue 22's target: at least 0.9× the JSON run's rows/s).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct AvroToJson {
+    /// The Avro run's rows/s over the JSON run's.
+    pub(crate) ratio: f64,
+    pub(crate) avro_rows_per_s: f64,
+    pub(crate) json_rows_per_s: f64,
+    pub(crate) avro_cpu_s_per_million: Option<f64>,
+    pub(crate) json_cpu_s_per_million: Option<f64>,
+}
+
+/// The comparison, when both `postgres insert avro 1t` and `postgres insert json 1t` ran.
+pub(crate) fn avro_to_json(figures: &[Figure]) -> Option<AvroToJson> {
+    let find = |name: &str| figures.iter().find(|f| f.name == name);
+    let avro = find("postgres insert avro 1t")?;
+    let json = find("postgres insert json 1t")?;
+    Some(AvroToJson {
+        ratio: avro.rows_per_s / json.rows_per_s.max(1e-9),
+        avro_rows_per_s: avro.rows_per_s,
+        json_rows_per_s: json.rows_per_s,
+        avro_cpu_s_per_million: avro.cpu_s_per_million,
+        json_cpu_s_per_million: json.cpu_s_per_million,
+    })
+}
+
+impl std::fmt::Display for AvroToJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cpu = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+        write!(
+            f,
+            "postgres insert avro 1t / json 1t: {:.2}× the rows/s ({:.0} against {:.0}; target ≥ 0.90×), CPU s/M {} against {}",
+            self.ratio,
+            self.avro_rows_per_s,
+            self.json_rows_per_s,
+            cpu(self.avro_cpu_s_per_million),
+            cpu(self.json_cpu_s_per_million)
+        )
+    }
+}

@@ -17,6 +17,8 @@ pub(crate) struct Run {
     pub(crate) db: Backend,
     pub(crate) mode: &'static str,
     pub(crate) plugin: bool,
+    /// Values in Avro (`format: avro`, schemas from the bench's registry) instead of JSON.
+    pub(crate) avro: bool,
     pub(crate) tasks: u32,
     /// Environment of the process (a lever's switch).
     pub(crate) env: Vec<(&'static str, &'static str)>,
@@ -49,6 +51,7 @@ pub(crate) fn matrix() -> Vec<Run> {
                         db,
                         mode,
                         plugin,
+                        avro: false,
                         tasks,
                         env: Vec::new(),
                         kafka: String::new(),
@@ -58,11 +61,25 @@ pub(crate) fn matrix() -> Vec<Run> {
             }
         }
     }
+    // The JSON run's records, in Avro as Confluent's serializer writes them: what decoding
+    // on arrival costs.
+    runs.push(Run {
+        name: "postgres insert avro 1t".into(),
+        db: Backend::Postgres,
+        mode: "insert",
+        plugin: false,
+        avro: true,
+        tasks: 1,
+        env: Vec::new(),
+        kafka: String::new(),
+        max_records: 5000,
+    });
     let base = |name: &str, mode: &'static str| Run {
         name: name.to_string(),
         db: Backend::Postgres,
         mode,
         plugin: true,
+        avro: false,
         tasks: 1,
         env: Vec::new(),
         kafka: String::new(),
@@ -146,8 +163,9 @@ pub(crate) async fn committed(sink: &Sink, connector: &str, topic: &str) -> u64 
 }
 
 /// A connector's scenario for `run`, on `topic`, with a short name (its task threads are
-/// named after it, and Linux keeps 15 characters of a thread's name).
-pub(crate) fn scenario(run: &Run, index: usize, topic: &str) -> Scenario {
+/// named after it, and Linux keeps 15 characters of a thread's name); `registry` the
+/// Schema Registry of an Avro run.
+pub(crate) fn scenario(run: &Run, index: usize, topic: &str, registry: Option<&str>) -> Scenario {
     let mut scenario = Scenario::new(run.tasks);
     // Unique with the topic (offsets are kept per connector and topic, and each bench
     // run has its own topics).
@@ -157,6 +175,14 @@ pub(crate) fn scenario(run: &Run, index: usize, topic: &str) -> Scenario {
     scenario.key = "[uid]";
     scenario.max_records = run.max_records;
     scenario.extra_kafka = run.kafka.clone();
+    if run.avro {
+        let registry = registry.expect("an Avro run has a registry");
+        // `kafka.schema_registry`, after the scenario's kafka properties.
+        scenario
+            .extra_kafka
+            .push_str(&format!("  schema_registry:\n    url: \"{registry}\"\n"));
+        scenario.extra_connector = "    format: avro\n".into();
+    }
     // The admin API, for the stage durations in /metrics (a top-level key after the
     // scenario's kafka properties).
     scenario.extra_kafka.push_str(&format!(
@@ -215,11 +241,12 @@ pub(crate) async fn run_sluice(
     run: &Run,
     index: usize,
     topic: &str,
+    registry: Option<&str>,
     ticks: f64,
 ) -> Figure {
     let n = options.records;
     let db = TestDb::new(run.db);
-    let scenario = scenario(run, index, topic);
+    let scenario = scenario(run, index, topic, registry);
     let dir = tempfile::tempdir().expect("dir");
     let config_path = scenario.write(dir.path(), &broker.bootstrap, &db);
     let config = scenario.config(&broker.bootstrap, &db);
@@ -323,6 +350,7 @@ pub(crate) async fn restart_to_first_commit(
         db: Backend::Postgres,
         mode: "insert",
         plugin: true,
+        avro: false,
         tasks: 1,
         env: Vec::new(),
         kafka: if static_membership {
@@ -333,7 +361,7 @@ pub(crate) async fn restart_to_first_commit(
         max_records: 5000,
     };
     let db = TestDb::new(Backend::Postgres);
-    let scenario = scenario(&run, index, topic);
+    let scenario = scenario(&run, index, topic, None);
     let dir = tempfile::tempdir().expect("dir");
     let config_path = scenario.write(dir.path(), &broker.bootstrap, &db);
     let config = scenario.config(&broker.bootstrap, &db);
