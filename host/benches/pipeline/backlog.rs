@@ -1,0 +1,95 @@
+//! The backlog, produced before the runs as producers write it.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+
+/// The word event `uid` as the field writes it (the plugin's input).
+pub(crate) fn raw_event(uid: u64) -> String {
+    format!("#{uid}*w{}@{}", uid % 97, 1_700_000_000_000u64 + uid)
+}
+
+/// Produces `n` records as producers write a backlog: lz4 batches of up to 10,000.
+pub(crate) async fn produce_backlog(
+    bootstrap: &str,
+    topic: &str,
+    n: u64,
+    value: fn(u64) -> String,
+) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("compression.codec", "lz4")
+        .set("batch.num.messages", "10000")
+        .set("batch.size", "1000000")
+        .set("linger.ms", "50")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .create()
+        .expect("producer");
+    let mut pending = Vec::with_capacity(100_000);
+    for uid in 0..n {
+        let key = uid.to_string();
+        let payload = value(uid);
+        pending.push(
+            producer
+                .send_result(FutureRecord::to(topic).key(&key).payload(&payload))
+                .expect("enqueue"),
+        );
+        if pending.len() >= 100_000 {
+            for f in pending.drain(..) {
+                f.await.expect("delivery").expect("delivered");
+            }
+        }
+    }
+    for f in pending {
+        f.await.expect("delivery").expect("delivered");
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+}
+
+/// Produces `n` word events in Avro to `topic`, as Confluent's own serializer writes them
+/// (`produce_avro.py`: confluent_kafka's `AvroSerializer`, its schema registered with the
+/// registry at `registry`), in the same lz4 batches and with the same keys as
+/// [`produce_backlog`]. The seconds the script took.
+pub(crate) async fn produce_avro_backlog(
+    bootstrap: &str,
+    registry: &str,
+    topic: &str,
+    n: u64,
+) -> f64 {
+    let python = python();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/pipeline/produce_avro.py");
+    let output = tokio::process::Command::new(&python)
+        .arg(&script)
+        .args([bootstrap, registry, topic, &n.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("run produce_avro.py");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "produce_avro.py failed: {stdout}");
+    stdout
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A Python with confluent-kafka and its serializers: `examples/lib/python.sh` ($PYTHON if
+/// it has them, or the examples' virtual environment).
+fn python() -> String {
+    let output = std::process::Command::new(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/lib/python.sh"),
+    )
+    .stderr(Stdio::inherit())
+    .output()
+    .expect("run examples/lib/python.sh");
+    assert!(
+        output.status.success(),
+        "examples/lib/python.sh could not provide a Python with examples/requirements.txt"
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}

@@ -1,0 +1,196 @@
+//! The baselines, measured in the same run on the same records: COPY, a bare drain, a
+//! per-row INSERT consumer.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::Message;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::harness;
+use crate::report::Figure;
+
+/// A bare librdkafka consumer reading every partition from the start, no group join, with
+/// prefetch raised (`queued.min.messages`): the source's limit.
+pub(crate) fn bare_drain(bootstrap: &str, topic: &str, partitions: i32, n: u64) -> Figure {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", harness::unique("bench-drain"))
+        .set("enable.auto.commit", "false")
+        .set("queued.min.messages", "1000000")
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition");
+    }
+    consumer.assign(&assignment).expect("assign");
+    let started = Instant::now();
+    let mut last = Instant::now();
+    let mut seen = 0;
+    while seen < n && last.elapsed() < Duration::from_secs(10) {
+        if let Some(Ok(_)) = consumer.poll(Duration::from_millis(100)) {
+            seen += 1;
+            last = Instant::now();
+        }
+    }
+    let elapsed = if seen < n {
+        last - started
+    } else {
+        started.elapsed()
+    };
+    Figure::baseline(
+        "baseline: bare librdkafka drain",
+        n,
+        seen,
+        elapsed,
+        "assign from the start, queued.min.messages=1000000",
+    )
+}
+
+/// The rows sluice writes for `n` word events, as CSV (partition and offset as in the
+/// topic do not matter to the database's pace; they are the uid's).
+pub(crate) fn copy_file(dir: &Path, n: u64) -> PathBuf {
+    use std::io::Write;
+    let path = dir.join("rows.csv");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).expect("csv"));
+    for uid in 0..n {
+        let t = chrono::DateTime::from_timestamp_millis(1_700_000_000_000 + uid as i64)
+            .expect("ts")
+            .naive_utc();
+        writeln!(
+            out,
+            "{uid},w{},{}+00,{},{uid}",
+            uid % 97,
+            t.format("%Y-%m-%d %H:%M:%S%.6f"),
+            uid % 4
+        )
+        .expect("write csv");
+    }
+    out.flush().expect("flush csv");
+    path
+}
+
+pub(crate) fn psql(url: &str, sql: &str) -> std::process::Output {
+    Command::new("psql")
+        .args([url, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql])
+        .output()
+        .expect("psql runs")
+}
+
+/// `psql \copy` of the same rows into the table shape sluice writes, with or without its
+/// primary key: the database's pace.
+pub(crate) fn psql_copy(url: &str, csv: &Path, n: u64, keyed: bool) -> Figure {
+    let table = harness::unique("bench_copy");
+    let key = if keyed { " PRIMARY KEY" } else { "" };
+    let created = psql(
+        url,
+        &format!(
+            "CREATE TABLE {table} (uid BIGINT{key}, word TEXT, produced_at TIMESTAMPTZ, src_partition INTEGER, src_offset BIGINT)"
+        ),
+    );
+    assert!(created.status.success(), "create: {created:?}");
+    let started = Instant::now();
+    let copied = psql(
+        url,
+        &format!("\\copy {table} FROM '{}' WITH (FORMAT csv)", csv.display()),
+    );
+    let elapsed = started.elapsed();
+    assert!(copied.status.success(), "copy: {copied:?}");
+    let _ = psql(url, &format!("DROP TABLE {table}"));
+    Figure::baseline(
+        if keyed {
+            "baseline: psql \\copy, primary key"
+        } else {
+            "baseline: psql \\copy, no key"
+        },
+        n,
+        n,
+        elapsed,
+        "the same rows, same columns",
+    )
+}
+
+/// A consumer in a group that inserts each record in its own statement (autocommit) and
+/// commits its offsets to Kafka every 1,000 records: the pipelines of the field articles.
+/// Runs for at most `budget`; the rate is over the rows it wrote.
+pub(crate) async fn per_row_insert(
+    bootstrap: &str,
+    topic: &str,
+    url: &str,
+    n: u64,
+    budget: Duration,
+) -> Figure {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .expect("connect");
+    let table = harness::unique("bench_per_row");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {table} (uid BIGINT PRIMARY KEY, word TEXT, produced_at TIMESTAMPTZ, src_partition INTEGER, src_offset BIGINT)"
+    )))
+    .execute(&pool)
+    .await
+    .expect("create");
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", harness::unique("bench-per-row"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let insert = format!(
+        "INSERT INTO {table} VALUES ($1, $2, to_timestamp($3::float8 / 1000), $4, $5) ON CONFLICT DO NOTHING"
+    );
+    let mut rows = 0u64;
+    let mut started = None;
+    let deadline = Instant::now() + budget + Duration::from_secs(30);
+    while rows < n && Instant::now() < deadline {
+        let Ok(Ok(message)) = tokio::time::timeout(Duration::from_secs(10), consumer.recv()).await
+        else {
+            break;
+        };
+        let started = *started.get_or_insert_with(Instant::now);
+        let value: serde_json::Value =
+            serde_json::from_slice(message.payload().unwrap_or_default()).expect("json");
+        sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+            .bind(value["uid"].as_i64())
+            .bind(value["word"].as_str().map(str::to_string))
+            .bind(value["produced_at"].as_i64())
+            .bind(message.partition())
+            .bind(message.offset())
+            .execute(&pool)
+            .await
+            .expect("insert");
+        rows += 1;
+        if rows.is_multiple_of(1000) {
+            consumer
+                .commit_consumer_state(CommitMode::Async)
+                .expect("commit");
+            if started.elapsed() >= budget {
+                break;
+            }
+        }
+    }
+    let elapsed = started.map_or(Duration::ZERO, |s| s.elapsed());
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
+        .execute(&pool)
+        .await;
+    Figure {
+        holes: 0,
+        ..Figure::baseline(
+            "baseline: per-row INSERT, offsets to Kafka",
+            n,
+            rows,
+            elapsed,
+            &format!("stopped after {:.0} s", budget.as_secs_f64()),
+        )
+    }
+}

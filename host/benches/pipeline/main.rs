@@ -1,0 +1,269 @@
+//! The pipeline benchmark: a backlog drained by `sluice run` into each database, with the
+//! baselines measured in the same run on the same records. Prints one table and writes it
+//! as JSON under `target/bench/`.
+//!
+//! - The backlog is produced first, the way producers write it: batches of up to 10,000
+//!   records, lz4-compressed, over several partitions. Two topics hold the same events:
+//!   JSON (`{"uid":…,"word":…,"produced_at":…}`) for runs without a plugin, and the
+//!   field's raw `#uid*word@timestamp` for runs through the `word_parse` plugin. When the
+//!   Avro run is asked for, a third holds them in Avro (record `WordEvent`), written by
+//!   Confluent's own `AvroSerializer` (`produce_avro.py`) against the suite's Schema
+//!   Registry, which runs in this process.
+//! - sluice runs (a release binary, one process per run, `exactly_once`, batches of
+//!   5,000): PostgreSQL insert and upsert, MariaDB and SQLite upsert, each with and
+//!   without the plugin, with 1 and 2 tasks; then the levers (the same run with a switch
+//!   that puts an older way back, see docs/performance.md); `postgres insert avro 1t`
+//!   (`format: avro`) beside `postgres insert json 1t`, and its ratio to it.
+//! - Baselines: `psql \copy` of the same rows into the same table shape (with and without
+//!   its primary key): the sink's limit; a bare librdkafka drain of the topic: the
+//!   source's limit; a per-row `INSERT` consumer that commits offsets to Kafka, the shape
+//!   of the pipelines in the field articles.
+//! - For each: rows/s (from the first commit to the last row: the drain, without the
+//!   start), the ratio to COPY with the primary key, the CPU seconds of the sluice process
+//!   per million rows (user + system), the share of it spent on the transform threads
+//!   (plugins and mapping), and peak RSS. Rows are counted in the table: holes (records
+//!   the broker skipped, see below) are printed beside the rate.
+//! - Restart to the first commit with a backlog: after SIGTERM, after SIGKILL, and after
+//!   SIGKILL with static membership (`group.instance.id`).
+//!
+//! The test broker (Tansu 0.6.0, memory storage) answers a fetch that starts inside a
+//! stored batch with the next batch. A consumer reading on from where its last fetch
+//! ended never meets it; one that starts at a stored offset (a restart) or fetches again
+//! after a pause does, and the records skipped show as holes.
+//!
+//! Run: `scripts/bench.sh [--records N] [--only NAME,NAME] [--sluice PATH]`. Needs the test
+//! broker (see tests/e2e/harness) and the local PostgreSQL and MariaDB.
+
+#[path = "../../../tests/e2e/harness/mod.rs"]
+mod harness;
+// The suite's Schema Registry, for the Avro run. The bench uses only a part of it, and
+// cargo builds benches with cfg(test) but without the test harness, so the registry's
+// unit tests are left with imports they do not use.
+#[path = "../../../tests/e2e/registry/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod registry;
+
+mod backlog;
+mod baselines;
+mod process;
+mod report;
+mod runs;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use harness::{Backend, Broker, TestDb};
+
+use backlog::{produce_avro_backlog, produce_backlog, raw_event};
+use baselines::{bare_drain, copy_file, per_row_insert, psql_copy};
+use process::clock_ticks;
+use registry::TestRegistry;
+use report::{avro_to_json, print_table};
+use runs::{matrix, restart_to_first_commit, run_sluice};
+
+/// What the command line asks for.
+struct Options {
+    records: u64,
+    partitions: i32,
+    /// Only the runs whose names contain one of these (all when empty).
+    only: Vec<String>,
+    /// The sluice binary to measure.
+    sluice: PathBuf,
+}
+
+impl Options {
+    fn parse() -> Options {
+        let mut options = Options {
+            records: 1_000_000,
+            partitions: 4,
+            only: Vec::new(),
+            sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().unwrap_or_else(|| usage(&arg));
+            match arg.as_str() {
+                "--records" => {
+                    options.records = value().parse().unwrap_or_else(|_| usage("--records"))
+                }
+                "--partitions" => {
+                    options.partitions = value().parse().unwrap_or_else(|_| usage("--partitions"))
+                }
+                "--only" => options.only = value().split(',').map(str::to_string).collect(),
+                "--sluice" => {
+                    // Relative to where scripts/bench.sh runs (the repository), not to
+                    // where cargo runs the bench (host/).
+                    let path = PathBuf::from(value());
+                    options.sluice = if path.is_relative() && !path.exists() {
+                        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+                    } else {
+                        path
+                    }
+                }
+                // cargo bench passes --bench to every bench binary.
+                "--bench" => {}
+                other => usage(other),
+            }
+        }
+        options
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| name.contains(o.as_str()))
+    }
+}
+
+fn usage(arg: &str) -> ! {
+    eprintln!(
+        "bench: cannot use {arg}\nusage: scripts/bench.sh [--records N] [--partitions N] [--only NAME,NAME] [--sluice PATH]"
+    );
+    std::process::exit(2)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let options = Options::parse();
+    let n = options.records;
+    let ticks = clock_ticks();
+    let broker = Broker::start();
+    let json_topic = harness::unique("bench_json");
+    let raw_topic = harness::unique("bench_raw");
+    println!(
+        "pipeline benchmark: {n} records, {} partitions, lz4 batches of up to 10000; sluice {}",
+        options.partitions,
+        options.sluice.display()
+    );
+    let producing = Instant::now();
+    for (topic, value) in [
+        (&json_topic, harness::word_event as fn(u64) -> String),
+        (&raw_topic, raw_event),
+    ] {
+        broker.create_topic(topic, options.partitions).await;
+        produce_backlog(&broker.bootstrap, topic, n, value).await;
+    }
+    println!(
+        "produced 2 × {n} records in {:.1} s",
+        producing.elapsed().as_secs_f64()
+    );
+    // The Avro topic, only when an Avro run is asked for: its producer is Python.
+    let avro_topic = harness::unique("bench_avro");
+    let registry = if matrix()
+        .iter()
+        .any(|run| run.avro && options.wants(&run.name))
+    {
+        let registry = TestRegistry::start().await;
+        broker.create_topic(&avro_topic, options.partitions).await;
+        let seconds =
+            produce_avro_backlog(&broker.bootstrap, &registry.url(), &avro_topic, n).await;
+        println!("produced {n} Avro records (confluent_kafka's AvroSerializer) in {seconds:.1} s");
+        Some(registry)
+    } else {
+        None
+    };
+    let registry_url = registry.as_ref().map(TestRegistry::url);
+
+    let postgres = TestDb::new(Backend::Postgres);
+    let mut figures = Vec::new();
+    let csv_dir = tempfile::tempdir().expect("dir");
+    let csv = copy_file(csv_dir.path(), n);
+    let copy_keyed = psql_copy(&postgres.url, &csv, n, true);
+    let copy_rate = copy_keyed.rows_per_s;
+    figures.push(copy_keyed);
+    figures.push(psql_copy(&postgres.url, &csv, n, false));
+    figures.push(bare_drain(
+        &broker.bootstrap,
+        &json_topic,
+        options.partitions,
+        n,
+    ));
+    if options.wants("per-row") {
+        figures.push(
+            per_row_insert(
+                &broker.bootstrap,
+                &json_topic,
+                &postgres.url,
+                n,
+                Duration::from_secs(20),
+            )
+            .await,
+        );
+    }
+    print_table(&figures);
+
+    for (index, run) in matrix().into_iter().enumerate() {
+        if !options.wants(&run.name) {
+            continue;
+        }
+        let topic = if run.plugin {
+            &raw_topic
+        } else if run.avro {
+            &avro_topic
+        } else {
+            &json_topic
+        };
+        let figure = run_sluice(
+            &options,
+            &broker,
+            &run,
+            index,
+            topic,
+            registry_url.as_deref(),
+            ticks,
+        )
+        .await;
+        println!("{}: {:.0} rows/s", figure.name, figure.rows_per_s);
+        figures.push(figure);
+    }
+    if options.wants("restart") {
+        for (i, (signal, static_membership)) in
+            [("-TERM", false), ("-KILL", false), ("-KILL", true)]
+                .into_iter()
+                .enumerate()
+        {
+            let figure = restart_to_first_commit(
+                &options,
+                &broker,
+                &raw_topic,
+                signal,
+                static_membership,
+                90 + i,
+            )
+            .await;
+            println!("{}: {:.2} s", figure.name, figure.seconds);
+            figures.push(figure);
+        }
+    }
+    for f in &mut figures {
+        if f.kind != "restart" {
+            f.ratio_to_copy = Some(f.rows_per_s / copy_rate.max(1e-9));
+        }
+    }
+    print_table(&figures);
+    let avro = avro_to_json(&figures);
+    if let Some(avro) = &avro {
+        println!("\n{avro}");
+    }
+
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench");
+    std::fs::create_dir_all(&dir).expect("target/bench");
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let report = serde_json::json!({
+        "records": n,
+        "partitions": options.partitions,
+        "sluice": options.sluice.display().to_string(),
+        "unix_time": stamp,
+        "figures": figures,
+        "avro_to_json": avro,
+    });
+    let text = serde_json::to_string_pretty(&report).expect("json");
+    for name in [
+        format!("pipeline-{stamp}.json"),
+        "pipeline.json".to_string(),
+    ] {
+        std::fs::write(dir.join(&name), &text).expect("write report");
+    }
+    println!("\nwritten: {}", dir.join("pipeline.json").display());
+}

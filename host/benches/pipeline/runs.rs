@@ -1,0 +1,430 @@
+//! The sluice runs: the matrix of runs, one `sluice run` process draining the backlog,
+//! and the restart to the first commit.
+
+use std::time::{Duration, Instant};
+
+use sluice::sink::Sink;
+
+use crate::Options;
+use crate::harness::{self, Backend, Broker, Scenario, TestDb};
+use crate::process::{Process, ProcessUse, process_use};
+use crate::report::Figure;
+
+/// A run of `sluice run`.
+#[derive(Debug, Clone)]
+pub(crate) struct Run {
+    pub(crate) name: String,
+    pub(crate) db: Backend,
+    pub(crate) mode: &'static str,
+    pub(crate) plugin: bool,
+    /// Values in Avro (`format: avro`, schemas from the bench's registry) instead of JSON.
+    pub(crate) avro: bool,
+    pub(crate) tasks: u32,
+    /// Environment of the process (a lever's switch).
+    pub(crate) env: Vec<(&'static str, &'static str)>,
+    /// More `kafka.properties`, indented for the scenario's YAML.
+    pub(crate) kafka: String,
+    pub(crate) max_records: usize,
+}
+
+pub(crate) fn matrix() -> Vec<Run> {
+    let mut runs = Vec::new();
+    let db_name = |db| match db {
+        Backend::Postgres => "postgres",
+        Backend::MariaDb => "mariadb",
+        Backend::Sqlite => "sqlite",
+    };
+    for (db, modes) in [
+        (Backend::Postgres, &["insert", "upsert"][..]),
+        (Backend::MariaDb, &["upsert"][..]),
+        (Backend::Sqlite, &["upsert"][..]),
+    ] {
+        for &mode in modes {
+            for plugin in [true, false] {
+                for tasks in [1, 2] {
+                    runs.push(Run {
+                        name: format!(
+                            "{} {mode} {} {tasks}t",
+                            db_name(db),
+                            if plugin { "word_parse" } else { "json" }
+                        ),
+                        db,
+                        mode,
+                        plugin,
+                        avro: false,
+                        tasks,
+                        env: Vec::new(),
+                        kafka: String::new(),
+                        max_records: 5000,
+                    });
+                }
+            }
+        }
+    }
+    // The JSON run's records, in Avro as Confluent's serializer writes them: what decoding
+    // on arrival costs.
+    runs.push(Run {
+        name: "postgres insert avro 1t".into(),
+        db: Backend::Postgres,
+        mode: "insert",
+        plugin: false,
+        avro: true,
+        tasks: 1,
+        env: Vec::new(),
+        kafka: String::new(),
+        max_records: 5000,
+    });
+    let base = |name: &str, mode: &'static str| Run {
+        name: name.to_string(),
+        db: Backend::Postgres,
+        mode,
+        plugin: true,
+        avro: false,
+        tasks: 1,
+        env: Vec::new(),
+        kafka: String::new(),
+        max_records: 5000,
+    };
+    runs.push(Run {
+        env: vec![("SLUICE_PG_WRITE", "unnest")],
+        ..base(
+            "lever: postgres insert word_parse 1t, UNNEST not COPY",
+            "insert",
+        )
+    });
+    runs.push(Run {
+        env: vec![("SLUICE_BACKPRESSURE", "pause")],
+        ..base(
+            "lever: postgres insert word_parse 1t, pause for backpressure",
+            "insert",
+        )
+    });
+    runs.push(Run {
+        max_records: 20000,
+        ..base(
+            "lever: postgres insert word_parse 1t, batches of 20000",
+            "insert",
+        )
+    });
+    runs.push(Run {
+        kafka: "    queued.min.messages: 1000000\n".into(),
+        ..base(
+            "lever: postgres insert word_parse 1t, queued.min.messages 1M",
+            "insert",
+        )
+    });
+    for tasks in [1, 2] {
+        runs.push(Run {
+            kafka: "    max.partition.fetch.bytes: 4194304\n".into(),
+            tasks,
+            ..base(
+                &format!(
+                    "lever: postgres insert word_parse {tasks}t, max.partition.fetch.bytes=4MiB"
+                ),
+                "insert",
+            )
+        });
+    }
+    runs.push(Run {
+        kafka: "    fetch.queue.backoff.ms: 1000\n".into(),
+        ..base(
+            "lever: postgres insert word_parse 1t, fetch.queue.backoff.ms=1000",
+            "insert",
+        )
+    });
+    runs.push(Run {
+        kafka: "    queued.max.messages.kbytes: 65536\n".into(),
+        ..base(
+            "lever: postgres insert word_parse 1t, queued.max.messages.kbytes=65536",
+            "insert",
+        )
+    });
+    runs
+}
+
+/// The records a connector has committed from `topic`: the sum of its stored next offsets
+/// (every partition starts at 0).
+pub(crate) async fn committed(sink: &Sink, connector: &str, topic: &str) -> u64 {
+    // SUM is a DECIMAL in PostgreSQL and MySQL: cast back to an integer.
+    let integer = match sink.dialect() {
+        sluice::sink::Dialect::MySql => "SIGNED",
+        _ => "BIGINT",
+    };
+    sink.query_integers(
+        format!(
+            "SELECT CAST(COALESCE(SUM(next_offset), 0) AS {integer}) FROM sluice_offsets WHERE connector = '{connector}' AND topic = '{topic}'"
+        ),
+        1,
+    )
+    .await
+    .ok()
+    .and_then(|v| v[0])
+    .unwrap_or(0) as u64
+}
+
+/// A connector's scenario for `run`, on `topic`, with a short name (its task threads are
+/// named after it, and Linux keeps 15 characters of a thread's name); `registry` the
+/// Schema Registry of an Avro run.
+pub(crate) fn scenario(run: &Run, index: usize, topic: &str, registry: Option<&str>) -> Scenario {
+    let mut scenario = Scenario::new(run.tasks);
+    // Unique with the topic (offsets are kept per connector and topic, and each bench
+    // run has its own topics).
+    scenario.connector = format!("b{index:02}");
+    scenario.topic = topic.to_string();
+    scenario.mode = run.mode;
+    scenario.key = "[uid]";
+    scenario.max_records = run.max_records;
+    scenario.extra_kafka = run.kafka.clone();
+    if run.avro {
+        let registry = registry.expect("an Avro run has a registry");
+        // `kafka.schema_registry`, after the scenario's kafka properties.
+        scenario
+            .extra_kafka
+            .push_str(&format!("  schema_registry:\n    url: \"{registry}\"\n"));
+        scenario.extra_connector = "    format: avro\n".into();
+    }
+    // The admin API, for the stage durations in /metrics (a top-level key after the
+    // scenario's kafka properties).
+    scenario.extra_kafka.push_str(&format!(
+        "admin:\n  listen: 127.0.0.1:{}\n",
+        harness::free_port()
+    ));
+    if run.plugin {
+        scenario.transforms = format!(
+            "    transforms:\n      - name: parse\n        plugin: {}\n        config: {{ separator: \"*\" }}\n",
+            sluice_transform::example_plugin_path("word_parse").display()
+        );
+    }
+    scenario
+}
+
+/// The sums and counts of `sluice_batch_duration_seconds` by stage, from the process's
+/// /metrics: where a batch's time goes.
+pub(crate) fn stage_times(scenario: &Scenario) -> String {
+    use std::io::{Read, Write};
+    let Some(listen) = scenario
+        .extra_kafka
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("listen: "))
+    else {
+        return String::new();
+    };
+    let mut text = String::new();
+    if let Ok(mut stream) = std::net::TcpStream::connect(listen) {
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        // A loopback admin API answers only requests for a loopback host (admin/auth.rs).
+        let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+        let _ = stream.read_to_string(&mut text);
+    }
+    let mut out = Vec::new();
+    for stage in ["poll", "transform", "map", "write", "commit"] {
+        let find = |suffix: &str| {
+            text.lines()
+                .find(|l| {
+                    l.starts_with(&format!("sluice_batch_duration_seconds_{suffix}{{"))
+                        && l.contains(&format!("stage=\"{stage}\""))
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        if let (Some(sum), Some(count)) = (find("sum"), find("count")) {
+            out.push(format!("{stage} {sum:.2}/{count:.0}"));
+        }
+    }
+    out.join(", ")
+}
+
+/// Drains the backlog with one sluice process.
+pub(crate) async fn run_sluice(
+    options: &Options,
+    broker: &Broker,
+    run: &Run,
+    index: usize,
+    topic: &str,
+    registry: Option<&str>,
+    ticks: f64,
+) -> Figure {
+    let n = options.records;
+    let db = TestDb::new(run.db);
+    let scenario = scenario(run, index, topic, registry);
+    let dir = tempfile::tempdir().expect("dir");
+    let config_path = scenario.write(dir.path(), &broker.bootstrap, &db);
+    let config = scenario.config(&broker.bootstrap, &db);
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    sink.prepare().await.expect("prepare");
+
+    let process = Process::start(&options.sluice, &config_path, &run.env);
+    let pid = process.child.id();
+    let started = Instant::now();
+    let mut first: Option<(Instant, u64, ProcessUse)> = None;
+    let mut progress = (Instant::now(), 0u64);
+    let mut quarter: Option<(Instant, u64)> = None;
+    let mut rss = Vec::new();
+    let mut done;
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        done = committed(&sink, &scenario.connector, topic).await;
+        if done > progress.1 {
+            progress = (Instant::now(), done);
+            while rss.len() < 4 && done >= n * (rss.len() as u64 + 1) / 4 {
+                rss.push(process_use(pid, ticks).rss_mb);
+            }
+            if quarter.is_none() && done >= n / 4 {
+                quarter = Some(progress);
+            }
+        }
+        if done > 0 && first.is_none() {
+            first = Some((Instant::now(), done, process_use(pid, ticks)));
+        }
+        if done >= n || progress.0.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+    }
+    let end = progress.0;
+    let usage = process_use(pid, ticks);
+    let stages = stage_times(&scenario);
+    process.signal("-TERM");
+    process.wait(Duration::from_secs(30));
+    let counts = sink
+        .query_integers(
+            format!(
+                "SELECT COUNT(*), COUNT(DISTINCT uid) FROM {}",
+                scenario.table
+            ),
+            2,
+        )
+        .await
+        .expect("count");
+    let (rows, distinct) = (counts[0].unwrap_or(0) as u64, counts[1].unwrap_or(0) as u64);
+    let _ = sink
+        .execute_statement(&format!("DROP TABLE {}", scenario.table))
+        .await;
+    sink.close().await;
+    let (first_at, first_done, at_first) = first.unwrap_or((end, 0, usage));
+    let drain = end.saturating_duration_since(first_at);
+    let drained = done.saturating_sub(first_done);
+    let cpu = usage.cpu_seconds;
+    Figure {
+        name: run.name.clone(),
+        kind: "sluice",
+        records: n,
+        rows,
+        holes: n.saturating_sub(distinct),
+        seconds: drain.as_secs_f64(),
+        rows_per_s: drained as f64 / drain.as_secs_f64().max(1e-9),
+        rows_per_s_after_quarter: quarter.map(|(at, from)| {
+            done.saturating_sub(from) as f64
+                / end.saturating_duration_since(at).as_secs_f64().max(1e-9)
+        }),
+        rss_mb_at_quarters: rss,
+        ratio_to_copy: None,
+        // Over the drain, like the rate: the start (plugin compilation, connections, the
+        // group join) is in the note.
+        cpu_s_per_million: Some((cpu - at_first.cpu_seconds) / (drained.max(1) as f64) * 1e6),
+        transform_cpu_share: Some(
+            (usage.transform_cpu_seconds - at_first.transform_cpu_seconds).max(0.0)
+                / (cpu - at_first.cpu_seconds).max(1e-9),
+        ),
+        peak_rss_mb: Some(usage.peak_rss_mb),
+        note: format!(
+            "first commit {:.2} s after start; {:.2} CPU s in all; {} duplicates; batch stages (s in all, batches): {stages}",
+            first_at.saturating_duration_since(started).as_secs_f64(),
+            cpu,
+            rows.saturating_sub(distinct)
+        ),
+    }
+}
+
+/// Starts a connector on the backlog, stops it with `signal` once a tenth has committed,
+/// starts it again and times the new process from its start to its first commit.
+pub(crate) async fn restart_to_first_commit(
+    options: &Options,
+    broker: &Broker,
+    topic: &str,
+    signal: &str,
+    static_membership: bool,
+    index: usize,
+) -> Figure {
+    let run = Run {
+        name: String::new(),
+        db: Backend::Postgres,
+        mode: "insert",
+        plugin: true,
+        avro: false,
+        tasks: 1,
+        env: Vec::new(),
+        kafka: if static_membership {
+            format!("    group.instance.id: {}\n", harness::unique("bench"))
+        } else {
+            String::new()
+        },
+        max_records: 5000,
+    };
+    let db = TestDb::new(Backend::Postgres);
+    let scenario = scenario(&run, index, topic, None);
+    let dir = tempfile::tempdir().expect("dir");
+    let config_path = scenario.write(dir.path(), &broker.bootstrap, &db);
+    let config = scenario.config(&broker.bootstrap, &db);
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    sink.prepare().await.expect("prepare");
+    let process = Process::start(&options.sluice, &config_path, &[]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while committed(&sink, &scenario.connector, topic).await < options.records / 10
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    process.signal(signal);
+    process.wait(Duration::from_secs(30));
+    let before = committed(&sink, &scenario.connector, topic).await;
+    let process = Process::start(&options.sluice, &config_path, &[]);
+    let started = Instant::now();
+    let mut first = None;
+    while started.elapsed() < Duration::from_secs(120) {
+        if committed(&sink, &scenario.connector, topic).await > before {
+            first = Some(started.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    process.signal("-TERM");
+    process.wait(Duration::from_secs(30));
+    let _ = sink
+        .execute_statement(&format!("DROP TABLE {}", scenario.table))
+        .await;
+    sink.close().await;
+    let name = format!(
+        "restart after {}{}: to the first commit",
+        signal.trim_start_matches('-'),
+        if static_membership {
+            ", group.instance.id"
+        } else {
+            ""
+        }
+    );
+    let elapsed = first.unwrap_or(Duration::from_secs(120));
+    Figure {
+        name,
+        kind: "restart",
+        records: options.records,
+        rows: 0,
+        holes: 0,
+        seconds: elapsed.as_secs_f64(),
+        rows_per_s: 0.0,
+        ratio_to_copy: None,
+        cpu_s_per_million: None,
+        transform_cpu_share: None,
+        peak_rss_mb: None,
+        rows_per_s_after_quarter: None,
+        rss_mb_at_quarters: Vec::new(),
+        note: format!(
+            "{} records committed before the stop; session.timeout.ms 6000{}",
+            before,
+            if first.is_none() {
+                "; no commit within 120 s"
+            } else {
+                ""
+            }
+        ),
+    }
+}
