@@ -280,19 +280,23 @@ impl Preparer {
             (None, None) => None,
         };
         let resolved = std::mem::take(&mut self.resolved);
-        // The decoded values, by input, while no transform stands between arrival and the
-        // mapping (which then does not parse their JSON text again).
-        let mut decoded_values: Vec<Option<serde_json::Value>> = Vec::new();
+        // Without transforms, a value decoded on arrival is mapped right away, from the
+        // decoded document (its JSON text is not parsed again, and is written only when
+        // something reads it: dedup, a `$value` column).
+        let map_on_arrival = decoders.is_some() && self.chain.is_none();
+        let write_text = !map_on_arrival || self.dedup.is_some() || self.mapper.reads_value();
         if decoders.is_some() {
             prepared.schemas = vec![RecordSchemas::default(); incoming.len()];
-            if self.chain.is_none() {
-                decoded_values.resize(incoming.len(), None);
-            }
         }
+        let mapping = std::time::Instant::now();
 
         // Arrival checks: a failing record goes no further.
         let mut passing = Vec::with_capacity(incoming.len());
         let mut passing_index = Vec::with_capacity(incoming.len());
+        if map_on_arrival {
+            prepared.ops.reserve(incoming.len());
+            prepared.origins.reserve(incoming.len());
+        }
         let read_at = now_millis();
         for (index, mut item) in incoming.into_iter().enumerate() {
             let mut problem = match item.defect {
@@ -301,13 +305,12 @@ impl Preparer {
                     .err()
                     .map(|m| (FailureClass::RecordTooLarge, m)),
             };
+            let mut decoded_value = None;
             if let (None, Some(decoders)) = (&problem, &decoders) {
-                match decoders.decode(&mut item.record, &resolved) {
+                match decoders.decode(&mut item.record, &resolved, write_text) {
                     Ok(decoded) => {
                         prepared.schemas[index] = decoded.schemas;
-                        if let Some(slot) = decoded_values.get_mut(index) {
-                            *slot = decoded.value;
-                        }
+                        decoded_value = decoded.value;
                     }
                     Err(failure) if failure.unresolved => {
                         return Err(PrepareError::Unresolved(failure.message));
@@ -333,6 +336,20 @@ impl Preparer {
                     failed[index] = true;
                     failures.push(prepared.failure(index, Stage::Source, class, message));
                 }
+                None if map_on_arrival => match self.map_one(&item.record, decoded_value) {
+                    Ok(RowOp::Skip(why)) => {
+                        tracing::debug!(record = %item.record.coordinates(), why, "record skipped");
+                        prepared.skipped += 1;
+                    }
+                    Ok(op) => {
+                        prepared.ops.push(op);
+                        prepared.origins.push(index);
+                    }
+                    Err((stage, class, message)) => {
+                        failed[index] = true;
+                        failures.push(prepared.failure(index, stage, class, message));
+                    }
+                },
                 None => {
                     passing.push(item.record);
                     passing_index.push(index);
@@ -387,8 +404,12 @@ impl Preparer {
             }
         };
 
-        // Schema and mapping, output by output.
-        let mapping = std::time::Instant::now();
+        // Schema and mapping, output by output (decoded values were mapped on arrival).
+        let mapping = if map_on_arrival {
+            mapping
+        } else {
+            std::time::Instant::now()
+        };
         prepared.ops.reserve(outputs.len());
         prepared.origins.reserve(outputs.len());
         for (index, record) in &outputs {
@@ -396,8 +417,7 @@ impl Preparer {
             if failed[index] {
                 continue;
             }
-            let decoded = decoded_values.get_mut(index).and_then(Option::take);
-            match self.map_one(record, decoded) {
+            match self.map_one(record, None) {
                 Ok(RowOp::Skip(why)) => {
                     tracing::debug!(record = %record.coordinates(), why, "record skipped");
                     prepared.skipped += 1;

@@ -388,18 +388,24 @@ impl Decoders {
 
     /// Decodes `record`'s key and value in place, to JSON text, and returns the schemas
     /// they were written with and the decoded value (so the mapping need not parse the
-    /// text again). A tombstone (no value) and a null key stay as they are.
+    /// text again). With `value_text` false the value's JSON text is not written (nothing
+    /// reads it: the mapping takes the decoded value); the key's always is. A tombstone
+    /// (no value) and a null key stay as they are.
     pub fn decode(
         &self,
         record: &mut Record,
         resolved: &Resolved,
+        value_text: bool,
     ) -> Result<Decoded, DecodeFailure> {
         let mut decoded = Decoded::default();
         if let Some(decoder) = &self.key {
-            decoded.schemas.key = decoder.decode(record, Side::Key, resolved)?.map(|(w, _)| w);
+            decoded.schemas.key = decoder
+                .decode(record, Side::Key, resolved, true)?
+                .map(|(w, _)| w);
         }
         if let Some(decoder) = &self.value
-            && let Some((writer, value)) = decoder.decode(record, Side::Value, resolved)?
+            && let Some((writer, value)) =
+                decoder.decode(record, Side::Value, resolved, value_text)?
         {
             decoded.schemas.value = Some(writer);
             decoded.value = Some(value);
@@ -484,6 +490,7 @@ impl SideDecoder {
         record: &mut Record,
         side: Side,
         resolved: &Resolved,
+        write_text: bool,
     ) -> Result<Option<(Arc<WriterSchema>, Value)>, DecodeFailure> {
         let fail = |class: FailureClass, message: String| DecodeFailure {
             class,
@@ -563,11 +570,13 @@ impl SideDecoder {
                 )
             }
         };
-        let text = serde_json::to_vec(&value)
-            .map_err(|e| fail(FailureClass::DecodeFailed, e.to_string()))?;
-        match side {
-            Side::Key => record.key = Some(text),
-            Side::Value => record.value = Some(text),
+        if write_text {
+            let text = serde_json::to_vec(&value)
+                .map_err(|e| fail(FailureClass::DecodeFailed, e.to_string()))?;
+            match side {
+                Side::Key => record.key = Some(text),
+                Side::Value => record.value = Some(text),
+            }
         }
         Ok(Some((writer, value)))
     }

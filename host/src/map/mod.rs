@@ -178,6 +178,11 @@ impl RowMapper {
         }
     }
 
+    /// Whether a column reads the value as it is (`$value`).
+    pub fn reads_value(&self) -> bool {
+        self.columns.iter().any(|c| c.source == Source::Value)
+    }
+
     /// Maps one record.
     pub fn map(&self, record: &Record) -> Result<RowOp, MapError> {
         self.map_parsed(record, None)
