@@ -138,7 +138,7 @@ pub fn type_whole_values(
         match parse_typed(text.trim(), *types) {
             Ok(value) => *slot = value,
             Err(wanted) => problems.push(Problem::new(
-                super::load::pointer_to_path(pointer),
+                super::schema_check::pointer_to_path(pointer),
                 format!("{} is {:?}, not {wanted}", origin.written, text),
             )),
         }
@@ -151,7 +151,7 @@ pub fn type_whole_values(
 /// the field decides how the text is read.
 pub fn refused_types(document: &Value, origins: &Origins) -> Vec<(String, JsonTypeSet)> {
     use jsonschema::error::{TypeKind, ValidationErrorKind as Kind};
-    let Ok(validator) = super::load::validator() else {
+    let Ok(validator) = super::schema_check::validator() else {
         return Vec::new();
     };
     let mut refused: Vec<(String, JsonTypeSet)> = Vec::new();

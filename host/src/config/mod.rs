@@ -7,11 +7,15 @@
 mod admin;
 mod connector;
 mod dead_letter;
+mod files;
 mod formats;
 mod interpolate;
 mod load;
+#[cfg(test)]
+mod load_tests;
 mod problem;
 mod redact;
+mod schema_check;
 mod scrub;
 mod secret;
 mod semantic;
@@ -27,8 +31,9 @@ use serde::Deserialize;
 
 pub use connector::*;
 pub use dead_letter::{MIN_SIGNING_KEY_BYTES, SigningKeys};
+pub use files::plugin_problems;
 pub use formats::{Format, RegistryTls, SchemaRegistryConfig, Urls};
-pub use load::{ConfigError, load_file, load_str, plugin_problems};
+pub use load::{ConfigError, load_file, load_str};
 pub use problem::Problem;
 pub use redact::{is_secret_key, redact_document, redact_url};
 pub use secret::{Properties, Secret, SecretUrl};

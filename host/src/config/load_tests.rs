@@ -1,0 +1,286 @@
+//! Loading configurations: defaults, every problem reported with its path, secrets hidden.
+
+use super::load::*;
+use super::schema_check::pointer_to_path;
+
+const GOOD: &str = r#"
+kafka: { brokers: "localhost:9092", properties: { session.timeout.ms: 10000 } }
+connectors:
+  - name: words
+    topics: [words]
+    sink:
+      url: sqlite://words.db
+      table: words
+      mode: upsert
+      key: [uid]
+      columns:
+        uid: { from: /uid, type: bigint }
+        word: { from: /word, type: text }
+"#;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn problems(text: &str) -> Vec<String> {
+    match load_str(text, &no_env) {
+        Ok(_) => Vec::new(),
+        Err(ConfigError::Invalid { problems }) => problems.iter().map(|p| p.to_string()).collect(),
+        Err(other) => vec![other.to_string()],
+    }
+}
+
+#[test]
+fn good_file_loads_with_defaults() {
+    let config = load_str(GOOD, &no_env).expect("valid");
+    let c = &config.connectors[0];
+    assert_eq!(c.group_id(), "sluice-words");
+    assert_eq!(c.tasks, 1);
+    assert_eq!(c.sink.columns.0[0].0, "uid");
+    assert_eq!(config.kafka.properties["session.timeout.ms"], "10000");
+}
+
+#[test]
+fn columns_keep_the_file_order() {
+    let text = GOOD.replace("        uid: { from: /uid, type: bigint }\n        word: { from: /word, type: text }", "        word: { from: /word, type: text }\n        uid: { from: /uid, type: bigint }\n        a: { from: $offset, type: bigint }");
+    let config = load_str(&text, &no_env).expect("valid");
+    let names: Vec<&str> = config.connectors[0]
+        .sink
+        .columns
+        .0
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(names, ["word", "uid", "a"]);
+}
+
+#[test]
+fn unknown_key_column_is_named() {
+    let text = GOOD.replace("key: [uid]", "key: [id]");
+    assert_eq!(
+        problems(&text),
+        vec!["connectors[0].sink.key[0]: column \"id\" is not defined in columns"]
+    );
+}
+
+#[test]
+fn every_problem_is_reported() {
+    let text = GOOD
+        .replace("key: [uid]", "key: [id, uid2]")
+        .replace("sqlite://", "oracle://");
+    let found = problems(&text);
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found[0].starts_with("connectors[0].sink.url: unsupported database \"oracle\""));
+}
+
+#[test]
+fn passwords_stay_hidden() {
+    let text = GOOD.replace("sqlite://words.db", "oracle://u:hunter2@h/db");
+    let found = problems(&text).join("\n");
+    assert!(!found.contains("hunter2"), "{found}");
+}
+
+const SECRETS: &str = r#"
+kafka:
+  brokers: localhost:9092
+  properties: { sasl.username: app, sasl.password: hunter2-sasl, sasl.oauthbearer.client.secret: hunter2-oidc }
+connectors:
+  - name: words
+    topics: [words]
+    transforms:
+      - name: t
+        plugin: t.wasm
+        config: { api_token: hunter2-token, field: uid }
+    sink:
+      url: postgres://app:hunter2-userinfo@db/test?password=hunter2-query&sslmode=require
+      table: words
+      columns: { uid: { from: /uid, type: bigint } }
+"#;
+
+#[test]
+fn debug_of_a_config_shows_no_secret() {
+    let config = load_str(SECRETS, &no_env).expect("valid");
+    let shown = format!("{config:?} {config:#?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("postgres://app:***@db/test?password=***&sslmode=require"));
+    assert!(shown.contains("sasl.username") && shown.contains("field"));
+    // The values themselves are there for the clients that need them.
+    assert_eq!(config.kafka.properties["sasl.password"], "hunter2-sasl");
+    assert!(
+        config.connectors[0]
+            .sink
+            .url
+            .expose()
+            .contains("hunter2-userinfo")
+    );
+    assert_eq!(
+        config.connectors[0].transforms[0].spec().config["api_token"],
+        "hunter2-token"
+    );
+}
+
+#[test]
+fn failed_loads_show_no_secret() {
+    for bad in [
+        SECRETS.replace("      table: words", "      table: words\n      tabel: x"),
+        SECRETS.replace("table: words", "table: \"no good\""),
+        SECRETS
+            .replace("columns: {", "columns: [")
+            .replace("bigint } }", "bigint } ]"),
+        SECRETS.replace("sslmode=require", "sslmode=${MODE"),
+        SECRETS.replace(
+            "sasl.password: hunter2-sasl",
+            "sasl.password: [hunter2-sasl]",
+        ),
+        SECRETS.replace("  - name: words", "  words:"),
+    ] {
+        let error = load_str(&bad, &no_env).expect_err(&bad);
+        let shown = format!("{error} {error:?}");
+        assert!(!shown.contains("hunter2"), "{bad}\n{shown}");
+    }
+}
+
+#[test]
+fn merge_keys_share_settings_and_unknown_fields_still_fail() {
+    let text = r#"
+kafka: { brokers: localhost:9092 }
+connectors:
+  - name: a
+    topics: [a]
+    sink: &sink
+      url: sqlite://x.db
+      table: a
+      columns: { uid: { from: /uid, type: bigint }, word: { from: /word, type: text } }
+  - name: b
+    topics: [b]
+    sink:
+      <<: *sink
+      table: b
+"#;
+    let config = load_str(text, &no_env).expect("valid");
+    let b = &config.connectors[1].sink;
+    assert_eq!(b.table, "b");
+    assert_eq!(b.url.expose(), "sqlite://x.db");
+    let names: Vec<&str> = b.columns.0.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["uid", "word"]);
+    assert_eq!(
+        problems(&text.replace("      table: b\n", "      table: b\n      tabel: c\n")),
+        vec!["connectors[1].sink: unknown field tabel"]
+    );
+    assert_eq!(
+        problems(&text.replace(
+            "      <<: *sink",
+            "      <<: 5\n      url: sqlite://y.db\n      columns: {}"
+        )),
+        vec![
+            "connectors[1].sink.<<: the merge key << takes a mapping or a list of mappings (an alias such as *defaults, or [*a, *b]), not a number"
+        ]
+    );
+}
+
+#[test]
+fn syntax_errors_keep_their_line() {
+    let found = problems("kafka: { brokers: localhost:9092 }\nconnectors:\n  - name: [a\n");
+    assert_eq!(found.len(), 1);
+    assert!(found[0].starts_with("line "), "{found:?}");
+}
+
+#[test]
+fn plugin_limits_are_range_checked() {
+    let with = |limits: &str| {
+        GOOD.replace(
+            "    sink:",
+            &format!(
+                "    transforms: [{{ name: t, plugin: t.wasm, limits: {limits} }}]\n    sink:"
+            ),
+        )
+    };
+    assert!(problems(&with("{ timeout: 1ms, memory: 1MiB }")).is_empty());
+    assert!(problems(&with("{ timeout: 5m, memory: 4GiB }")).is_empty());
+    assert_eq!(
+        problems(&with("{ timeout: 0.5ms }")),
+        vec![
+            "connectors[0].transforms[0].limits.timeout: 0.5ms is shorter than 1ms, the shortest deadline sluice can keep (epoch ticks are milliseconds)"
+        ]
+    );
+    let found = problems(&with("{ timeout: 301s, memory: 4097MiB }"));
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found[0].starts_with("connectors[0].transforms[0].limits.timeout: 301s is longer than 5m"),
+        "{found:?}"
+    );
+    assert!(
+        found[1]
+            .starts_with("connectors[0].transforms[0].limits.memory: 4097MiB is more than 4GiB"),
+        "{found:?}"
+    );
+    assert_eq!(
+        problems(&with("{ memory: 1023KiB }")),
+        vec![
+            "connectors[0].transforms[0].limits.memory: 1023KiB is less than 1MiB, the least memory a component starts with"
+        ]
+    );
+}
+
+#[test]
+fn isolation_defaults_and_checks() {
+    let config = load_str(GOOD, &no_env).expect("valid");
+    let isolation = &config.connectors[0].errors.isolation;
+    assert_eq!(isolation.max_time.0, std::time::Duration::from_secs(300));
+    assert_eq!(isolation.max_failed_calls, 64);
+    let with = |isolation: &str| format!("{GOOD}    errors: {{ isolation: {isolation} }}\n");
+    let config = load_str(&with("{ max_time: 30s, max_failed_calls: 8 }"), &no_env).expect("valid");
+    let isolation = &config.connectors[0].errors.isolation;
+    assert_eq!(isolation.max_time.0, std::time::Duration::from_secs(30));
+    assert_eq!(isolation.max_failed_calls, 8);
+    assert_eq!(
+        problems(&with("{ max_time: 0s }")),
+        vec![
+            "connectors[0].errors.isolation.max_time: must be more than 0: it is the time allowed to find the records that fail a batch"
+        ]
+    );
+    let found = problems(&with("{ max_failed_calls: 0 }"));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with(
+            "connectors[0].errors.isolation.max_failed_calls: 0 is less than the minimum of 1"
+        ),
+        "{found:?}"
+    );
+    assert_eq!(
+        problems(&with("{ max_calls: 3 }")),
+        vec!["connectors[0].errors.isolation: unknown field max_calls"]
+    );
+}
+
+#[test]
+fn paths() {
+    assert_eq!(
+        pointer_to_path("/connectors/1/sink/key/0"),
+        "connectors[1].sink.key[0]"
+    );
+    assert_eq!(pointer_to_path(""), "");
+}
+
+#[test]
+fn an_open_listener_needs_a_token_and_a_read_token_its_own_value() {
+    let with = |admin: &str| problems(&format!("{GOOD}\nadmin: {admin}\n"));
+    let open = with("{ listen: \"0.0.0.0:8083\" }");
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert!(
+        open[0].starts_with("admin.listen: 0.0.0.0:8083 is reachable"),
+        "{open:?}"
+    );
+    assert!(with("{ listen: \"[::]:8083\" }")[0].starts_with("admin.listen"));
+    assert!(with("{ listen: \"127.0.0.1:8083\" }").is_empty());
+    assert!(with("{ listen: \"[::1]:8083\" }").is_empty());
+    assert!(with("{ listen: \"0.0.0.0:8083\", token: t-0123456789abcdef }").is_empty());
+    assert!(with("{ listen: \"0.0.0.0:8083\", read_token: r-0123456789abcdef }").is_empty());
+    // Off loopback, a read token is as long as a token must be.
+    assert_eq!(with("{ listen: \"0.0.0.0:8083\", read_token: r }").len(), 1);
+    let same = with("{ listen: \"127.0.0.1:8083\", token: t, read_token: t }");
+    assert!(
+        same.len() == 1 && same[0].starts_with("admin.read_token: is the same"),
+        "{same:?}"
+    );
+}
