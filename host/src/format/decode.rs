@@ -616,3 +616,56 @@ pub fn load_avro_file(path: &Path) -> Result<AvroSchema, String> {
     AvroSchema::parse(&text, &[])
         .map_err(|e| format!("{} is not an Avro schema: {e}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Urls;
+    use crate::format::registry::test_registry::TestRegistry;
+
+    fn settings(url: String) -> SchemaRegistryConfig {
+        SchemaRegistryConfig {
+            url: Urls(vec![url]),
+            username: None,
+            password: None,
+            token: None,
+            tls: None,
+        }
+    }
+
+    const WORD: &str =
+        r#"{"type": "record", "name": "W", "fields": [{"name": "id", "type": "long"}]}"#;
+
+    /// One source per registry in the process: every connector and task that names it
+    /// shares its client and compiled schemas, so a schema is fetched once.
+    #[tokio::test]
+    async fn a_registry_is_asked_once_per_schema_by_the_whole_process() {
+        let registry = TestRegistry::start().await;
+        let id = registry.register("w-value", "AVRO", WORD, serde_json::json!([]));
+        let first = SchemaSource::shared(&settings(registry.url())).unwrap();
+        let second = SchemaSource::shared(&settings(registry.url())).unwrap();
+        assert!(Arc::ptr_eq(&first, &second));
+        for source in [&first, &second, &first] {
+            let answer = source.answer(&SchemaRef::Id(id)).await.unwrap();
+            assert!(matches!(answer, Answer::Ready(_)));
+        }
+        assert_eq!(registry.requests(), 1, "{:?}", registry.log());
+    }
+
+    /// An id the registry does not have is asked again: it may be there later (a replica
+    /// behind its primary), unlike what an id names, which never changes.
+    #[tokio::test]
+    async fn an_unknown_id_is_not_remembered() {
+        let registry = TestRegistry::start().await;
+        let source = SchemaSource::shared(&settings(registry.url())).unwrap();
+        let missing = source.answer(&SchemaRef::Id(1)).await.unwrap();
+        assert!(
+            matches!(missing, Answer::Missing(FailureClass::SchemaNotFound, _)),
+            "the registry is empty"
+        );
+        let id = registry.register("w-value", "AVRO", WORD, serde_json::json!([]));
+        assert_eq!(id, 1);
+        let found = source.answer(&SchemaRef::Id(1)).await.unwrap();
+        assert!(matches!(found, Answer::Ready(_)), "asked again, and found");
+    }
+}

@@ -19,7 +19,7 @@ pub mod transport;
 /// The suite's Schema Registry (test code, kept in `tests/`), for the client's tests.
 #[cfg(test)]
 #[path = "../../../../tests/e2e/registry/mod.rs"]
-mod test_registry;
+pub(crate) mod test_registry;
 #[cfg(test)]
 mod tests;
 
