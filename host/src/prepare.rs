@@ -122,6 +122,29 @@ impl Prepared {
         }
     }
 
+    /// Takes what input `index` mapped to: an operation, a counted skip, or its failure
+    /// (handed back).
+    fn take_mapped(
+        &mut self,
+        index: usize,
+        record: &Record,
+        mapped: Result<RowOp, (Stage, FailureClass, String)>,
+    ) -> Option<Failure> {
+        match mapped {
+            Ok(RowOp::Skip(why)) => {
+                tracing::debug!(record = %record.coordinates(), why, "record skipped");
+                self.skipped += 1;
+                None
+            }
+            Ok(op) => {
+                self.ops.push(op);
+                self.origins.push(index);
+                None
+            }
+            Err((stage, class, message)) => Some(self.failure(index, stage, class, message)),
+        }
+    }
+
     /// Input `index`'s partition and offset, with its topic.
     pub fn position(&self, index: usize) -> (&str, i32, i64) {
         let (topic, partition, offset) = self.coordinates[index];
@@ -336,20 +359,13 @@ impl Preparer {
                     failed[index] = true;
                     failures.push(prepared.failure(index, Stage::Source, class, message));
                 }
-                None if map_on_arrival => match self.map_one(&item.record, decoded_value) {
-                    Ok(RowOp::Skip(why)) => {
-                        tracing::debug!(record = %item.record.coordinates(), why, "record skipped");
-                        prepared.skipped += 1;
-                    }
-                    Ok(op) => {
-                        prepared.ops.push(op);
-                        prepared.origins.push(index);
-                    }
-                    Err((stage, class, message)) => {
+                None if map_on_arrival => {
+                    let mapped = self.map_one(&item.record, decoded_value);
+                    if let Some(failure) = prepared.take_mapped(index, &item.record, mapped) {
                         failed[index] = true;
-                        failures.push(prepared.failure(index, stage, class, message));
+                        failures.push(failure);
                     }
-                },
+                }
                 None => {
                     passing.push(item.record);
                     passing_index.push(index);
@@ -417,19 +433,10 @@ impl Preparer {
             if failed[index] {
                 continue;
             }
-            match self.map_one(record, None) {
-                Ok(RowOp::Skip(why)) => {
-                    tracing::debug!(record = %record.coordinates(), why, "record skipped");
-                    prepared.skipped += 1;
-                }
-                Ok(op) => {
-                    prepared.ops.push(op);
-                    prepared.origins.push(index);
-                }
-                Err((stage, class, message)) => {
-                    failed[index] = true;
-                    failures.push(prepared.failure(index, stage, class, message));
-                }
+            let mapped = self.map_one(record, None);
+            if let Some(failure) = prepared.take_mapped(index, record, mapped) {
+                failed[index] = true;
+                failures.push(failure);
             }
         }
         failures.sort_by_key(|f| f.index);
