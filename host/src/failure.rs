@@ -88,6 +88,14 @@ named_enum! {
         NotUtf8 => "not_utf8",
         /// A value or key that does not fit its column.
         ColumnValue => "column_value",
+        /// Under `envelope: debezium | opencdc`, a value that is not such a change event
+        /// (no `op`/`operation`, an unknown one, no row where the operation needs one).
+        NotAChangeEvent => "not_a_change_event",
+        /// `sink.version` finds no version in the record (none where it points, not an
+        /// integer or a timestamp, a Debezium event without its source position).
+        MissingVersion => "missing_version",
+        /// A truncate event under `sink.on_truncate: fail`.
+        Truncate => "truncate",
         /// The database refused the row: a constraint, a length, a value out of range.
         DatabaseRefused => "database_refused",
     }

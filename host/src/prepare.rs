@@ -182,7 +182,11 @@ impl Preparer {
         Self {
             chain,
             schema,
-            mapper: RowMapper::new(&connector.sink, connector.format.clone()),
+            mapper: RowMapper::new(
+                &connector.sink,
+                connector.format.clone(),
+                connector.envelope,
+            ),
             format: connector.format.mapped(),
             max_record_bytes: connector.max_record_bytes.0,
             keep_originals: connector.errors.policy == ErrorPolicy::Dlq,
@@ -466,6 +470,9 @@ impl Preparer {
                 MapError::Decode(_) => FailureClass::InvalidJson,
                 MapError::NotUtf8 => FailureClass::NotUtf8,
                 MapError::Column { .. } => FailureClass::ColumnValue,
+                MapError::NotAChangeEvent(_) => FailureClass::NotAChangeEvent,
+                MapError::MissingVersion(_) => FailureClass::MissingVersion,
+                MapError::Truncate => FailureClass::Truncate,
             };
             (Stage::Map, class, e.to_string())
         };

@@ -39,6 +39,8 @@
 //!   by Confluent's serializers through the suite's Schema Registry ([`registry`]): every
 //!   type, the registry down, unknown ids and broken frames.
 //! - [`fuzz_formats`]: arbitrary bytes at every decoder: never a panic.
+//! - [`cdc`]: Debezium and OpenCDC change streams (`envelope`), versioned upserts and
+//!   deletes (`sink.version`): late changes, replays and truncates change nothing they must not.
 //!
 //! Run one suite with `cargo nextest run --test e2e -E 'test(/^faults::/)'`.
 
@@ -46,6 +48,7 @@
 mod harness;
 
 mod admin_surface;
+mod cdc;
 mod config_corpus;
 mod dedup;
 mod dlq_forgery;

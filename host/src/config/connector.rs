@@ -39,6 +39,10 @@ pub struct ConnectorConfig {
     /// formats, in place of `kafka.schema_registry`.
     #[serde(default)]
     pub schema_registry: Option<SchemaRegistryConfig>,
+    /// The change-event envelope around each value (docs/cdc.md): `debezium` or `opencdc`
+    /// makes every record a change of one row, written by key (`sink.mode: upsert`).
+    #[serde(default)]
+    pub envelope: Envelope,
     /// When a batch is cut.
     #[serde(default)]
     pub batch: BatchConfig,
@@ -396,6 +400,106 @@ pub struct SinkConfig {
     /// Create the table from `columns` when it does not exist.
     #[serde(default)]
     pub create_table: bool,
+    /// Versioned writes: every upsert and delete changes a row only if the row's stored
+    /// version is older, so that a replay or a late record never goes back in time. Under
+    /// `envelope: debezium` it is on by default (`{ from: $position }`).
+    #[serde(default)]
+    pub version: Option<VersionConfig>,
+    /// What a truncate event (`op: t` under `envelope: debezium`) does to the table.
+    #[serde(default)]
+    pub on_truncate: OnTruncate,
+}
+
+impl SinkConfig {
+    /// The versioning in effect: `sink.version`, or under `envelope: debezium` the source
+    /// position in the default column.
+    pub fn versioning(&self, envelope: Envelope) -> Option<VersionConfig> {
+        match (&self.version, envelope) {
+            (Some(version), _) => Some(version.clone()),
+            (None, Envelope::Debezium) => Some(VersionConfig::default()),
+            (None, _) => None,
+        }
+    }
+}
+
+/// `connectors[].envelope`: how a value carries a change of one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Envelope {
+    /// The value is the row (a tombstone deletes by key).
+    #[default]
+    None,
+    /// Debezium's change event: `op` (`c`, `r`, `u`, `d`, `t`), `before`, `after`,
+    /// `source`; the tombstone after a delete is passed over.
+    Debezium,
+    /// Conduit's OpenCDC record: `operation` (`create`, `snapshot`, `update`, `delete`),
+    /// `payload.before`, `payload.after`, `key`, `metadata`.
+    Opencdc,
+}
+
+impl Envelope {
+    /// The name as `connectors.yaml` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Envelope::None => "none",
+            Envelope::Debezium => "debezium",
+            Envelope::Opencdc => "opencdc",
+        }
+    }
+}
+
+/// `sink.version`: where a record's version is, and the column that keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VersionConfig {
+    /// `$position` (a Debezium event's source position: PostgreSQL `lsn`; MySQL `file`,
+    /// `pos`, `row`; other connectors `ts_ms`), `$offset`, `$timestamp`, or a JSON pointer
+    /// into the event (the value under `envelope: none`): a non-negative integer, or a
+    /// date or timestamp. Ties go to the later record of the partition.
+    #[serde(default = "version_from_default")]
+    pub from: String,
+    /// The column sluice keeps each row's version in (text: the version's order-keeping
+    /// encoding); created with the table, and it must not be one of `columns`.
+    #[serde(default = "version_column_default")]
+    pub column: String,
+    /// How long a deleted row's version is remembered (`sluice_tombstones`), so that an
+    /// older change replayed after the delete cannot bring the row back.
+    #[serde(default = "remember_deletes_default")]
+    pub remember_deletes: HumanDuration,
+}
+
+fn version_from_default() -> String {
+    defaults::VERSION_FROM.to_string()
+}
+fn version_column_default() -> String {
+    defaults::VERSION_COLUMN.to_string()
+}
+fn remember_deletes_default() -> HumanDuration {
+    HumanDuration(defaults::REMEMBER_DELETES)
+}
+
+impl Default for VersionConfig {
+    fn default() -> Self {
+        Self {
+            from: version_from_default(),
+            column: version_column_default(),
+            remember_deletes: remember_deletes_default(),
+        }
+    }
+}
+
+/// `sink.on_truncate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTruncate {
+    /// The event is a per-record failure of class `truncate`, under `errors.policy`.
+    #[default]
+    Fail,
+    /// The table's rows are deleted in the batch's transaction (with versions: those
+    /// older than the event).
+    Truncate,
+    /// Passed over, counted.
+    Skip,
 }
 
 /// The columns of a sink, in the order the file gives them.

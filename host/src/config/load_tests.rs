@@ -284,3 +284,70 @@ fn an_open_listener_needs_a_token_and_a_read_token_its_own_value() {
         "{same:?}"
     );
 }
+
+#[test]
+fn envelopes_and_versions_are_checked() {
+    // A Debezium connector versions by the source position, in _sluice_version.
+    let debezium = GOOD.replace("    sink:", "    envelope: debezium\n    sink:");
+    let config = load_str(&debezium, &no_env).expect("valid");
+    let c = &config.connectors[0];
+    let version = c.sink.versioning(c.envelope).expect("on by default");
+    assert_eq!(
+        (version.from.as_str(), version.column.as_str()),
+        ("$position", "_sluice_version")
+    );
+    assert!(problems(&debezium).is_empty());
+
+    let insert = debezium.replace("mode: upsert", "mode: insert");
+    let found = problems(&insert);
+    assert!(
+        found.iter().any(|p| p.contains("needs mode: upsert")),
+        "{found:?}"
+    );
+
+    let bytes = debezium.replace(
+        "    envelope: debezium",
+        "    envelope: debezium\n    format: bytes",
+    );
+    let found = problems(&bytes);
+    assert!(
+        found.iter().any(|p| p.contains("connectors[0].envelope")),
+        "{found:?}"
+    );
+
+    let position = GOOD.replace(
+        "      mode: upsert",
+        "      mode: upsert\n      version: { from: $position }",
+    );
+    let found = problems(&position);
+    assert!(
+        found.iter().any(|p| p.contains("needs envelope: debezium")),
+        "{found:?}"
+    );
+
+    let bad_from = GOOD.replace(
+        "      mode: upsert",
+        "      mode: upsert\n      version: { from: updated_at }",
+    );
+    assert!(!problems(&bad_from).is_empty());
+
+    let clash = GOOD.replace(
+        "      mode: upsert",
+        "      mode: upsert\n      version: { from: $offset, column: word }",
+    );
+    let found = problems(&clash);
+    assert!(
+        found.iter().any(|p| p.contains("sink.version.column")),
+        "{found:?}"
+    );
+
+    let truncate = GOOD.replace(
+        "      mode: upsert",
+        "      mode: upsert\n      on_truncate: truncate",
+    );
+    let found = problems(&truncate);
+    assert!(found.iter().any(|p| p.contains("on_truncate")), "{found:?}");
+
+    let unknown = debezium.replace("envelope: debezium", "envelope: maxwell");
+    assert!(!problems(&unknown).is_empty());
+}

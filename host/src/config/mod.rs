@@ -98,6 +98,13 @@ pub mod defaults {
     /// How long `delivery.dedup` remembers a producer id: at least this long after it was
     /// written, by the sink database's clock.
     pub const DEDUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+    /// `sink.version.from`: a Debezium event's source position.
+    pub const VERSION_FROM: &str = "$position";
+    /// `sink.version.column`.
+    pub const VERSION_COLUMN: &str = "_sluice_version";
+    /// `sink.version.remember_deletes`: as long as a compacted topic keeps its tombstones
+    /// by default (`delete.retention.ms` is one day; a week leaves room for a replay).
+    pub const REMEMBER_DELETES: Duration = Duration::from_secs(7 * 24 * 3600);
     /// Consumers of the seek-consumer pool.
     pub const POOL_SIZE: usize = 4;
     /// Longest wait for a consumer of the pool.

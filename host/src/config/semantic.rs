@@ -228,6 +228,7 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
             ));
         }
         problems.extend(errors_problems(connector, &at));
+        problems.extend(envelope_problems(connector, &at));
         if connector.schema.is_some() && connector.format.mapped() != super::Format::Json {
             problems.push(Problem::new(
                 at("schema"),
@@ -246,6 +247,87 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
             if let Err(why) = topic_name_problem(topic) {
                 problems.push(Problem::new(at(&format!("topics[{t}]")), why));
             }
+        }
+    }
+    problems
+}
+
+/// `envelope`, `sink.version` and `sink.on_truncate`: a change event is written by key, a
+/// version comes from a place the record has.
+fn envelope_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> Vec<Problem> {
+    use super::Envelope;
+    let mut problems = Vec::new();
+    let sink = &connector.sink;
+    let envelope = connector.envelope;
+    if envelope != Envelope::None {
+        if sink.mode != WriteMode::Upsert {
+            problems.push(Problem::new(
+                at("sink.mode"),
+                format!(
+                    "envelope: {} writes each change by key: it needs mode: upsert (and sink.key)",
+                    envelope.name()
+                ),
+            ));
+        }
+        if connector.format.mapped() != super::Format::Json {
+            problems.push(Problem::new(
+                at("envelope"),
+                format!(
+                    "envelope: {} reads a JSON document: use format json, connect_json, avro, protobuf or json_schema",
+                    envelope.name()
+                ),
+            ));
+        }
+    }
+    if sink.on_truncate != super::OnTruncate::Fail && envelope != Envelope::Debezium {
+        problems.push(Problem::new(
+            at("sink.on_truncate"),
+            "only a Debezium change event truncates a table: on_truncate needs envelope: debezium",
+        ));
+    }
+    if let Some(version) = &sink.version {
+        if sink.mode != WriteMode::Upsert {
+            problems.push(Problem::new(
+                at("sink.version"),
+                "versions make upserts and deletes conditional: sink.version needs mode: upsert",
+            ));
+        }
+        match version.from.as_str() {
+            "$offset" | "$timestamp" => {}
+            "$position" if envelope == Envelope::Debezium => {}
+            "$position" => problems.push(Problem::new(
+                at("sink.version.from"),
+                "$position is a Debezium change event's source position: it needs envelope: debezium; use $offset, $timestamp or a JSON pointer",
+            )),
+            pointer if pointer.starts_with('/') => {}
+            other => problems.push(Problem::new(
+                at("sink.version.from"),
+                format!(
+                    "\"{other}\" is not a version source: write $position, $offset, $timestamp or a JSON pointer such as /source/lsn"
+                ),
+            )),
+        }
+        if version.column.is_empty() {
+            problems.push(Problem::new(at("sink.version.column"), "names no column"));
+        } else if sink
+            .columns
+            .0
+            .iter()
+            .any(|(name, _)| *name == version.column)
+        {
+            problems.push(Problem::new(
+                at("sink.version.column"),
+                format!(
+                    "\"{}\" is one of sink.columns: sluice writes the version column itself; name another column",
+                    version.column
+                ),
+            ));
+        }
+        if version.remember_deletes.0.is_zero() {
+            problems.push(Problem::new(
+                at("sink.version.remember_deletes"),
+                "must be more than 0: a delete must be remembered at least as long as a replay may reach back",
+            ));
         }
     }
     problems

@@ -37,9 +37,15 @@ pub enum Outcome {
 pub enum Row {
     /// Insert, upsert or update (per `sink.mode`) these columns.
     Write(Vec<(String, Value)>),
-    /// Delete the row with this key (a tombstone).
+    /// Delete the row with this key (a tombstone, a change event's delete), and with
+    /// `sink.version` only if its version is older.
     Delete(Vec<(String, Value)>),
+    /// Delete every row of the table (a change event's truncate).
+    Truncate,
 }
+
+/// No columns (a truncate's).
+static NO_COLUMNS: Vec<(String, Value)> = Vec::new();
 
 /// One input record and its outcome.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,12 +147,15 @@ pub async fn dry_run_on(
         Err(why) => Some(why),
     };
 
+    let versioning = connector.sink.versioning(connector.envelope);
+    let version_column = versioning.as_ref().map(|v| v.column.as_str());
     let columns: Vec<&str> = connector
         .sink
         .columns
         .0
         .iter()
         .map(|(name, _)| name.as_str())
+        .chain(version_column)
         .collect();
     let mut rows: Vec<Vec<Row>> = vec![Vec::new(); coordinates.len()];
     for (op, &input) in prepared.ops.iter().zip(&prepared.origins) {
@@ -160,9 +169,16 @@ pub async fn dry_run_on(
         match op {
             RowOp::Write(values) => rows[input].push(Row::Write(named(&columns, values))),
             RowOp::Delete(key) => {
-                let keys: Vec<&str> = connector.sink.key.iter().map(String::as_str).collect();
+                let keys: Vec<&str> = connector
+                    .sink
+                    .key
+                    .iter()
+                    .map(String::as_str)
+                    .chain(version_column)
+                    .collect();
                 rows[input].push(Row::Delete(named(&keys, key)));
             }
+            RowOp::Truncate(_) => rows[input].push(Row::Truncate),
             RowOp::Skip(_) => {}
         }
     }
@@ -260,6 +276,7 @@ impl Tried {
                         let (kind, columns) = match row {
                             Row::Write(c) => ("write", c),
                             Row::Delete(c) => ("delete", c),
+                            Row::Truncate => ("truncate", &NO_COLUMNS),
                         };
                         let columns: Map<String, Value> = columns.iter().cloned().collect();
                         json!({ kind: columns })
@@ -303,6 +320,7 @@ impl Tried {
                         let (kind, columns) = match row {
                             Row::Write(c) => ("write", c),
                             Row::Delete(c) => ("delete", c),
+                            Row::Truncate => ("truncate", &NO_COLUMNS),
                         };
                         let cols: Vec<String> =
                             columns.iter().map(|(n, v)| format!("{n}={v}")).collect();

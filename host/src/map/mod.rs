@@ -5,15 +5,20 @@
 use chrono::NaiveDateTime;
 use serde_json::Value;
 
-use crate::config::{ColumnType, Format, SinkConfig};
+use crate::config::{ColumnType, Envelope, Format, OnTruncate, SinkConfig};
 use crate::record::Record;
 
 mod convert;
+mod envelope;
 #[cfg(test)]
 mod tests;
+mod version;
 
 pub use convert::convert;
 use convert::decoded_bytes;
+use envelope::Change;
+use version::VersionSource;
+pub use version::encode as encode_version;
 
 /// A value ready to bind. Each dialect decides how a variant is written for a column type.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,10 +37,15 @@ pub enum SqlValue {
 /// What a record asks of the table.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RowOp {
-    /// Insert, upsert or update this row (all columns, in column order).
+    /// Insert, upsert or update this row (all columns, in column order; with
+    /// `sink.version`, the version column last).
     Write(Vec<SqlValue>),
-    /// Delete the row with these key values (in key order): a tombstone.
+    /// Delete the row with these key values (in key order): a tombstone, or a change
+    /// event's delete. With `sink.version`, the version follows the key values.
     Delete(Vec<SqlValue>),
+    /// Delete every row of the table (a change event's truncate, `sink.on_truncate:
+    /// truncate`); with `sink.version`, only rows older than this version.
+    Truncate(Option<SqlValue>),
     /// Nothing to write, and why (for example a tombstone on a table without a key).
     Skip(&'static str),
 }
@@ -49,6 +59,15 @@ pub enum MapError {
     NotUtf8,
     #[error("column {column}: {message}")]
     Column { column: String, message: String },
+    /// `envelope: debezium | opencdc` on a value that is not such a change event.
+    #[error("{0}")]
+    NotAChangeEvent(String),
+    /// `sink.version` finds no usable version in the record.
+    #[error("version: {0}")]
+    MissingVersion(String),
+    /// A truncate event under `sink.on_truncate: fail`.
+    #[error("a truncate event (op t): sink.on_truncate is fail; set it to truncate or skip")]
+    Truncate,
 }
 
 /// A JSON pointer (RFC 6901), split into its unescaped tokens once, when the connector is
@@ -147,12 +166,18 @@ pub struct RowMapper {
     /// The value was decoded on arrival (a format with a schema): bytes in it are
     /// `{"base64": …}`, which `bytes` and `text` columns take as bytes.
     decoded: bool,
+    /// The change-event envelope: pointers then read the row, not the value.
+    envelope: Envelope,
+    /// Where the version is, with `sink.version` (or `envelope: debezium`): written as the
+    /// last column of a row, and after the key of a delete.
+    version: Option<VersionSource>,
+    on_truncate: OnTruncate,
 }
 
 impl RowMapper {
     /// A mapper for `sink`, reading values as `format` reads them once they arrived
     /// (every decoding format hands on JSON: [`Format::mapped`]).
-    pub fn new(sink: &SinkConfig, format: Format) -> Self {
+    pub fn new(sink: &SinkConfig, format: Format, envelope: Envelope) -> Self {
         let decoded = format.decodes();
         let format = format.mapped();
         let columns: Vec<Column> = sink
@@ -175,6 +200,11 @@ impl RowMapper {
             key,
             format,
             decoded,
+            envelope,
+            version: sink
+                .versioning(envelope)
+                .map(|v| VersionSource::parse(&v.from)),
+            on_truncate: sink.on_truncate,
         }
     }
 
@@ -205,7 +235,15 @@ impl RowMapper {
     /// schema check); with `None` the value is parsed here when the format asks for it.
     pub fn map_parsed(&self, record: &Record, parsed: Option<Value>) -> Result<RowOp, MapError> {
         let Some(raw) = record.value.as_deref() else {
-            return self.tombstone(record);
+            return match self.envelope {
+                Envelope::None => self.tombstone(record),
+                // Debezium follows each delete with a tombstone, for log compaction: the
+                // delete event before it did the work.
+                Envelope::Debezium => Ok(RowOp::Skip("the tombstone after a Debezium delete")),
+                Envelope::Opencdc => Err(MapError::NotAChangeEvent(
+                    "a record without a value is not an OpenCDC record".into(),
+                )),
+            };
         };
         let document = match (&self.format, parsed) {
             (Format::String, _) => {
@@ -219,15 +257,135 @@ impl RowMapper {
                     .map_err(|e| MapError::Decode(e.to_string()))?,
             ),
         };
-        let mut row = Vec::with_capacity(self.columns.len());
+        if self.envelope != Envelope::None {
+            return self.map_change(record, document.as_ref(), raw);
+        }
+        let mut row = self.row(record, document.as_ref(), raw)?;
+        if let Some(version) = &self.version {
+            row.push(self.version_value(version, record, document.as_ref())?);
+        }
+        Ok(RowOp::Write(row))
+    }
+
+    /// The columns of a row read from `document`.
+    fn row(
+        &self,
+        record: &Record,
+        document: Option<&Value>,
+        raw: &[u8],
+    ) -> Result<Vec<SqlValue>, MapError> {
+        let mut row = Vec::with_capacity(self.columns.len() + 1);
         for (index, column) in self.columns.iter().enumerate() {
-            let value = self.column_value(column, record, document.as_ref(), raw)?;
+            let value = self.column_value(column, record, document, raw)?;
             if value == SqlValue::Null && self.key.contains(&index) {
                 return Err(column_error(column, "is a key column and cannot be null"));
             }
             row.push(value);
         }
-        Ok(RowOp::Write(row))
+        Ok(row)
+    }
+
+    fn version_value(
+        &self,
+        version: &VersionSource,
+        record: &Record,
+        event: Option<&Value>,
+    ) -> Result<SqlValue, MapError> {
+        let event = event.map(envelope::unwrapped);
+        version
+            .read(record, event, self.envelope)
+            .map(SqlValue::Text)
+            .map_err(MapError::MissingVersion)
+    }
+
+    /// A change event: its row upserted or deleted, or the table truncated.
+    fn map_change(
+        &self,
+        record: &Record,
+        event: Option<&Value>,
+        raw: &[u8],
+    ) -> Result<RowOp, MapError> {
+        let event = event
+            .ok_or_else(|| MapError::NotAChangeEvent("a change event is a JSON document".into()))?;
+        let change = envelope::read(self.envelope, event).map_err(MapError::NotAChangeEvent)?;
+        let version = match &self.version {
+            Some(version) => Some(self.version_value(version, record, Some(event))?),
+            None => None,
+        };
+        match change {
+            Change::Upsert(after) => {
+                let mut row = self.row(record, Some(after), raw)?;
+                row.extend(version);
+                Ok(RowOp::Write(row))
+            }
+            Change::Delete { before, key } => {
+                let mut key_values = self.delete_key(record, before, key)?;
+                key_values.extend(version);
+                Ok(RowOp::Delete(key_values))
+            }
+            Change::Truncate => match self.on_truncate {
+                OnTruncate::Fail => Err(MapError::Truncate),
+                OnTruncate::Skip => Ok(RowOp::Skip("a truncate event (sink.on_truncate: skip)")),
+                OnTruncate::Truncate => Ok(RowOp::Truncate(version)),
+            },
+        }
+    }
+
+    /// The key of a change event's delete: each key column from the row before the change,
+    /// else from the event's key (OpenCDC) or the record's key (Debezium).
+    fn delete_key(
+        &self,
+        record: &Record,
+        before: Option<&Value>,
+        event_key: Option<&Value>,
+    ) -> Result<Vec<SqlValue>, MapError> {
+        let record_key: Option<Value> = match event_key {
+            Some(_) => None,
+            None => record
+                .key
+                .as_deref()
+                .and_then(|k| serde_json::from_slice::<Value>(k).ok())
+                .map(|k| envelope::unwrapped(&k).clone()),
+        };
+        let key = event_key.or(record_key.as_ref());
+        let mut values = Vec::with_capacity(self.key.len() + 1);
+        for &index in &self.key {
+            let column = &self.columns[index];
+            let value = match &column.source {
+                Source::Pointer(pointer) => {
+                    let found = before
+                        .and_then(|b| pointer.find(b))
+                        .filter(|v| !v.is_null())
+                        .or_else(|| match key {
+                            Some(k @ (Value::Object(_) | Value::Array(_))) => pointer.find(k),
+                            Some(scalar) if self.key.len() == 1 => Some(scalar),
+                            _ => None,
+                        })
+                        .ok_or_else(|| {
+                            column_error(
+                                column,
+                                &format!(
+                                    "delete: {} is neither in the row before the change nor in the key",
+                                    pointer.text
+                                ),
+                            )
+                        })?;
+                    if self.decoded
+                        && let Some(bytes) = decoded_bytes(found, column.column_type)
+                    {
+                        bytes.map_err(|message| column_error(column, &message))?
+                    } else {
+                        convert(found, column.column_type).map_err(|m| column_error(column, &m))?
+                    }
+                }
+                _ => self.column_value(column, record, None, &[])?,
+            };
+            if value == SqlValue::Null {
+                return Err(column_error(column, "delete: key column is null"));
+            }
+            values.push(value);
+        }
+        Ok(values)
     }
 
     fn column_value(
@@ -302,6 +460,9 @@ impl RowMapper {
                 return Err(column_error(column, "tombstone: key column is null"));
             }
             key_values.push(value);
+        }
+        if let Some(version) = &self.version {
+            key_values.push(self.version_value(version, record, None)?);
         }
         Ok(RowOp::Delete(key_values))
     }

@@ -33,7 +33,7 @@ fn pointers_find_what_value_pointer_finds() {
         );
     }
 }
-use crate::config::{ColumnConfig, IndexedColumns, WriteMode};
+use crate::config::{ColumnConfig, IndexedColumns, OnTruncate, WriteMode};
 use serde_json::json;
 
 #[test]
@@ -75,6 +75,8 @@ fn sink(columns: &[(&str, &str, ColumnType)], key: &[&str]) -> SinkConfig {
                 .collect(),
         ),
         create_table: true,
+        version: None,
+        on_truncate: Default::default(),
     }
 }
 
@@ -105,6 +107,7 @@ fn maps_pointers_and_metadata() {
             &["uid"],
         ),
         Format::Json,
+        Envelope::None,
     );
     let op = mapper
         .map(&record(None, Some(r#"{"uid": 7, "w": ["hi"]}"#)))
@@ -139,6 +142,7 @@ fn now_is_the_time_of_mapping() {
             &["uid"],
         ),
         Format::Json,
+        Envelope::None,
     );
     let before = chrono::Utc::now().timestamp_millis();
     let op = mapper.map(&record(None, Some(r#"{"uid": 1}"#))).unwrap();
@@ -168,6 +172,7 @@ fn bad_values_are_per_record_errors() {
     let mapper = RowMapper::new(
         &sink(&[("uid", "/uid", ColumnType::Int)], &["uid"]),
         Format::Json,
+        Envelope::None,
     );
     let err = mapper
         .map(&record(None, Some(r#"{"uid": "x"}"#)))
@@ -198,6 +203,7 @@ fn tombstones_delete_by_key() {
             &["uid"],
         ),
         Format::Json,
+        Envelope::None,
     );
     assert_eq!(
         mapper.map(&record(Some(r#"{"uid": 9}"#), None)).unwrap(),
@@ -208,7 +214,11 @@ fn tombstones_delete_by_key() {
         RowOp::Delete(vec![SqlValue::Int(9)])
     );
     assert!(mapper.map(&record(None, None)).is_err());
-    let keyless = RowMapper::new(&sink(&[("w", "/w", ColumnType::Text)], &[]), Format::Json);
+    let keyless = RowMapper::new(
+        &sink(&[("w", "/w", ColumnType::Text)], &[]),
+        Format::Json,
+        Envelope::None,
+    );
     assert!(matches!(
         keyless.map(&record(None, None)).unwrap(),
         RowOp::Skip(_)
@@ -265,4 +275,144 @@ fn conversions() {
         convert(&json!(1.0), ColumnType::Bigint),
         Ok(SqlValue::Int(1))
     );
+}
+
+fn cdc_mapper(envelope: Envelope, version: Option<&str>, on_truncate: OnTruncate) -> RowMapper {
+    let mut sink = sink(
+        &[
+            ("id", "/id", ColumnType::Bigint),
+            ("name", "/name", ColumnType::Text),
+            ("src", "$offset", ColumnType::Bigint),
+        ],
+        &["id"],
+    );
+    sink.version = version.map(|from| crate::config::VersionConfig {
+        from: from.into(),
+        ..Default::default()
+    });
+    sink.on_truncate = on_truncate;
+    RowMapper::new(&sink, Format::Json, envelope)
+}
+
+fn v(parts: &[u64]) -> SqlValue {
+    SqlValue::Text(encode_version(parts))
+}
+
+#[test]
+fn debezium_events_map_their_rows_with_the_source_position() {
+    let mapper = cdc_mapper(Envelope::Debezium, None, OnTruncate::Fail);
+    let event = r#"{"op": "u", "before": {"id": 1, "name": "a"}, "after": {"id": 1, "name": "b"},
+                   "source": {"connector": "postgresql", "lsn": 99}}"#;
+    assert_eq!(
+        mapper.map(&record(None, Some(event))).unwrap(),
+        RowOp::Write(vec![
+            SqlValue::Int(1),
+            SqlValue::Text("b".into()),
+            SqlValue::Int(42),
+            v(&[99, 42])
+        ])
+    );
+    // A delete's key comes from before; without it, from the record's key (a Connect
+    // envelope's payload too).
+    let delete = r#"{"op": "d", "before": {"id": 7}, "after": null, "source": {"connector": "postgresql", "lsn": 100}}"#;
+    assert_eq!(
+        mapper.map(&record(None, Some(delete))).unwrap(),
+        RowOp::Delete(vec![SqlValue::Int(7), v(&[100, 42])])
+    );
+    let bare = r#"{"op": "d", "before": null, "after": null, "source": {"connector": "postgresql", "lsn": 100}}"#;
+    let key = r#"{"schema": {"type": "struct"}, "payload": {"id": 8}}"#;
+    assert_eq!(
+        mapper.map(&record(Some(key), Some(bare))).unwrap(),
+        RowOp::Delete(vec![SqlValue::Int(8), v(&[100, 42])])
+    );
+    assert!(matches!(
+        mapper.map(&record(None, Some(bare))),
+        Err(MapError::Column { .. })
+    ));
+    // The tombstone that follows a delete.
+    assert!(matches!(
+        mapper.map(&record(Some(key), None)).unwrap(),
+        RowOp::Skip(_)
+    ));
+    // A Connect wrapper on a `format: json` value is looked through, for the version too.
+    let wrapped = format!(r#"{{"schema": {{}}, "payload": {event}}}"#);
+    assert!(matches!(
+        mapper.map(&record(None, Some(&wrapped))).unwrap(),
+        RowOp::Write(row) if row[3] == v(&[99, 42])
+    ));
+}
+
+#[test]
+fn change_events_that_cannot_be_written_fail_with_their_class() {
+    let mapper = cdc_mapper(Envelope::Debezium, None, OnTruncate::Fail);
+    assert!(matches!(
+        mapper.map(&record(None, Some(r#"{"id": 1}"#))),
+        Err(MapError::NotAChangeEvent(_))
+    ));
+    let no_position = r#"{"op": "c", "after": {"id": 1}, "source": {"connector": "postgresql"}}"#;
+    assert!(matches!(
+        mapper.map(&record(None, Some(no_position))),
+        Err(MapError::MissingVersion(m)) if m.contains("lsn")
+    ));
+    let truncate = r#"{"op": "t", "source": {"connector": "postgresql", "lsn": 5}}"#;
+    assert_eq!(
+        mapper.map(&record(None, Some(truncate))),
+        Err(MapError::Truncate)
+    );
+    let skip = cdc_mapper(Envelope::Debezium, None, OnTruncate::Skip);
+    assert!(matches!(
+        skip.map(&record(None, Some(truncate))).unwrap(),
+        RowOp::Skip(_)
+    ));
+    let apply = cdc_mapper(Envelope::Debezium, None, OnTruncate::Truncate);
+    assert_eq!(
+        apply.map(&record(None, Some(truncate))).unwrap(),
+        RowOp::Truncate(Some(v(&[5, 42])))
+    );
+}
+
+#[test]
+fn versions_without_an_envelope() {
+    let mapper = cdc_mapper(Envelope::None, Some("$offset"), OnTruncate::Fail);
+    assert_eq!(
+        mapper
+            .map(&record(None, Some(r#"{"id": 3, "name": "x"}"#)))
+            .unwrap(),
+        RowOp::Write(vec![
+            SqlValue::Int(3),
+            SqlValue::Text("x".into()),
+            SqlValue::Int(42),
+            v(&[42])
+        ])
+    );
+    // A tombstone deletes by key, with its offset as the version.
+    assert_eq!(
+        mapper.map(&record(Some(r#"{"id": 3}"#), None)).unwrap(),
+        RowOp::Delete(vec![SqlValue::Int(3), v(&[42])])
+    );
+    // A pointer version cannot be read from a tombstone.
+    let pointer = cdc_mapper(Envelope::None, Some("/seq"), OnTruncate::Fail);
+    assert!(matches!(
+        pointer.map(&record(Some(r#"{"id": 3}"#), None)),
+        Err(MapError::MissingVersion(_))
+    ));
+}
+
+#[test]
+fn opencdc_deletes_by_its_own_key() {
+    let mapper = cdc_mapper(
+        Envelope::Opencdc,
+        Some("/metadata/opencdc.readAt"),
+        OnTruncate::Fail,
+    );
+    let delete = r#"{"operation": "delete", "key": {"id": 5}, "metadata": {"opencdc.readAt": "1700"},
+                    "payload": {"before": null, "after": null}}"#;
+    assert_eq!(
+        mapper.map(&record(None, Some(delete))).unwrap(),
+        RowOp::Delete(vec![SqlValue::Int(5), v(&[1700, 42])])
+    );
+    assert!(matches!(
+        mapper.map(&record(None, None)),
+        Err(MapError::NotAChangeEvent(_))
+    ));
 }

@@ -23,6 +23,9 @@ pub trait Backend: Database {
 
     /// Rows an `UPDATE` matched.
     fn rows_affected(result: &Self::QueryResult) -> u64;
+
+    /// Column `index` of `row` as text (NULL as `None`).
+    fn text_at(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error>;
 }
 
 macro_rules! scalar_binds {
@@ -48,6 +51,9 @@ macro_rules! impl_backend {
             }
             fn rows_affected(result: &Self::QueryResult) -> u64 {
                 result.rows_affected()
+            }
+            fn text_at(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error> {
+                row.try_get::<Option<String>, _>(index)
             }
         }
     )*};
@@ -209,13 +215,87 @@ where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     for run in runs {
-        let any: &mut dyn std::any::Any = &mut *conn;
-        match any.downcast_mut::<sqlx::PgConnection>() {
-            Some(pg) => super::postgres::write_run(pg, table, mode, run, copy_in).await?,
-            None => write_run::<DB>(conn, dialect, table, mode, run).await?,
+        if table.version.is_some() {
+            write_versioned::<DB>(conn, dialect, table, mode, run, copy_in).await?;
+            continue;
         }
+        write_one::<DB>(conn, dialect, table, mode, run, copy_in).await?;
     }
     Ok(())
+}
+
+/// One run on PostgreSQL (`postgres.rs`) or with multi-row `VALUES`.
+async fn write_one<DB>(
+    conn: &mut DB::Connection,
+    dialect: Dialect,
+    table: &TableSpec,
+    mode: WriteMode,
+    run: &Run<'_>,
+    copy_in: bool,
+) -> Result<(), sqlx::Error>
+where
+    DB: Backend,
+    DB::Connection: 'static,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    if let Run::Truncate(version) = run {
+        let mut query = sqlx::query::<DB>(AssertSqlSafe(dialect.truncate(table)));
+        if let Some(version) = version {
+            query = DB::bind_value(query, version, ColumnType::Text);
+        }
+        query.execute(&mut *conn).await?;
+        return Ok(());
+    }
+    let any: &mut dyn std::any::Any = &mut *conn;
+    match any.downcast_mut::<sqlx::PgConnection>() {
+        Some(pg) => super::postgres::write_run(pg, table, mode, run, copy_in).await,
+        None => write_run::<DB>(conn, dialect, table, mode, run).await,
+    }
+}
+
+/// One run of a table with a version column: writes not newer than their key's tombstone
+/// are dropped first; deletes and truncates leave their tombstones
+/// (`sink/tombstones.rs`).
+async fn write_versioned<DB>(
+    conn: &mut DB::Connection,
+    dialect: Dialect,
+    table: &TableSpec,
+    mode: WriteMode,
+    run: &Run<'_>,
+    copy_in: bool,
+) -> Result<(), sqlx::Error>
+where
+    DB: Backend,
+    DB::Connection: 'static,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    use super::tombstones;
+    match run {
+        Run::Write(rows) => {
+            let kept = tombstones::drop_deleted::<DB>(conn, dialect, table, rows.clone()).await?;
+            write_one::<DB>(conn, dialect, table, mode, &Run::Write(kept), copy_in).await
+        }
+        Run::Delete(keys) => {
+            write_one::<DB>(conn, dialect, table, mode, run, copy_in).await?;
+            let width = table.key.len();
+            let deletes: Vec<(Option<&[SqlValue]>, &SqlValue)> = keys
+                .iter()
+                .filter_map(|k| Some((Some(&k[..width]), k.get(width)?)))
+                .collect();
+            tombstones::remember::<DB>(conn, dialect, table, &deletes).await
+        }
+        Run::Truncate(version) => {
+            write_one::<DB>(conn, dialect, table, mode, run, copy_in).await?;
+            match version {
+                Some(version) => {
+                    tombstones::remember::<DB>(conn, dialect, table, &[(None, version)]).await
+                }
+                None => Ok(()),
+            }
+        }
+    }
 }
 
 /// Writes one run with multi-row `VALUES` statements, chunked under the bind limit.
@@ -237,14 +317,19 @@ where
             table.columns.len(),
             table.columns.iter().map(|(_, t)| *t).collect(),
         ),
-        Run::Delete(keys) => (
-            keys,
-            table.key.len(),
-            table.key.iter().map(|&i| table.columns[i].1).collect(),
-        ),
+        Run::Delete(keys) => {
+            let bound = table.delete_columns();
+            (
+                keys,
+                bound.len(),
+                bound.iter().map(|&i| table.columns[i].1).collect(),
+            )
+        }
+        Run::Truncate(_) => return Ok(()),
     };
     for chunk in rows.chunks(dialect.rows_per_statement(width)) {
         let sql = match (run, mode) {
+            (Run::Truncate(_), _) => return Ok(()),
             (Run::Delete(_), _) => dialect.delete_values(table, chunk.len()),
             (Run::Write(_), WriteMode::Insert) => dialect.insert_values(table, chunk.len(), false),
             (Run::Write(_), WriteMode::Upsert) => dialect.insert_values(table, chunk.len(), true),

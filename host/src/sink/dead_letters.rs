@@ -35,6 +35,7 @@ pub fn table_spec(name: &str) -> TableSpec {
         name: name.to_string(),
         columns: COLUMNS.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
         key: vec![0, 1, 2, 3],
+        version: None,
     }
 }
 

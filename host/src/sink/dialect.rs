@@ -21,6 +21,10 @@ pub struct TableSpec {
     pub columns: Vec<(String, ColumnType)>,
     /// Indices into `columns` of the key.
     pub key: Vec<usize>,
+    /// With `sink.version`: the index into `columns` of the version column (the last).
+    /// Upserts and deletes then change a row only if its stored version is older (or
+    /// NULL), and a delete's key values are followed by its version.
+    pub version: Option<usize>,
 }
 
 impl TableSpec {
@@ -29,6 +33,11 @@ impl TableSpec {
         (0..self.columns.len())
             .filter(|i| !self.key.contains(i))
             .collect()
+    }
+
+    /// The columns a delete binds, in order: the key, then the version if there is one.
+    pub fn delete_columns(&self) -> Vec<usize> {
+        self.key.iter().copied().chain(self.version).collect()
     }
 }
 
@@ -309,6 +318,20 @@ impl Dialect {
                             .iter()
                             .map(|&i| format!("{0} = {0}", self.quote(&table.columns[i].0)))
                             .collect()
+                    } else if let Some(v) = table.version {
+                        // Assignments run left to right, each seeing the ones before: the
+                        // version column comes last, so every test reads the stored one.
+                        let v = self.quote(&table.columns[v].0);
+                        let newer = format!("{v} IS NULL OR {v} < VALUES({v})");
+                        values
+                            .iter()
+                            .map(|&i| {
+                                format!(
+                                    "{0} = IF({newer}, VALUES({0}), {0})",
+                                    self.quote(&table.columns[i].0)
+                                )
+                            })
+                            .collect()
                     } else {
                         values
                             .iter()
@@ -332,6 +355,13 @@ impl Dialect {
                             })
                             .collect();
                         sql.push_str(&format!("DO UPDATE SET {}", set.join(", ")));
+                        if let Some(v) = table.version {
+                            let v = self.quote(&table.columns[v].0);
+                            let t = self.quote(&table.name);
+                            sql.push_str(&format!(
+                                " WHERE {t}.{v} IS NULL OR {t}.{v} < excluded.{v}"
+                            ));
+                        }
                     }
                 }
             }
@@ -397,8 +427,13 @@ impl Dialect {
         }
     }
 
-    /// Multi-row delete by key for MySQL and SQLite: binds the key columns of every row.
+    /// Multi-row delete by key for MySQL and SQLite: binds the key columns of every row
+    /// (and, with a version column, each row's version: a row is deleted only if its
+    /// stored version is older).
     pub fn delete_values(self, table: &TableSpec, rows: usize) -> String {
+        if let Some(v) = table.version {
+            return self.delete_versioned(table, rows, v);
+        }
         let key = self.column_list(table, &table.key);
         let groups = self.value_groups(rows, table.key.len());
         match (self, table.key.len()) {
@@ -415,6 +450,74 @@ impl Dialect {
                 "DELETE FROM {} WHERE ({key}) IN ({groups})",
                 self.quote(&table.name)
             ),
+        }
+    }
+
+    fn delete_versioned(self, table: &TableSpec, rows: usize, version: usize) -> String {
+        let t = self.quote(&table.name);
+        let v = self.quote(&table.columns[version].0);
+        let bound = table.delete_columns();
+        match self {
+            Dialect::MySql => {
+                let first: Vec<String> = bound
+                    .iter()
+                    .map(|&i| format!("? AS {}", self.quote(&table.columns[i].0)))
+                    .collect();
+                let mut derived = format!("SELECT {}", first.join(", "));
+                for _ in 1..rows {
+                    derived.push_str(&format!(
+                        " UNION ALL SELECT {}",
+                        vec!["?"; bound.len()].join(", ")
+                    ));
+                }
+                let on: Vec<String> = table
+                    .key
+                    .iter()
+                    .map(|&i| format!("t.{0} = d.{0}", self.quote(&table.columns[i].0)))
+                    .collect();
+                format!(
+                    "DELETE t FROM {t} AS t JOIN ({derived}) AS d ON {} WHERE t.{v} IS NULL OR t.{v} < d.{v}",
+                    on.join(" AND ")
+                )
+            }
+            _ => {
+                // SQLite names the columns of a VALUES list column1, column2, …
+                let on: Vec<String> = table
+                    .key
+                    .iter()
+                    .enumerate()
+                    .map(|(n, &i)| {
+                        format!(
+                            "{t}.{} = d.column{}",
+                            self.quote(&table.columns[i].0),
+                            n + 1
+                        )
+                    })
+                    .collect();
+                let dv = format!("d.column{}", bound.len());
+                format!(
+                    "DELETE FROM {t} WHERE EXISTS (SELECT 1 FROM (VALUES {}) AS d WHERE {} AND ({t}.{v} IS NULL OR {t}.{v} < {dv}))",
+                    self.value_groups(rows, bound.len()),
+                    on.join(" AND ")
+                )
+            }
+        }
+    }
+
+    /// Deletes every row of a table (a truncate event), or with a version column every row
+    /// older than the version bound first. A `DELETE`, not `TRUNCATE`: MySQL commits a
+    /// `TRUNCATE` at once, outside the batch's transaction.
+    pub fn truncate(self, table: &TableSpec) -> String {
+        let t = self.quote(&table.name);
+        match table.version {
+            None => format!("DELETE FROM {t}"),
+            Some(v) => {
+                let v = self.quote(&table.columns[v].0);
+                format!(
+                    "DELETE FROM {t} WHERE {v} IS NULL OR {v} < {}",
+                    self.param(1)
+                )
+            }
         }
     }
 }
@@ -507,7 +610,44 @@ mod tests {
                 ("word".into(), ColumnType::Text),
             ],
             key: vec![0],
+            version: None,
         }
+    }
+
+    fn versioned() -> TableSpec {
+        let mut t = table();
+        t.columns.push(("_v".into(), ColumnType::Text));
+        t.version = Some(2);
+        t
+    }
+
+    #[test]
+    fn versioned_statements() {
+        assert_eq!(
+            Dialect::Sqlite.insert_values(&versioned(), 1, true),
+            "INSERT INTO \"app\".\"words\" (\"uid\", \"word\", \"_v\") VALUES (?, ?, ?) ON CONFLICT (\"uid\") DO UPDATE SET \"word\" = excluded.\"word\", \"_v\" = excluded.\"_v\" WHERE \"app\".\"words\".\"_v\" IS NULL OR \"app\".\"words\".\"_v\" < excluded.\"_v\""
+        );
+        let mysql = Dialect::MySql.insert_values(&versioned(), 1, true);
+        assert!(
+            mysql.ends_with("`word` = IF(`_v` IS NULL OR `_v` < VALUES(`_v`), VALUES(`word`), `word`), `_v` = IF(`_v` IS NULL OR `_v` < VALUES(`_v`), VALUES(`_v`), `_v`)"),
+            "{mysql}"
+        );
+        assert_eq!(
+            Dialect::MySql.delete_values(&versioned(), 2),
+            "DELETE t FROM `app`.`words` AS t JOIN (SELECT ? AS `uid`, ? AS `_v` UNION ALL SELECT ?, ?) AS d ON t.`uid` = d.`uid` WHERE t.`_v` IS NULL OR t.`_v` < d.`_v`"
+        );
+        assert_eq!(
+            Dialect::Sqlite.delete_values(&versioned(), 1),
+            "DELETE FROM \"app\".\"words\" WHERE EXISTS (SELECT 1 FROM (VALUES (?, ?)) AS d WHERE \"app\".\"words\".\"uid\" = d.column1 AND (\"app\".\"words\".\"_v\" IS NULL OR \"app\".\"words\".\"_v\" < d.column2))"
+        );
+        assert_eq!(
+            Dialect::Postgres.truncate(&versioned()),
+            "DELETE FROM \"app\".\"words\" WHERE \"_v\" IS NULL OR \"_v\" < $1"
+        );
+        assert_eq!(
+            Dialect::MySql.truncate(&table()),
+            "DELETE FROM `app`.`words`"
+        );
     }
 
     #[test]

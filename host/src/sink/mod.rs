@@ -31,6 +31,7 @@ mod probe;
 mod redriven;
 mod runs;
 pub mod schema;
+mod tombstones;
 mod write;
 
 use std::collections::HashMap;
@@ -354,7 +355,7 @@ impl Sink {
                 )
             }
         };
-        let columns: Vec<_> = connector
+        let mut columns: Vec<_> = connector
             .sink
             .columns
             .0
@@ -367,6 +368,11 @@ impl Sink {
             .iter()
             .filter_map(|k| columns.iter().position(|(name, _)| name == k))
             .collect();
+        // The version column comes last, where the mapper writes it.
+        let version = connector.sink.versioning(connector.envelope).map(|v| {
+            columns.push((v.column, crate::config::ColumnType::Text));
+            columns.len() - 1
+        });
         Ok(Self {
             pool,
             dialect,
@@ -374,6 +380,7 @@ impl Sink {
                 name: connector.sink.table.clone(),
                 columns,
                 key,
+                version,
             },
             mode: connector.sink.mode,
             connector: connector.name.clone(),

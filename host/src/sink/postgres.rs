@@ -115,7 +115,9 @@ async fn write_unnest(
     let d = Dialect::Postgres;
     let (rows, indices): (&Vec<&[SqlValue]>, Vec<usize>) = match run {
         Run::Write(rows) => (rows, (0..table.columns.len()).collect()),
-        Run::Delete(keys) => (keys, table.key.clone()),
+        Run::Delete(keys) => (keys, table.delete_columns()),
+        // Written by `backend::write_one`.
+        Run::Truncate(_) => return Ok(()),
     };
     if rows.is_empty() {
         return Ok(());
@@ -160,10 +162,19 @@ async fn write_unnest(
             .join(" AND ")
     };
     let values = table.value_columns();
+    // With a version column: only rows whose stored version is older (or NULL) change.
+    let older = |new: &str| {
+        table.version.map_or(String::new(), |v| {
+            let v = d.quote(&table.columns[v].0);
+            format!(" AND (t.{v} IS NULL OR t.{v} < {new}.{v})")
+        })
+    };
     let sql = match (run, mode) {
+        (Run::Truncate(_), _) => return Ok(()),
         (Run::Delete(_), _) => format!(
-            "DELETE FROM {t} AS t USING ({source}) AS v WHERE {}",
-            key_match("t")
+            "DELETE FROM {t} AS t USING ({source}) AS v WHERE {}{}",
+            key_match("t"),
+            older("v")
         ),
         (Run::Write(_), WriteMode::Insert) => {
             format!("INSERT INTO {t} ({}) {source}", names.join(", "))
@@ -176,10 +187,16 @@ async fn write_unnest(
                     .iter()
                     .map(|&i| format!("{0} = EXCLUDED.{0}", d.quote(&table.columns[i].0)))
                     .collect();
-                format!("DO UPDATE SET {}", set.join(", "))
+                let condition = older("EXCLUDED");
+                match condition.strip_prefix(" AND ") {
+                    Some(condition) => {
+                        format!("DO UPDATE SET {} WHERE {condition}", set.join(", "))
+                    }
+                    None => format!("DO UPDATE SET {}", set.join(", ")),
+                }
             };
             format!(
-                "INSERT INTO {t} ({}) {source} ON CONFLICT ({}) {action}",
+                "INSERT INTO {t} AS t ({}) {source} ON CONFLICT ({}) {action}",
                 names.join(", "),
                 d.column_list(table, &table.key)
             )

@@ -13,8 +13,10 @@ use crate::map::{RowOp, SqlValue};
 pub enum Run<'a> {
     /// Whole rows to insert, upsert or update.
     Write(Vec<&'a [SqlValue]>),
-    /// Key values of rows to delete.
+    /// Key values of rows to delete (with a version column, each followed by its version).
     Delete(Vec<&'a [SqlValue]>),
+    /// Every row of the table, or with a version column every row older than this one.
+    Truncate(Option<&'a SqlValue>),
 }
 
 /// Splits operations into runs, keeping their order across kinds. With `dedupe` (upsert and
@@ -33,6 +35,9 @@ pub(super) fn runs<'a>(
     dialect: Dialect,
     dedupe: bool,
 ) -> Vec<Run<'a>> {
+    if let Some(version) = table.version {
+        return versioned_runs(ops, table, dialect, version);
+    }
     let mut runs: Vec<Run<'a>> = Vec::new();
     for op in ops {
         match (op, runs.last_mut()) {
@@ -40,6 +45,7 @@ pub(super) fn runs<'a>(
             (RowOp::Write(row), _) => runs.push(Run::Write(vec![row])),
             (RowOp::Delete(k), Some(Run::Delete(keys))) => keys.push(k),
             (RowOp::Delete(k), _) => runs.push(Run::Delete(vec![k])),
+            (RowOp::Truncate(version), _) => runs.push(Run::Truncate(version.as_ref())),
             (RowOp::Skip(_), _) => {}
         }
     }
@@ -61,6 +67,7 @@ pub(super) fn runs<'a>(
                         .map(|(v, &t)| bound_key(dialect, t, v))
                         .collect()
                 }),
+                Run::Truncate(_) => {}
             }
         }
     }
@@ -72,7 +79,7 @@ pub(super) fn runs<'a>(
 /// of the rows they take for one key: keys that such a collation could take for one are
 /// ordered as one, so that the stable sort leaves them in record order and the newest
 /// record still comes last.
-fn order_key(dialect: Dialect, key: &[Bound]) -> Vec<Bound> {
+pub(super) fn order_key(dialect: Dialect, key: &[Bound]) -> Vec<Bound> {
     if dialect != Dialect::MySql {
         return key.to_vec();
     }
@@ -149,6 +156,88 @@ fn canonical_json(value: &serde_json::Value) -> String {
     }
 }
 
+/// The runs of a table with a version column: between two truncates, each key's operation
+/// with the highest version (the later one on a tie: only a record met twice ties, its
+/// offset being part of the version), deletes in one run and writes in another, each in
+/// key order. The order of operations on one key no longer matters once each is
+/// conditional on the version; what is left is the newest.
+fn versioned_runs<'a>(
+    ops: &'a [RowOp],
+    table: &TableSpec,
+    dialect: Dialect,
+    version: usize,
+) -> Vec<Run<'a>> {
+    use std::collections::HashMap;
+    let key_types: Vec<ColumnType> = table.key.iter().map(|&i| table.columns[i].1).collect();
+    let key_of = |values: &[SqlValue], positions: &mut dyn Iterator<Item = usize>| -> Vec<Bound> {
+        let bound: Vec<Bound> = positions
+            .zip(&key_types)
+            .map(|(i, &t)| bound_key(dialect, t, &values[i]))
+            .collect();
+        order_key(dialect, &bound)
+    };
+    let mut runs: Vec<Run<'a>> = Vec::new();
+    // Per key: (its version, whether it is a write, the values).
+    type Newest<'a> = HashMap<Vec<Bound>, (&'a SqlValue, bool, &'a [SqlValue])>;
+    let flush = |newest: &mut Newest<'a>, runs: &mut Vec<Run<'a>>| {
+        let mut entries: Vec<(Vec<Bound>, bool, &'a [SqlValue])> = newest
+            .drain()
+            .map(|(key, (_, write, values))| (key, write, values))
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let deletes: Vec<&'a [SqlValue]> = entries.iter().filter(|e| !e.1).map(|e| e.2).collect();
+        let writes: Vec<&'a [SqlValue]> = entries.iter().filter(|e| e.1).map(|e| e.2).collect();
+        if !deletes.is_empty() {
+            runs.push(Run::Delete(deletes));
+        }
+        if !writes.is_empty() {
+            runs.push(Run::Write(writes));
+        }
+    };
+    let mut newest: Newest<'a> = HashMap::new();
+    for op in ops {
+        let (key, at, write, values) = match op {
+            RowOp::Write(row) => (
+                key_of(row, &mut table.key.iter().copied()),
+                version,
+                true,
+                row,
+            ),
+            RowOp::Delete(values) => (
+                key_of(values, &mut (0..table.key.len())),
+                table.key.len(),
+                false,
+                values,
+            ),
+            RowOp::Truncate(bound) => {
+                flush(&mut newest, &mut runs);
+                runs.push(Run::Truncate(bound.as_ref()));
+                continue;
+            }
+            RowOp::Skip(_) => continue,
+        };
+        let Some(stamp) = values.get(at) else {
+            continue;
+        };
+        match newest.get(&key) {
+            Some((kept, _, _)) if version_text(kept) > version_text(stamp) => {}
+            _ => {
+                newest.insert(key, (stamp, write, values.as_slice()));
+            }
+        }
+    }
+    flush(&mut newest, &mut runs);
+    runs
+}
+
+/// A version as it compares: its text (NULL first).
+fn version_text(value: &SqlValue) -> Option<&str> {
+    match value {
+        SqlValue::Text(text) => Some(text),
+        _ => None,
+    }
+}
+
 /// Keeps the last row of each key, and puts the rows in key order ([`order_key`]), rows
 /// that order alike in record order.
 fn last_per_key_in_order<'a>(
@@ -181,6 +270,7 @@ mod tests {
             name: "t".into(),
             columns: vec![("k".into(), key_type), ("v".into(), ColumnType::Text)],
             key: vec![0],
+            version: None,
         }
     }
 
@@ -193,6 +283,7 @@ mod tests {
             Run::Write(rows) | Run::Delete(rows) => {
                 rows.iter().map(|r| r[r.len() - 1].clone()).collect()
             }
+            Run::Truncate(_) => Vec::new(),
         }
     }
 
@@ -334,6 +425,7 @@ mod tests {
                 name: "t".into(),
                 columns: vec![("k".into(), key_type), ("i".into(), ColumnType::Bigint)],
                 key: vec![0],
+                version: None,
             };
             for run in runs(&ops, &spec, Dialect::Postgres, true) {
                 let Run::Write(rows) = run else { continue };
@@ -372,5 +464,79 @@ mod tests {
                 check(keys, ColumnType::Json)?;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod versioned_tests {
+    use super::*;
+
+    fn table() -> TableSpec {
+        TableSpec {
+            name: "t".into(),
+            columns: vec![
+                ("k".into(), ColumnType::Text),
+                ("v".into(), ColumnType::Text),
+                ("_version".into(), ColumnType::Text),
+            ],
+            key: vec![0],
+            version: Some(2),
+        }
+    }
+
+    fn text(s: &str) -> SqlValue {
+        SqlValue::Text(s.into())
+    }
+
+    fn write(k: &str, v: &str, version: &str) -> RowOp {
+        RowOp::Write(vec![text(k), text(v), text(version)])
+    }
+
+    fn delete(k: &str, version: &str) -> RowOp {
+        RowOp::Delete(vec![text(k), text(version)])
+    }
+
+    #[test]
+    fn the_newest_operation_per_key_is_kept_whatever_the_order() {
+        let ops = vec![
+            write("a", "new", "3"),
+            write("a", "old", "1"),
+            delete("b", "5"),
+            write("b", "before the delete", "4"),
+            write("c", "x", "1"),
+            delete("c", "0"),
+            // MySQL compares "A " and "a" as one key; the newest of both is kept.
+            write("A ", "upper", "9"),
+        ];
+        let runs = runs(&ops, &table(), Dialect::Postgres, true);
+        assert_eq!(
+            runs,
+            vec![
+                Run::Delete(vec![&[text("b"), text("5")][..]]),
+                Run::Write(vec![
+                    &[text("A "), text("upper"), text("9")][..],
+                    &[text("a"), text("new"), text("3")][..],
+                    &[text("c"), text("x"), text("1")][..],
+                ]),
+            ]
+        );
+        let mysql = super::runs(&ops, &table(), Dialect::MySql, true);
+        let Run::Write(rows) = &mysql[1] else {
+            panic!("{mysql:?}")
+        };
+        assert_eq!(rows[0], &[text("A "), text("upper"), text("9")][..]);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+    }
+
+    #[test]
+    fn a_truncate_separates_what_comes_before_from_after() {
+        let ops = vec![
+            write("a", "1", "1"),
+            RowOp::Truncate(Some(text("2"))),
+            write("a", "2", "3"),
+        ];
+        let runs = runs(&ops, &table(), Dialect::Sqlite, true);
+        assert_eq!(runs.len(), 3, "{runs:?}");
+        assert_eq!(runs[1], Run::Truncate(Some(&text("2"))));
     }
 }

@@ -19,6 +19,7 @@
 //! | 6 | `sluice_redriven` (connector, source_topic, source_partition, source_offset, dlq_topic, dlq_partition, dlq_offset, redriven_at): the records redriven from a dead-letter topic, so that none is written twice |
 //! | 7 | `sluice_offsets.topic_id`: the id of the topic an offset was read from (where the broker has topic ids): a topic deleted and created again is not resumed from in silence |
 //! | 8 | `sluice_dedup.written_at` (the sink database's clock, ms: the window counts from it, not from the record's timestamp) and `source_topic`, `source_partition`, `source_offset` (where the id was first read: an offsets reset forgets the ids it rewinds past); `sluice_delivery` (connector, guarantee, group_id, updated_at): the guarantee and Kafka group a connector last ran with, so that a switch seeds the other side's positions and a rename (`renamed_from`) finds the old group |
+//! | 9 | `sluice_tombstones` (table_name, row_key, version, deleted_at): the versions of rows deleted from tables with `sink.version`, so that an older change replayed after a delete does not bring the row back (`sink/tombstones.rs`) |
 //!
 //! During a rolling upgrade, a process of the previous version that is already running
 //! keeps running: every column a migration adds is nullable, so its statements still fit.
@@ -31,7 +32,7 @@ use super::backend::{self, Backend};
 use super::{Dialect, Sink, SinkError, each_pool};
 
 /// The version of sluice's own tables this binary writes.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// An arbitrary key for PostgreSQL's advisory lock: "sluice" in ASCII.
 const PG_LOCK_KEY: i64 = 0x736c_7569_6365;
@@ -173,6 +174,20 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
              (connector, source_topic, source_partition, source_offset)",
             "CREATE TABLE IF NOT EXISTS sluice_delivery (connector TEXT NOT NULL PRIMARY KEY, \
              guarantee TEXT NOT NULL, group_id TEXT NOT NULL, updated_at BIGINT NOT NULL)",
+        ],
+        (9, Dialect::MySql) => vec![
+            "CREATE TABLE IF NOT EXISTS sluice_tombstones (\
+             table_name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             row_key VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+             version VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+             deleted_at BIGINT NOT NULL, PRIMARY KEY (table_name, row_key), \
+             INDEX sluice_tombstones_age (table_name, deleted_at))",
+        ],
+        (9, _) => vec![
+            "CREATE TABLE IF NOT EXISTS sluice_tombstones (table_name TEXT NOT NULL, \
+             row_key TEXT NOT NULL, version TEXT NOT NULL, deleted_at BIGINT NOT NULL, \
+             PRIMARY KEY (table_name, row_key))",
+            "CREATE INDEX IF NOT EXISTS sluice_tombstones_age ON sluice_tombstones (table_name, deleted_at)",
         ],
         _ => Vec::new(),
     }

@@ -89,9 +89,9 @@ pub(super) struct Runner {
     pub(super) sink: Option<Arc<Sink>>,
     pub(super) policy: Option<Arc<Policy>>,
     pub(super) schema: Option<Arc<RecordSchema>>,
-    /// With `delivery.dedup`: the background cleanup of old producer ids, while the sink is
-    /// connected.
-    pub(super) dedup_cleaner: Option<tokio::task::JoinHandle<()>>,
+    /// The background cleanups while the sink is connected: old producer ids (with
+    /// `delivery.dedup`), old tombstones (with `sink.version`).
+    pub(super) cleaners: Vec<tokio::task::JoinHandle<()>>,
     /// Why the connector failed permanently (before any task could start).
     pub(super) failure: Option<String>,
     pub(super) slots: Vec<Slot>,
@@ -260,9 +260,16 @@ impl Runner {
         }));
         self.schema = schema;
         if let Some(dedup) = &config.delivery.dedup {
-            self.dedup_cleaner = Some(tokio::spawn(tracing::Instrument::in_current_span(
-                clean_dedup(sink.clone(), dedup.window.0),
-            )));
+            self.cleaners
+                .push(tokio::spawn(tracing::Instrument::in_current_span(
+                    clean_dedup(sink.clone(), dedup.window.0),
+                )));
+        }
+        if let Some(version) = config.sink.versioning(config.envelope) {
+            self.cleaners
+                .push(tokio::spawn(tracing::Instrument::in_current_span(
+                    clean_tombstones(sink.clone(), version.remember_deletes.0),
+                )));
         }
         self.sink = Some(sink);
         Connect::Connected
@@ -550,7 +557,7 @@ impl Runner {
     }
 
     async fn close_sink(&mut self) {
-        if let Some(cleaner) = self.dedup_cleaner.take() {
+        for cleaner in self.cleaners.drain(..) {
             cleaner.abort();
         }
         if let Some(sink) = self.sink.take() {
@@ -609,6 +616,26 @@ async fn clean_dedup(sink: Arc<Sink>, window: Duration) {
             }
             Err(error) => {
                 tracing::warn!(%error, "cannot remove producer ids past delivery.dedup.window (tried again later)")
+            }
+        }
+        tokio::time::sleep(DEDUP_CLEAN_INTERVAL).await;
+    }
+}
+
+/// Removes the tombstones past `sink.version.remember_deletes`, at start and every
+/// [`DEDUP_CLEAN_INTERVAL`], until aborted; a failure is logged and tried again later.
+async fn clean_tombstones(sink: Arc<Sink>, window: Duration) {
+    loop {
+        match sink.clean_tombstones(window).await {
+            Ok(0) => {}
+            Ok(removed) => {
+                tracing::debug!(
+                    removed,
+                    "tombstones past sink.version.remember_deletes removed"
+                )
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot remove tombstones past sink.version.remember_deletes (tried again later)")
             }
         }
         tokio::time::sleep(DEDUP_CLEAN_INTERVAL).await;

@@ -139,7 +139,7 @@ impl ConnectorHandle {
             restart_seen: None,
             sink: None,
             policy: None,
-            dedup_cleaner: None,
+            cleaners: Vec::new(),
             schema: None,
             failure: None,
             slots: Vec::new(),

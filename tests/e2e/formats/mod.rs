@@ -112,32 +112,13 @@ connectors:
         spec["topic"] = json!(self.topic);
         spec["registry"] = json!(self.registry.url());
         spec["records"] = Value::Array(records);
-        let python = crate::examples::python();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/e2e/formats/produce.py");
-        tokio::task::spawn_blocking(move || {
-            let mut child = Command::new(python)
-                .arg(script)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start produce.py");
-            child
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(spec.to_string().as_bytes())
-                .expect("write the spec");
-            let output = child.wait_with_output().expect("produce.py");
-            assert!(
-                output.status.success(),
-                "produce.py failed: {}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        })
-        .await
-        .expect("produce.py thread");
+        let output = run_script("tests/e2e/formats/produce.py", spec).await;
+        assert!(
+            output.status.success(),
+            "produce.py failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 
     pub fn start(&self, config: &Path) -> SluiceProcess {
@@ -203,6 +184,31 @@ connectors:
             })
             .collect()
     }
+}
+
+/// Runs a Python script of the suites (`path` from the repository's root) with the
+/// examples' Python, `spec` as JSON on its stdin; its output once it exits.
+pub(crate) async fn run_script(path: &str, spec: Value) -> std::process::Output {
+    let python = crate::examples::python();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(python)
+            .arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", script.display()));
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(spec.to_string().as_bytes())
+            .expect("write the spec");
+        child.wait_with_output().expect("wait for the script")
+    })
+    .await
+    .expect("the script's thread")
 }
 
 /// Rows of `count`, 0 while the table does not exist yet.
@@ -329,7 +335,7 @@ pub(crate) async fn read_rows(
 }
 
 /// One spelling per value across the databases.
-fn normalise(value: &str, kind: &str) -> String {
+pub(crate) fn normalise(value: &str, kind: &str) -> String {
     let trim_fraction = |v: &str| -> String {
         match v.split_once('.') {
             Some((whole, fraction)) => {

@@ -398,6 +398,9 @@ fn full_name(object: &Map<String, Value>, space: &str, kind: &str) -> Result<Str
 /// The node of a logical type on a primitive, if it is one the specification gives on
 /// that primitive with valid parameters.
 fn primitive_logical(object: &Map<String, Value>, primitive: &str) -> Option<Node> {
+    if let Some(node) = connect_logical(object, primitive) {
+        return Some(node);
+    }
     let logical = object.get("logicalType").and_then(Value::as_str)?;
     let node = match (primitive, logical) {
         ("bytes", "decimal") => {
@@ -418,6 +421,63 @@ fn primitive_logical(object: &Map<String, Value>, primitive: &str) -> Option<Nod
         ("long", "local-timestamp-millis") => Node::LocalTimestamp(TimeUnit::Millis),
         ("long", "local-timestamp-micros") => Node::LocalTimestamp(TimeUnit::Micros),
         ("long", "local-timestamp-nanos") => Node::LocalTimestamp(TimeUnit::Nanos),
+        _ => return None,
+    };
+    Some(node)
+}
+
+/// The Kafka Connect and Debezium semantic types that Confluent's `AvroConverter` names in
+/// `connect.name` on a primitive (Debezium writes its times this way, without an Avro
+/// logical type): a `MicroTimestamp` is microseconds, never read as milliseconds. A
+/// `logicalType` beside it is the same type; `connect.name` decides.
+fn connect_logical(object: &Map<String, Value>, primitive: &str) -> Option<Node> {
+    let name = object.get("connect.name").and_then(Value::as_str)?;
+    let node = match (primitive, name) {
+        ("int", "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date") => Node::Date,
+        ("int", "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time") => {
+            Node::Time(TimeUnit::Millis)
+        }
+        ("long", "io.debezium.time.MicroTime") => Node::Time(TimeUnit::Micros),
+        ("long", "io.debezium.time.NanoTime") => Node::Time(TimeUnit::Nanos),
+        ("long", "org.apache.kafka.connect.data.Timestamp") => Node::Timestamp(TimeUnit::Millis),
+        ("long", "io.debezium.time.Timestamp") => Node::LocalTimestamp(TimeUnit::Millis),
+        ("long", "io.debezium.time.MicroTimestamp") => Node::LocalTimestamp(TimeUnit::Micros),
+        ("long", "io.debezium.time.NanoTimestamp") => Node::LocalTimestamp(TimeUnit::Nanos),
+        ("bytes", "org.apache.kafka.connect.data.Decimal") => {
+            // `connect.parameters.scale` (text), as Connect writes it; precision from
+            // `connect.decimal.precision` when given.
+            let parameters = object.get("connect.parameters").and_then(Value::as_object);
+            let number = |key: &str| {
+                parameters
+                    .and_then(|p| p.get(key))
+                    .and_then(Value::as_str)
+                    .and_then(|t| t.parse::<u32>().ok())
+            };
+            let scale = number("scale").or_else(|| {
+                object
+                    .get("scale")
+                    .and_then(Value::as_u64)
+                    .and_then(|s| u32::try_from(s).ok())
+            })?;
+            if scale > crate::format::temporal::MAX_DECIMAL_SCALE {
+                return None;
+            }
+            let precision = number("connect.decimal.precision")
+                .or_else(|| {
+                    object
+                        .get("precision")
+                        .and_then(Value::as_u64)
+                        .and_then(|p| u32::try_from(p).ok())
+                })
+                .unwrap_or(0)
+                .max(scale)
+                .max(1);
+            Node::Decimal {
+                precision,
+                scale,
+                size: None,
+            }
+        }
         _ => return None,
     };
     Some(node)

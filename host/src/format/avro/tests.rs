@@ -573,3 +573,45 @@ fn speed_against_json_parsing() {
         json / rounds
     );
 }
+
+/// Debezium's semantic types as Confluent's AvroConverter writes them: `connect.name` on a
+/// plain `int`/`long`/`bytes`, no Avro logical type (a decimal has one beside it).
+#[test]
+fn debezium_semantic_types_by_connect_name() {
+    let text = r#"{"type": "record", "name": "Value", "namespace": "shop.public.t", "fields": [
+        {"name": "d", "type": {"type": "int", "connect.version": 1, "connect.name": "io.debezium.time.Date"}},
+        {"name": "t", "type": {"type": "int", "connect.name": "io.debezium.time.Time"}},
+        {"name": "mt", "type": {"type": "long", "connect.name": "io.debezium.time.MicroTime"}},
+        {"name": "ts", "type": {"type": "long", "connect.name": "io.debezium.time.Timestamp"}},
+        {"name": "mts", "type": {"type": "long", "connect.name": "io.debezium.time.MicroTimestamp"}},
+        {"name": "nts", "type": {"type": "long", "connect.name": "io.debezium.time.NanoTimestamp"}},
+        {"name": "cts", "type": {"type": "long", "connect.name": "org.apache.kafka.connect.data.Timestamp"}},
+        {"name": "dec", "type": {"type": "bytes", "scale": 2, "precision": 10, "connect.version": 1,
+            "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"},
+            "connect.name": "org.apache.kafka.connect.data.Decimal", "logicalType": "decimal"}},
+        {"name": "dec_no_logical", "type": {"type": "bytes", "connect.parameters": {"scale": "3"},
+            "connect.name": "org.apache.kafka.connect.data.Decimal"}},
+        {"name": "other", "type": {"type": "long", "connect.name": "com.acme.Whatever"}}]}"#;
+    let mut datum = Vec::new();
+    datum.extend(super::tests::long(19723)); // 2024-01-01
+    datum.extend(long(45_296_789)); // 12:34:56.789
+    datum.extend(long(45_296_789_012)); // 12:34:56.789012
+    datum.extend(long(1_700_000_000_123));
+    datum.extend(long(1_700_000_000_123_456));
+    datum.extend(long(1_700_000_000_123_456_789));
+    datum.extend(long(1_700_000_000_123));
+    datum.extend(long(2));
+    datum.extend([0x04, 0xe2]); // 1250
+    datum.extend(long(2));
+    datum.extend([0x30, 0x39]); // 12345
+    datum.extend(long(7));
+    assert_eq!(
+        schema(text).decode(&datum).unwrap(),
+        json!({
+            "d": "2024-01-01", "t": "12:34:56.789000", "mt": "12:34:56.789012",
+            "ts": "2023-11-14 22:13:20.123000", "mts": "2023-11-14 22:13:20.123456",
+            "nts": "2023-11-14 22:13:20.123456789", "cts": "2023-11-14T22:13:20.123Z",
+            "dec": "12.50", "dec_no_logical": "12.345", "other": 7,
+        })
+    );
+}

@@ -1,0 +1,238 @@
+//! The versions of deleted rows (`sluice_tombstones`), for tables with `sink.version`.
+//!
+//! A versioned upsert changes a row only if the row's stored version is older. A deleted
+//! row has no stored version left, so without a memory of the delete an older update
+//! replayed after it (an offsets reset, a redrive, a late record) would bring the row
+//! back. Each delete therefore stores its key's version here, in the batch's transaction:
+//! `(table_name, row_key, version, deleted_at)`, `row_key` the SHA-256 of the key as the
+//! database compares it. A write whose version is not newer than its key's tombstone is
+//! dropped before the upsert runs. A truncate stores one tombstone for the whole table
+//! (`row_key` empty): every write not newer than it is dropped.
+//!
+//! Tombstones older than `sink.version.remember_deletes` (7 days by default) are removed
+//! by [`Sink::clean_tombstones`], which each connector's runner calls every few minutes. A
+//! replay that reaches further back than that can bring back a row deleted before it, as a
+//! compacted topic that dropped its tombstones would.
+
+use sha2::{Digest, Sha256};
+use sqlx::{AssertSqlSafe, Executor, IntoArguments};
+
+use super::backend::Backend;
+use super::dialect::{Dialect, TableSpec};
+use super::runs::{bound_key, order_key};
+use super::{Sink, SinkError, each_pool};
+use crate::config::ColumnType;
+use crate::map::SqlValue;
+
+/// The `row_key` of a truncate: it stands for every key.
+const WHOLE_TABLE: &str = "";
+/// Keys looked up per statement.
+const LOOKUP_CHUNK: usize = 1000;
+/// Tombstones removed per statement of a cleanup.
+const CLEAN_CHUNK: i64 = 10_000;
+
+/// The stored form of a key: the hex SHA-256 of the key as the database compares it.
+pub(super) fn row_key(dialect: Dialect, table: &TableSpec, key: &[SqlValue]) -> String {
+    let bound: Vec<_> = key
+        .iter()
+        .zip(table.key.iter().map(|&i| table.columns[i].1))
+        .map(|(v, t)| bound_key(dialect, t, v))
+        .collect();
+    let text = format!("{:?}", order_key(dialect, &bound));
+    let digest = Sha256::digest(text.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// `rows` (whole rows, the version at `table.version`) without those whose key has a
+/// tombstone at the same or a newer version, or that a truncate at the same or a newer
+/// version covers.
+pub(super) async fn drop_deleted<'a, DB>(
+    conn: &mut DB::Connection,
+    dialect: Dialect,
+    table: &TableSpec,
+    rows: Vec<&'a [SqlValue]>,
+) -> Result<Vec<&'a [SqlValue]>, sqlx::Error>
+where
+    DB: Backend,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    let Some(v) = table.version else {
+        return Ok(rows);
+    };
+    let keys: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            let key: Vec<SqlValue> = table.key.iter().map(|&i| row[i].clone()).collect();
+            row_key(dialect, table, &key)
+        })
+        .collect();
+    let mut deleted: std::collections::HashMap<String, String> = Default::default();
+    let mut lookup: Vec<&str> = keys.iter().map(String::as_str).collect();
+    lookup.push(WHOLE_TABLE);
+    for chunk in lookup.chunks(LOOKUP_CHUNK) {
+        let marks: Vec<String> = (0..chunk.len()).map(|n| dialect.param(n + 2)).collect();
+        let sql = format!(
+            "SELECT row_key, version FROM sluice_tombstones WHERE table_name = {} AND row_key IN ({})",
+            dialect.param(1),
+            marks.join(", ")
+        );
+        let mut query = sqlx::query::<DB>(AssertSqlSafe(sql));
+        query = DB::bind_value(query, &SqlValue::Text(table.name.clone()), ColumnType::Text);
+        for key in chunk {
+            query = DB::bind_value(query, &SqlValue::Text(key.to_string()), ColumnType::Text);
+        }
+        for row in query.fetch_all(&mut *conn).await? {
+            if let (Some(key), Some(version)) = (DB::text_at(&row, 0)?, DB::text_at(&row, 1)?) {
+                deleted.insert(key, version);
+            }
+        }
+    }
+    if deleted.is_empty() {
+        return Ok(rows);
+    }
+    let whole = deleted.get(WHOLE_TABLE).cloned();
+    Ok(rows
+        .into_iter()
+        .zip(keys)
+        .filter(|(row, key)| {
+            let SqlValue::Text(version) = &row[v] else {
+                return true;
+            };
+            let newer = |tomb: &String| version > tomb;
+            deleted.get(key).is_none_or(newer) && whole.as_ref().is_none_or(newer)
+        })
+        .map(|(row, _)| row)
+        .collect())
+}
+
+/// Stores the tombstones of deleted keys (`keys`: each key's values, then its version),
+/// keeping the newer version where one is stored. `None` as the key is a truncate.
+pub(super) async fn remember<DB>(
+    conn: &mut DB::Connection,
+    dialect: Dialect,
+    table: &TableSpec,
+    deletes: &[(Option<&[SqlValue]>, &SqlValue)],
+) -> Result<(), sqlx::Error>
+where
+    DB: Backend,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    let now = now_ms();
+    for chunk in deletes.chunks(LOOKUP_CHUNK) {
+        let groups: Vec<String> = (0..chunk.len())
+            .map(|n| {
+                let p = |k: usize| dialect.param(n * 4 + k);
+                format!("({}, {}, {}, {})", p(1), p(2), p(3), p(4))
+            })
+            .collect();
+        let conflict = match dialect {
+            Dialect::MySql => " ON DUPLICATE KEY UPDATE \
+                deleted_at = IF(version < VALUES(version), VALUES(deleted_at), deleted_at), \
+                version = IF(version < VALUES(version), VALUES(version), version)"
+                .to_string(),
+            _ => " ON CONFLICT (table_name, row_key) DO UPDATE SET version = excluded.version, \
+                deleted_at = excluded.deleted_at WHERE sluice_tombstones.version < excluded.version"
+                .to_string(),
+        };
+        let sql = format!(
+            "INSERT INTO sluice_tombstones (table_name, row_key, version, deleted_at) VALUES {}{conflict}",
+            groups.join(", ")
+        );
+        let mut query = sqlx::query::<DB>(AssertSqlSafe(sql));
+        // One statement must not name a key twice (PostgreSQL: "cannot affect row a
+        // second time"): the runs hold each key once, and a batch one truncate per run.
+        for (key, version) in chunk {
+            let row_key = match key {
+                Some(key) => row_key(dialect, table, key),
+                None => WHOLE_TABLE.to_string(),
+            };
+            query = DB::bind_value(query, &SqlValue::Text(table.name.clone()), ColumnType::Text);
+            query = DB::bind_value(query, &SqlValue::Text(row_key), ColumnType::Text);
+            query = DB::bind_value(query, version, ColumnType::Text);
+            query = DB::bind_value(query, &SqlValue::Int(now), ColumnType::Bigint);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+impl Sink {
+    /// Removes the tombstones of this sink's table older than `window`; returns how many.
+    pub async fn clean_tombstones(&self, window: std::time::Duration) -> Result<u64, SinkError> {
+        let before = now_ms() - i64::try_from(window.as_millis()).unwrap_or(i64::MAX / 2);
+        let d = self.dialect;
+        // In chunks: a large cleanup does not hold the connection (SQLite has one) or take
+        // many locks at once.
+        let sql = match d {
+            Dialect::MySql => format!(
+                "DELETE FROM sluice_tombstones WHERE table_name = ? AND deleted_at < ? LIMIT {CLEAN_CHUNK}"
+            ),
+            _ => format!(
+                "DELETE FROM sluice_tombstones WHERE table_name = {p1} AND row_key IN \
+                 (SELECT row_key FROM sluice_tombstones WHERE table_name = {p1} AND deleted_at < {p2} LIMIT {CLEAN_CHUNK})",
+                p1 = d.param(1),
+                p2 = d.param(2)
+            ),
+        };
+        let mut removed = 0;
+        loop {
+            let sql = sql.clone();
+            let table = self.table.name.clone();
+            let done = each_pool!(self, pool, DB => {
+                let query = sqlx::query::<DB>(AssertSqlSafe(sql));
+                let query = DB::bind_value(query, &SqlValue::Text(table), ColumnType::Text);
+                let query = DB::bind_value(query, &SqlValue::Int(before), ColumnType::Bigint);
+                query.execute(pool).await.map(|r| DB::rows_affected(&r))
+            })
+            .map_err(self.db_error("clean up tombstones"))?;
+            removed += done;
+            if done < CLEAN_CHUNK as u64 {
+                return Ok(removed);
+            }
+        }
+    }
+
+    /// How many tombstones this sink's table has (for tests and `sluice offsets show`).
+    pub async fn tombstones(&self) -> Result<i64, SinkError> {
+        let sql = format!(
+            "SELECT COUNT(*) FROM sluice_tombstones WHERE table_name = '{}'",
+            self.table.name.replace('\'', "''")
+        );
+        let counted = self.query_integers(sql, 1).await?;
+        Ok(counted.first().copied().flatten().unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> TableSpec {
+        TableSpec {
+            name: "t".into(),
+            columns: vec![
+                ("k".into(), ColumnType::Text),
+                ("_v".into(), ColumnType::Text),
+            ],
+            key: vec![0],
+            version: Some(1),
+        }
+    }
+
+    #[test]
+    fn row_keys_follow_what_the_database_compares() {
+        let key = |s: &str| row_key(Dialect::MySql, &table(), &[SqlValue::Text(s.into())]);
+        // MySQL's default collations take these for one key.
+        assert_eq!(key("Ab "), key("ab"));
+        let pg = |s: &str| row_key(Dialect::Postgres, &table(), &[SqlValue::Text(s.into())]);
+        assert_ne!(pg("Ab"), pg("ab"));
+        assert_eq!(pg("x").len(), 64);
+        assert_ne!(pg("x"), WHOLE_TABLE);
+    }
+}

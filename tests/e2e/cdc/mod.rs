@@ -1,0 +1,105 @@
+//! Change-data-capture streams (`envelope: debezium | opencdc`, `sink.version`), shaped as
+//! Debezium and Conduit write them, replicated into each database.
+//!
+//! - [`events`]: a scripted Debezium history (creates, updates, a delete and its
+//!   tombstone, a key created again, changes that arrive late), a replay from offset 0
+//!   that changes nothing, a truncate under each `on_truncate`, values that are not
+//!   change events; Conduit's OpenCDC records with a version from their metadata.
+//! - [`history`]: a generated history of thousands of changes in 5 tables (`history.py`),
+//!   through Connect JSON as Debezium's PostgreSQL connector writes it and through Avro as
+//!   its MySQL connector does, by two processes while one is SIGKILLed five times: each
+//!   table ends equal to the history's final state, and a replay changes nothing.
+
+mod events;
+mod history;
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{Backend, TestDb};
+
+/// Runs `$body` with `$pool` connected to `db` (a PostgreSQL, MySQL or SQLite pool: one
+/// body serves the three), then closes the pool.
+macro_rules! with_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db.kind {
+            Backend::Postgres => {
+                let $pool = sqlx::PgPool::connect(&$db.url).await.expect("connect");
+                let out = $body;
+                $pool.close().await;
+                out
+            }
+            Backend::MariaDb => {
+                let $pool = sqlx::MySqlPool::connect(&$db.url).await.expect("connect");
+                let out = $body;
+                $pool.close().await;
+                out
+            }
+            Backend::Sqlite => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename($db.url.trim_start_matches("sqlite://"));
+                let $pool = sqlx::SqlitePool::connect_with(options)
+                    .await
+                    .expect("connect");
+                let out = $body;
+                $pool.close().await;
+                out
+            }
+        }
+    };
+}
+
+/// Runs `sql` in `db` (a statement beside the pipeline: a change by hand, a reset).
+pub(crate) async fn execute(db: &TestDb, sql: &str) {
+    let sql = sqlx::AssertSqlSafe(sql.to_string());
+    with_pool!(db, pool => {
+        sqlx::query(sql).execute(&pool).await.expect("execute");
+    });
+}
+
+/// The stored next offset of a connector's partition (None: none stored yet).
+pub(crate) async fn stored_offset(
+    db: &TestDb,
+    connector: &str,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let quote = |s: &str| s.replace('\'', "''");
+    let p = match db.kind {
+        Backend::MariaDb => "`partition`",
+        _ => "\"partition\"",
+    };
+    let sql = format!(
+        "SELECT next_offset FROM sluice_offsets WHERE connector = '{}' AND topic = '{}' AND {p} = {partition}",
+        quote(connector),
+        quote(topic)
+    );
+    let sql = sqlx::AssertSqlSafe(sql);
+    with_pool!(db, pool => sqlx::query_scalar::<_, i64>(sql)
+        .fetch_optional(&pool)
+        .await
+        .ok()
+        .flatten())
+}
+
+/// Waits until the connector's stored offset of `partition` is `next` (at most `seconds`).
+pub(crate) async fn wait_for_offset(
+    db: &TestDb,
+    connector: &str,
+    topic: &str,
+    partition: i32,
+    next: i64,
+    seconds: u64,
+) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let stored = stored_offset(db, connector, topic, partition).await;
+        if stored == Some(next) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {seconds} s the stored offset of {topic}/{partition} is {stored:?}, not {next}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
