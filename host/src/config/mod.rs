@@ -19,6 +19,7 @@ mod schema_check;
 mod scrub;
 mod secret;
 mod semantic;
+mod sink;
 pub mod units;
 mod yaml;
 
@@ -38,6 +39,7 @@ pub use problem::Problem;
 pub use redact::{is_secret_key, redact_document, redact_url};
 pub use secret::{Properties, Secret, SecretUrl};
 pub use semantic::{check_plugin_memory, check_plugin_timeout};
+pub use sink::*;
 use units::HumanDuration;
 
 /// Every default value of `connectors.yaml`, in one place.

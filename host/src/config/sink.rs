@@ -1,0 +1,224 @@
+//! `connectors[].sink` and `connectors[].envelope`: the table a connector writes, its
+//! columns and their portable types, how rows are written, and the change events and
+//! versions that make writes conditional.
+
+use serde::{Deserialize, Deserializer};
+
+use super::units::HumanDuration;
+use super::{SecretUrl, defaults};
+
+/// The table a connector writes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkConfig {
+    /// `postgres://…`, `mysql://…` (MariaDB too) or `sqlite://FILE`; it prints with its
+    /// password and secret query parameters as `***`.
+    pub url: SecretUrl,
+    /// Table name, optionally `schema.table`.
+    pub table: String,
+    /// How rows are written.
+    #[serde(default)]
+    pub mode: WriteMode,
+    /// Key columns: the primary key of a created table, the conflict target of `upsert`,
+    /// the match of `update` and of tombstone deletes.
+    #[serde(default)]
+    pub key: Vec<String>,
+    /// Columns in table order: name -> where its value comes from and its type.
+    pub columns: IndexedColumns,
+    /// Create the table from `columns` when it does not exist.
+    #[serde(default)]
+    pub create_table: bool,
+    /// Versioned writes: every upsert and delete changes a row only if the row's stored
+    /// version is older, so that a replay or a late record never goes back in time. Under
+    /// `envelope: debezium` it is on by default (`{ from: $position }`).
+    #[serde(default)]
+    pub version: Option<VersionConfig>,
+    /// What a truncate event (`op: t` under `envelope: debezium`) does to the table.
+    #[serde(default)]
+    pub on_truncate: OnTruncate,
+}
+
+impl SinkConfig {
+    /// The versioning in effect: `sink.version`, or under `envelope: debezium` the source
+    /// position in the default column.
+    pub fn versioning(&self, envelope: Envelope) -> Option<VersionConfig> {
+        match (&self.version, envelope) {
+            (Some(version), _) => Some(version.clone()),
+            (None, Envelope::Debezium) => Some(VersionConfig::default()),
+            (None, _) => None,
+        }
+    }
+}
+
+/// `connectors[].envelope`: how a value carries a change of one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Envelope {
+    /// The value is the row (a tombstone deletes by key).
+    #[default]
+    None,
+    /// Debezium's change event: `op` (`c`, `r`, `u`, `d`, `t`), `before`, `after`,
+    /// `source`; the tombstone after a delete is passed over.
+    Debezium,
+    /// Conduit's OpenCDC record: `operation` (`create`, `snapshot`, `update`, `delete`),
+    /// `payload.before`, `payload.after`, `key`, `metadata`.
+    Opencdc,
+}
+
+impl Envelope {
+    /// The name as `connectors.yaml` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Envelope::None => "none",
+            Envelope::Debezium => "debezium",
+            Envelope::Opencdc => "opencdc",
+        }
+    }
+}
+
+/// `sink.version`: where a record's version is, and the column that keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VersionConfig {
+    /// `$position` (a Debezium event's source position: PostgreSQL `lsn`; MySQL `file`,
+    /// `pos`, `row`; other connectors `ts_ms`), `$offset`, `$timestamp`, or a JSON pointer
+    /// into the event (the value under `envelope: none`): a non-negative integer, or a
+    /// date or timestamp. Ties go to the later record of the partition.
+    #[serde(default = "version_from_default")]
+    pub from: String,
+    /// The column sluice keeps each row's version in (text: the version's order-keeping
+    /// encoding); created with the table, and it must not be one of `columns`.
+    #[serde(default = "version_column_default")]
+    pub column: String,
+    /// How long a deleted row's version is remembered (`sluice_tombstones`), so that an
+    /// older change replayed after the delete cannot bring the row back.
+    #[serde(default = "remember_deletes_default")]
+    pub remember_deletes: HumanDuration,
+}
+
+fn version_from_default() -> String {
+    defaults::VERSION_FROM.to_string()
+}
+fn version_column_default() -> String {
+    defaults::VERSION_COLUMN.to_string()
+}
+fn remember_deletes_default() -> HumanDuration {
+    HumanDuration(defaults::REMEMBER_DELETES)
+}
+
+impl Default for VersionConfig {
+    fn default() -> Self {
+        Self {
+            from: version_from_default(),
+            column: version_column_default(),
+            remember_deletes: remember_deletes_default(),
+        }
+    }
+}
+
+/// `sink.on_truncate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTruncate {
+    /// The event is a per-record failure of class `truncate`, under `errors.policy`.
+    #[default]
+    Fail,
+    /// The table's rows are deleted in the batch's transaction (with versions: those
+    /// older than the event).
+    Truncate,
+    /// Passed over, counted.
+    Skip,
+}
+
+/// The columns of a sink, in the order the file gives them.
+#[derive(Debug, Clone)]
+pub struct IndexedColumns(pub Vec<(String, ColumnConfig)>);
+
+impl<'de> Deserialize<'de> for IndexedColumns {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = IndexedColumns;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of column name to { from, type }")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<IndexedColumns, A::Error> {
+                let mut columns = Vec::new();
+                while let Some((name, column)) = map.next_entry::<String, ColumnConfig>()? {
+                    columns.push((name, column));
+                }
+                Ok(IndexedColumns(columns))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
+/// One column.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnConfig {
+    /// A JSON pointer into the value (`/uid`, `/user/name`) or record metadata: `$topic`,
+    /// `$partition`, `$offset`, `$timestamp`, `$now`, `$key`, `$value`.
+    pub from: String,
+    /// The portable column type.
+    #[serde(rename = "type")]
+    pub column_type: ColumnType,
+}
+
+/// The portable column vocabulary, mapped to each SQL dialect in `sink::dialect`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColumnType {
+    Bigint,
+    Int,
+    Double,
+    Numeric,
+    Text,
+    Bool,
+    Timestamp,
+    Timestamptz,
+    Date,
+    /// A time of day (PostgreSQL `TIME`, MySQL `TIME(6)`, SQLite `TEXT`): microseconds.
+    Time,
+    Json,
+    Bytes,
+    Uuid,
+}
+
+impl ColumnType {
+    /// The name as `connectors.yaml` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ColumnType::Bigint => "bigint",
+            ColumnType::Int => "int",
+            ColumnType::Double => "double",
+            ColumnType::Numeric => "numeric",
+            ColumnType::Text => "text",
+            ColumnType::Bool => "bool",
+            ColumnType::Timestamp => "timestamp",
+            ColumnType::Timestamptz => "timestamptz",
+            ColumnType::Date => "date",
+            ColumnType::Time => "time",
+            ColumnType::Json => "json",
+            ColumnType::Bytes => "bytes",
+            ColumnType::Uuid => "uuid",
+        }
+    }
+}
+
+/// How rows are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Plain insert; a duplicate key is an error.
+    #[default]
+    Insert,
+    /// Insert, or update the row with the same key.
+    Upsert,
+    /// Update the row with the same key; no row, no change.
+    Update,
+}
