@@ -340,6 +340,17 @@ impl<'a> Decoder<'a> {
                     temporal::decimal(unscaled, *scale).map_err(|e| self.fail_at(start, e))?,
                 )
             }
+            Node::VariableScaleDecimal => {
+                let scale = self.int()?;
+                let n = self.length("a decimal")?;
+                let unscaled = self.take(n, "a decimal")?;
+                let scale = u32::try_from(scale).map_err(|_| {
+                    self.fail_at(start, format!("a negative decimal scale {scale}"))
+                })?;
+                Value::String(
+                    temporal::decimal(unscaled, scale).map_err(|e| self.fail_at(start, e))?,
+                )
+            }
             Node::UuidFixed => Value::String(uuid_text(&self.fixed("a uuid")?)),
             Node::Duration { .. } => duration(&self.fixed("a duration")?),
             Node::Date => {

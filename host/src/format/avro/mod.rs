@@ -104,6 +104,9 @@ enum Node {
     Duration {
         name: String,
     },
+    /// Debezium's `io.debezium.data.VariableScaleDecimal`, a record of `scale` (int) and
+    /// `value` (bytes, the unscaled two's complement): decoded as the decimal's text.
+    VariableScaleDecimal,
 }
 
 /// A field of a record node.
@@ -252,6 +255,10 @@ impl Shaper<'_> {
             } => FieldType::Decimal {
                 precision: Some(*precision),
                 scale: *scale,
+            },
+            Node::VariableScaleDecimal => FieldType::Decimal {
+                precision: None,
+                scale: 0,
             },
             Node::Uuid | Node::UuidFixed => FieldType::Uuid,
             Node::Date => FieldType::Date,

@@ -204,7 +204,18 @@ impl Compiler {
                 default: field.get("default").cloned(),
             });
         }
-        self.set(id, Node::Record { name: full, fields });
+        // Debezium's decimal of a column without a fixed scale: `{scale: int, value: bytes}`.
+        let variable_scale = full == "io.debezium.data.VariableScaleDecimal"
+            && fields.len() == 2
+            && fields[0].name == "scale"
+            && fields[1].name == "value"
+            && matches!(self.nodes.get(fields[0].node), Some(Node::Int))
+            && matches!(self.nodes.get(fields[1].node), Some(Node::Bytes));
+        if variable_scale {
+            self.set(id, Node::VariableScaleDecimal);
+        } else {
+            self.set(id, Node::Record { name: full, fields });
+        }
         Ok(id)
     }
 
@@ -317,7 +328,10 @@ impl Compiler {
             | Node::Enum { name, .. }
             | Node::Record { name, .. }
             | Node::Duration { name } => name,
-            Node::UuidFixed | Node::Nullable { .. } | Node::Union(_) => return None,
+            Node::UuidFixed
+            | Node::VariableScaleDecimal
+            | Node::Nullable { .. }
+            | Node::Union(_) => return None,
         };
         Some(name.to_owned())
     }

@@ -615,3 +615,34 @@ fn debezium_semantic_types_by_connect_name() {
         })
     );
 }
+
+/// Debezium's `VariableScaleDecimal` (a PostgreSQL NUMERIC without a fixed scale), as the
+/// AvroConverter writes it: a record of the scale and the unscaled bytes.
+#[test]
+fn debezium_variable_scale_decimal() {
+    let text = r#"{"type": "record", "name": "Value", "fields": [
+        {"name": "n", "type": {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+            "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}],
+            "connect.doc": "Variable scaled decimal", "connect.version": 1,
+            "connect.name": "io.debezium.data.VariableScaleDecimal"}},
+        {"name": "m", "type": ["null", "io.debezium.data.VariableScaleDecimal"]}]}"#;
+    let mut datum = Vec::new();
+    datum.extend(long(2));
+    datum.extend(long(2));
+    datum.extend([0x04, 0xe2]); // 1250, scale 2
+    datum.extend(long(1)); // the union's second branch
+    datum.extend(long(0));
+    datum.extend(long(1));
+    datum.push(0xf9); // -7, scale 0
+    assert_eq!(
+        schema(text).decode(&datum).unwrap(),
+        json!({"n": "12.50", "m": "-7"})
+    );
+    // A negative scale is not a decimal.
+    let mut bad = Vec::new();
+    bad.extend(long(-1));
+    bad.extend(long(1));
+    bad.push(1);
+    bad.extend(long(0));
+    assert!(schema(text).decode(&bad).is_err());
+}
