@@ -12,6 +12,19 @@ pub(crate) fn raw_event(uid: u64) -> String {
     format!("#{uid}*w{}@{}", uid % 97, 1_700_000_000_000u64 + uid)
 }
 
+/// The word event `uid` as Debezium's PostgreSQL connector would write its row's creation
+/// (JSON without the converter's schemas): `after` is the word event, the lsn grows with
+/// `uid`.
+pub(crate) fn debezium_event(uid: u64) -> String {
+    format!(
+        r#"{{"before":null,"after":{},"source":{{"version":"3.6.1.Final","connector":"postgresql","name":"bench","ts_ms":{ts},"db":"bench","schema":"public","table":"words","txId":{tx},"lsn":{lsn}}},"op":"c","ts_ms":{ts},"transaction":null}}"#,
+        crate::harness::word_event(uid),
+        ts = 1_700_000_000_000u64 + uid,
+        tx = 1000 + uid / 10,
+        lsn = 24_000_000 + uid * 64,
+    )
+}
+
 /// Produces `n` records as producers write a backlog: lz4 batches of up to 10,000.
 pub(crate) async fn produce_backlog(
     bootstrap: &str,

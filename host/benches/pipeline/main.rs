@@ -13,7 +13,9 @@
 //!   5,000): PostgreSQL insert and upsert, MariaDB and SQLite upsert, each with and
 //!   without the plugin, with 1 and 2 tasks; then the levers (the same run with a switch
 //!   that puts an older way back, see docs/performance.md); `postgres insert avro 1t`
-//!   (`format: avro`) beside `postgres insert json 1t`, and its ratio to it.
+//!   (`format: avro`) beside `postgres insert json 1t`, and its ratio to it;
+//!   `postgres upsert debezium 1t` (the JSON run's rows as Debezium change events,
+//!   `envelope: debezium`, versioned by their lsn) beside `postgres upsert json 1t`.
 //! - Baselines: `psql \copy` of the same rows into the same table shape (with and without
 //!   its primary key): the sink's limit; a bare librdkafka drain of the topic: the
 //!   source's limit; a per-row `INSERT` consumer that commits offsets to Kafka, the shape
@@ -54,11 +56,11 @@ use std::time::{Duration, Instant};
 
 use harness::{Backend, Broker, TestDb};
 
-use backlog::{produce_avro_backlog, produce_backlog, raw_event};
+use backlog::{debezium_event, produce_avro_backlog, produce_backlog, raw_event};
 use baselines::{bare_drain, copy_file, per_row_insert, psql_copy};
 use process::clock_ticks;
 use registry::TestRegistry;
-use report::{avro_to_json, print_table};
+use report::{compare, print_table};
 use runs::{matrix, restart_to_first_commit, run_sluice};
 
 /// What the command line asks for.
@@ -161,6 +163,18 @@ async fn main() {
         None
     };
     let registry_url = registry.as_ref().map(TestRegistry::url);
+    // The Debezium topic (the JSON topic's rows in change events), only when asked for.
+    let debezium_topic = harness::unique("bench_debezium");
+    if matrix()
+        .iter()
+        .any(|run| run.debezium && options.wants(&run.name))
+    {
+        broker
+            .create_topic(&debezium_topic, options.partitions)
+            .await;
+        produce_backlog(&broker.bootstrap, &debezium_topic, n, debezium_event).await;
+        println!("produced {n} Debezium change events");
+    }
 
     let postgres = TestDb::new(Backend::Postgres);
     let mut figures = Vec::new();
@@ -198,6 +212,8 @@ async fn main() {
             &raw_topic
         } else if run.avro {
             &avro_topic
+        } else if run.debezium {
+            &debezium_topic
         } else {
             &json_topic
         };
@@ -239,9 +255,20 @@ async fn main() {
         }
     }
     print_table(&figures);
-    let avro = avro_to_json(&figures);
-    if let Some(avro) = &avro {
-        println!("\n{avro}");
+    let avro = compare(
+        &figures,
+        "postgres insert avro 1t",
+        "postgres insert json 1t",
+        0.9,
+    );
+    let debezium = compare(
+        &figures,
+        "postgres upsert debezium 1t",
+        "postgres upsert json 1t",
+        0.8,
+    );
+    for comparison in [&avro, &debezium].into_iter().flatten() {
+        println!("\n{comparison}");
     }
 
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench");
@@ -257,6 +284,7 @@ async fn main() {
         "unix_time": stamp,
         "figures": figures,
         "avro_to_json": avro,
+        "debezium_to_upsert": debezium,
     });
     let text = serde_json::to_string_pretty(&report).expect("json");
     for name in [

@@ -19,6 +19,8 @@ pub(crate) struct Run {
     pub(crate) plugin: bool,
     /// Values in Avro (`format: avro`, schemas from the bench's registry) instead of JSON.
     pub(crate) avro: bool,
+    /// Values as Debezium change events (`envelope: debezium`, versioned by the lsn).
+    pub(crate) debezium: bool,
     pub(crate) tasks: u32,
     /// Environment of the process (a lever's switch).
     pub(crate) env: Vec<(&'static str, &'static str)>,
@@ -52,6 +54,7 @@ pub(crate) fn matrix() -> Vec<Run> {
                         mode,
                         plugin,
                         avro: false,
+                        debezium: false,
                         tasks,
                         env: Vec::new(),
                         kafka: String::new(),
@@ -69,6 +72,21 @@ pub(crate) fn matrix() -> Vec<Run> {
         mode: "insert",
         plugin: false,
         avro: true,
+        debezium: false,
+        tasks: 1,
+        env: Vec::new(),
+        kafka: String::new(),
+        max_records: 5000,
+    });
+    // The upsert JSON run's records as Debezium change events: what reading the envelope
+    // and writing by version (the conditional upsert, the tombstone lookup) cost.
+    runs.push(Run {
+        name: "postgres upsert debezium 1t".into(),
+        db: Backend::Postgres,
+        mode: "upsert",
+        plugin: false,
+        avro: false,
+        debezium: true,
         tasks: 1,
         env: Vec::new(),
         kafka: String::new(),
@@ -80,6 +98,7 @@ pub(crate) fn matrix() -> Vec<Run> {
         mode,
         plugin: true,
         avro: false,
+        debezium: false,
         tasks: 1,
         env: Vec::new(),
         kafka: String::new(),
@@ -182,6 +201,9 @@ pub(crate) fn scenario(run: &Run, index: usize, topic: &str, registry: Option<&s
             .extra_kafka
             .push_str(&format!("  schema_registry:\n    url: \"{registry}\"\n"));
         scenario.extra_connector = "    format: avro\n".into();
+    }
+    if run.debezium {
+        scenario.extra_connector = "    envelope: debezium\n".into();
     }
     // The admin API, for the stage durations in /metrics (a top-level key after the
     // scenario's kafka properties).
@@ -351,6 +373,7 @@ pub(crate) async fn restart_to_first_commit(
         mode: "insert",
         plugin: true,
         avro: false,
+        debezium: false,
         tasks: 1,
         env: Vec::new(),
         kafka: if static_membership {

@@ -351,3 +351,18 @@ fn envelopes_and_versions_are_checked() {
     let unknown = debezium.replace("envelope: debezium", "envelope: maxwell");
     assert!(!problems(&unknown).is_empty());
 }
+
+#[test]
+fn the_default_version_column_must_not_clash_either() {
+    let clash = GOOD
+        .replace("    sink:", "    envelope: debezium\n    sink:")
+        .replace(
+            "word: { from: /word, type: text }",
+            "_SLUICE_VERSION: { from: /word, type: text }",
+        );
+    let found = problems(&clash);
+    assert!(
+        found.iter().any(|p| p.contains("sink.version.column")),
+        "{found:?}"
+    );
+}

@@ -307,26 +307,30 @@ fn envelope_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -
                 ),
             )),
         }
+        if version.remember_deletes.0.is_zero() {
+            problems.push(Problem::new(
+                at("sink.version.remember_deletes"),
+                "must be more than 0: a delete must be remembered at least as long as a replay may reach back",
+            ));
+        }
+    }
+    // The version column in effect (under envelope: debezium, the default one too). MySQL
+    // and SQLite take column names without regard to case.
+    if let Some(version) = sink.versioning(envelope) {
         if version.column.is_empty() {
             problems.push(Problem::new(at("sink.version.column"), "names no column"));
         } else if sink
             .columns
             .0
             .iter()
-            .any(|(name, _)| *name == version.column)
+            .any(|(name, _)| name.eq_ignore_ascii_case(&version.column))
         {
             problems.push(Problem::new(
                 at("sink.version.column"),
                 format!(
-                    "\"{}\" is one of sink.columns: sluice writes the version column itself; name another column",
+                    "\"{}\" is one of sink.columns: sluice writes the version column itself (sink.version.column, default _sluice_version); name another column",
                     version.column
                 ),
-            ));
-        }
-        if version.remember_deletes.0.is_zero() {
-            problems.push(Problem::new(
-                at("sink.version.remember_deletes"),
-                "must be more than 0: a delete must be remembered at least as long as a replay may reach back",
             ));
         }
     }

@@ -80,7 +80,8 @@ impl Envelope {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VersionConfig {
-    /// `$position` (a Debezium event's source position: PostgreSQL `lsn`; MySQL `file`,
+    /// `$position` (a Debezium event's source position: PostgreSQL snapshot records first,
+    /// then `sequence` and `lsn`; MySQL `file`,
     /// `pos`, `row`; other connectors `ts_ms`), `$offset`, `$timestamp`, or a JSON pointer
     /// into the event (the value under `envelope: none`): a non-negative integer, or a
     /// date or timestamp. Ties go to the later record of the partition.

@@ -14,9 +14,67 @@
 //! OpenCDC (Conduit's record): `operation` `create`, `snapshot` and `update` upsert
 //! `payload.after`; `delete` deletes the row of `payload.before` or `key`.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::config::Envelope;
+
+/// A Debezium event as JSON text, its parts left as text until they are needed
+/// ([`super::RowMapper`]'s borrowed reading).
+#[derive(Deserialize)]
+pub(super) struct RawDebezium<'a> {
+    #[serde(borrow, default)]
+    pub(super) op: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub(super) before: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub(super) after: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub(super) source: Option<&'a RawValue>,
+    #[serde(default)]
+    pub(super) ts_ms: Option<Value>,
+}
+
+/// The fields of a Debezium `source` block that make its position.
+#[derive(Deserialize)]
+pub(super) struct RawSource {
+    #[serde(default)]
+    connector: Option<Value>,
+    #[serde(default)]
+    lsn: Option<Value>,
+    #[serde(default)]
+    file: Option<Value>,
+    #[serde(default)]
+    pos: Option<Value>,
+    #[serde(default)]
+    row: Option<Value>,
+    #[serde(default)]
+    ts_ms: Option<Value>,
+    #[serde(default)]
+    snapshot: Option<Value>,
+    #[serde(default)]
+    sequence: Option<Value>,
+}
+
+impl RawSource {
+    /// The field `name`, as `Value::get` on the whole block finds it.
+    pub(super) fn field(&self, name: &str) -> Option<&Value> {
+        match name {
+            "connector" => self.connector.as_ref(),
+            "lsn" => self.lsn.as_ref(),
+            "file" => self.file.as_ref(),
+            "pos" => self.pos.as_ref(),
+            "row" => self.row.as_ref(),
+            "ts_ms" => self.ts_ms.as_ref(),
+            "snapshot" => self.snapshot.as_ref(),
+            "sequence" => self.sequence.as_ref(),
+            _ => None,
+        }
+    }
+}
 
 /// The change a value carries.
 #[derive(Debug, PartialEq)]

@@ -245,6 +245,14 @@ impl RowMapper {
                 )),
             };
         };
+        if parsed.is_none()
+            && self.format == Format::Json
+            && self.envelope == Envelope::Debezium
+            && !matches!(self.version, Some(VersionSource::Pointer(_)))
+            && let Some(mapped) = self.map_debezium_borrowed(record, raw)
+        {
+            return mapped;
+        }
         let document = match (&self.format, parsed) {
             (Format::String, _) => {
                 std::str::from_utf8(raw).map_err(|_| MapError::NotUtf8)?;
@@ -298,6 +306,57 @@ impl RowMapper {
             .map_err(MapError::MissingVersion)
     }
 
+    /// A Debezium event in JSON text, read without building the whole document: only the
+    /// row the change writes (`after`, or `before` for a delete) becomes a value, and the
+    /// source position is read from its few fields (the rest of `source`, `transaction` and
+    /// a `before` beside `after` are passed over). `None` for anything but a plain create,
+    /// read, update or delete: the whole document is read then, as before, and fails there
+    /// with its reason if it must.
+    fn map_debezium_borrowed(
+        &self,
+        record: &Record,
+        raw: &[u8],
+    ) -> Option<Result<RowOp, MapError>> {
+        let event: envelope::RawDebezium<'_> = serde_json::from_slice(raw).ok()?;
+        let row_of = |raw: Option<&serde_json::value::RawValue>| -> Option<Value> {
+            serde_json::from_str::<Value>(raw?.get())
+                .ok()
+                .filter(Value::is_object)
+        };
+        let (write, row) = match event.op.as_deref()? {
+            "c" | "r" | "u" => (true, row_of(event.after)?),
+            "d" => (false, row_of(event.before)?),
+            _ => return None,
+        };
+        let version = match &self.version {
+            Some(version) => {
+                let source: envelope::RawSource = match event.source {
+                    Some(source) => serde_json::from_str(source.get()).ok()?,
+                    None => return None,
+                };
+                let read = version::with_offset(version, record, || {
+                    version::position(&|name| source.field(name), event.ts_ms.as_ref())
+                });
+                match read {
+                    Ok(text) => Some(SqlValue::Text(text)),
+                    Err(why) => return Some(Err(MapError::MissingVersion(why))),
+                }
+            }
+            None => None,
+        };
+        Some(if write {
+            self.row(record, Some(&row), raw).map(|mut values| {
+                values.extend(version);
+                RowOp::Write(values)
+            })
+        } else {
+            self.delete_key(record, Some(&row), None).map(|mut key| {
+                key.extend(version);
+                RowOp::Delete(key)
+            })
+        })
+    }
+
     /// A change event: its row upserted or deleted, or the table truncated.
     fn map_change(
         &self,
@@ -308,7 +367,12 @@ impl RowMapper {
         let event = event
             .ok_or_else(|| MapError::NotAChangeEvent("a change event is a JSON document".into()))?;
         let change = envelope::read(self.envelope, event).map_err(MapError::NotAChangeEvent)?;
-        let version = match &self.version {
+        let on_delete = self.version.as_ref().and_then(VersionSource::for_delete);
+        let source = match change {
+            Change::Delete { .. } => on_delete.as_ref().or(self.version.as_ref()),
+            _ => self.version.as_ref(),
+        };
+        let version = match source {
             Some(version) => Some(self.version_value(version, record, Some(event))?),
             None => None,
         };

@@ -309,7 +309,7 @@ fn debezium_events_map_their_rows_with_the_source_position() {
             SqlValue::Int(1),
             SqlValue::Text("b".into()),
             SqlValue::Int(42),
-            v(&[99, 42])
+            v(&[1, 0, 99, 42])
         ])
     );
     // A delete's key comes from before; without it, from the record's key (a Connect
@@ -317,13 +317,13 @@ fn debezium_events_map_their_rows_with_the_source_position() {
     let delete = r#"{"op": "d", "before": {"id": 7}, "after": null, "source": {"connector": "postgresql", "lsn": 100}}"#;
     assert_eq!(
         mapper.map(&record(None, Some(delete))).unwrap(),
-        RowOp::Delete(vec![SqlValue::Int(7), v(&[100, 42])])
+        RowOp::Delete(vec![SqlValue::Int(7), v(&[1, 0, 100, 42])])
     );
     let bare = r#"{"op": "d", "before": null, "after": null, "source": {"connector": "postgresql", "lsn": 100}}"#;
     let key = r#"{"schema": {"type": "struct"}, "payload": {"id": 8}}"#;
     assert_eq!(
         mapper.map(&record(Some(key), Some(bare))).unwrap(),
-        RowOp::Delete(vec![SqlValue::Int(8), v(&[100, 42])])
+        RowOp::Delete(vec![SqlValue::Int(8), v(&[1, 0, 100, 42])])
     );
     assert!(matches!(
         mapper.map(&record(None, Some(bare))),
@@ -338,7 +338,7 @@ fn debezium_events_map_their_rows_with_the_source_position() {
     let wrapped = format!(r#"{{"schema": {{}}, "payload": {event}}}"#);
     assert!(matches!(
         mapper.map(&record(None, Some(&wrapped))).unwrap(),
-        RowOp::Write(row) if row[3] == v(&[99, 42])
+        RowOp::Write(row) if row[3] == v(&[1, 0, 99, 42])
     ));
 }
 
@@ -367,7 +367,7 @@ fn change_events_that_cannot_be_written_fail_with_their_class() {
     let apply = cdc_mapper(Envelope::Debezium, None, OnTruncate::Truncate);
     assert_eq!(
         apply.map(&record(None, Some(truncate))).unwrap(),
-        RowOp::Truncate(Some(v(&[5, 42])))
+        RowOp::Truncate(Some(v(&[1, 0, 5, 42])))
     );
 }
 
@@ -415,4 +415,66 @@ fn opencdc_deletes_by_its_own_key() {
         mapper.map(&record(None, None)),
         Err(MapError::NotAChangeEvent(_))
     ));
+}
+
+/// The borrowed reading of a JSON Debezium event maps every event as reading the whole
+/// document does (the whole document is read when the value was parsed before: a schema
+/// check, a decoding format).
+#[test]
+fn borrowed_and_whole_debezium_readings_agree() {
+    let events = [
+        r#"{"op": "c", "before": null, "after": {"id": 1, "name": "a"}, "source": {"connector": "postgresql", "lsn": 9, "txId": 3}, "transaction": null, "ts_ms": 5}"#,
+        r#"{"op": "u", "before": {"id": 1, "name": "a"}, "after": {"id": 1, "name": "b"}, "source": {"connector": "mysql", "file": "mysql-bin.000004", "pos": 77, "row": 2}}"#,
+        r#"{"op": "d", "before": {"id": 2}, "after": null, "source": {"connector": "sqlserver", "ts_ms": 1700}}"#,
+        r#"{"op": "r", "after": {"id": 3, "name": null}, "source": {"connector": "oracle"}, "ts_ms": 42}"#,
+        r#"{"op": "c", "after": {"id": 4}, "source": {"connector": "postgresql"}}"#,
+        r#"{"op": "c", "after": {"id": "x"}, "source": {"connector": "postgresql", "lsn": 1}}"#,
+        r#"{"op": "c", "after": {"id": 5}, "source": {"connector": "mysql", "file": "binlog", "pos": 1}}"#,
+        r#"{"op": "c", "op": "d", "after": {"id": 6}, "source": {"connector": "postgresql", "lsn": 1}}"#,
+        r#"{"op": "d", "before": null, "source": {"connector": "postgresql", "lsn": 1}}"#,
+        r#"{"op": "t", "source": {"connector": "postgresql", "lsn": 1}}"#,
+        r#"{"schema": {}, "payload": {"op": "c", "after": {"id": 7}, "source": {"connector": "postgresql", "lsn": 2}}}"#,
+        r#"{"op": "c", "after": [1], "source": {"connector": "postgresql", "lsn": 1}}"#,
+        r#"{"after": {"id": 8}}"#,
+        r#"[1, 2]"#,
+    ];
+    for truncate in [OnTruncate::Fail, OnTruncate::Truncate] {
+        for version in [None, Some("$offset"), Some("$timestamp")] {
+            let mapper = cdc_mapper(Envelope::Debezium, version, truncate);
+            for event in events {
+                let r = record(Some(r#"{"id": 9}"#), Some(event));
+                let whole: Value = serde_json::from_str(event).unwrap();
+                assert_eq!(
+                    mapper.map(&r),
+                    mapper.map_parsed(&r, Some(whole)),
+                    "{event} with {version:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_version_in_the_row_after_is_read_before_for_a_delete() {
+    let mapper = cdc_mapper(Envelope::Debezium, Some("/after/seq"), OnTruncate::Fail);
+    let delete = r#"{"op": "d", "before": {"id": 3, "seq": 70}, "after": null}"#;
+    assert_eq!(
+        mapper.map(&record(None, Some(delete))).unwrap(),
+        RowOp::Delete(vec![SqlValue::Int(3), v(&[70, 42])])
+    );
+    let update = r#"{"op": "u", "before": {"id": 3, "seq": 60}, "after": {"id": 3, "seq": 65}}"#;
+    assert!(matches!(
+        mapper.map(&record(None, Some(update))).unwrap(),
+        RowOp::Write(row) if row[3] == v(&[65, 42])
+    ));
+    let opencdc = cdc_mapper(
+        Envelope::Opencdc,
+        Some("/payload/after/seq"),
+        OnTruncate::Fail,
+    );
+    let delete = r#"{"operation": "delete", "key": {"id": 4}, "payload": {"before": {"id": 4, "seq": 9}, "after": null}}"#;
+    assert_eq!(
+        opencdc.map(&record(None, Some(delete))).unwrap(),
+        RowOp::Delete(vec![SqlValue::Int(4), v(&[9, 42])])
+    );
 }

@@ -39,6 +39,21 @@ impl VersionSource {
         }
     }
 
+    /// Where a delete's version is: a pointer into the row after the change (`/after/…`,
+    /// OpenCDC's `/payload/after/…`) reads the row before it, which a delete has instead.
+    pub(super) fn for_delete(&self) -> Option<VersionSource> {
+        let VersionSource::Pointer(pointer) = self else {
+            return None;
+        };
+        ["/after/", "/payload/after/"].iter().find_map(|after| {
+            let rest = pointer.text.strip_prefix(after)?;
+            let before = after.replace("after", "before");
+            Some(VersionSource::Pointer(JsonPointer::new(&format!(
+                "{before}{rest}"
+            ))))
+        })
+    }
+
     /// The version of `record`, whose value (the event) is `event`: `None` for a
     /// tombstone. `Err` says why the record has none.
     pub(super) fn read(
@@ -47,38 +62,26 @@ impl VersionSource {
         event: Option<&Value>,
         envelope: Envelope,
     ) -> Result<String, String> {
-        let offset = u64::try_from(record.offset).map_err(|_| "a negative offset".to_string())?;
-        let mut parts = match self {
-            VersionSource::Offset => return Ok(encode(&[offset])),
-            VersionSource::Timestamp => {
-                let at = record
-                    .timestamp
-                    .ok_or("the record has no timestamp ($timestamp)")?;
-                vec![non_negative(at, "$timestamp")?]
-            }
-            VersionSource::Position => {
+        let VersionSource::Pointer(pointer) = self else {
+            return with_offset(self, record, || {
                 let event = event.ok_or("a tombstone carries no source position")?;
-                debezium_position(event, envelope)?
-            }
-            VersionSource::Pointer(pointer) => {
-                let event = event.ok_or_else(|| {
-                    format!(
-                        "a tombstone has no value to read the version {} from: use $offset or $timestamp",
-                        pointer.text
-                    )
-                })?;
-                let found = pointer
-                    .find(event)
-                    .filter(|v| !v.is_null())
-                    .ok_or_else(|| format!("no version at {}", pointer.text))?;
-                vec![
-                    scalar(found)
-                        .map_err(|why| format!("the version at {}: {why}", pointer.text))?,
-                ]
-            }
+                debezium_position(event, envelope)
+            });
         };
-        parts.push(offset);
-        Ok(encode(&parts))
+        let event = event.ok_or_else(|| {
+            format!(
+                "a tombstone has no value to read the version {} from: use $offset or $timestamp",
+                pointer.text
+            )
+        })?;
+        let found = pointer
+            .find(event)
+            .filter(|v| !v.is_null())
+            .ok_or_else(|| format!("no version at {}", pointer.text))?;
+        let part =
+            scalar(found).map_err(|why| format!("the version at {}: {why}", pointer.text))?;
+        let offset = u64::try_from(record.offset).map_err(|_| "a negative offset".to_string())?;
+        Ok(encode(&[part, offset]))
     }
 }
 
@@ -89,7 +92,14 @@ pub fn encode(parts: &[u64]) -> String {
         if i > 0 {
             text.push('.');
         }
-        text.push_str(&format!("{part:020}"));
+        // 20 digits, zero-padded, written without the formatter (a version per record).
+        let mut digits = [b'0'; 20];
+        let mut rest = *part;
+        for slot in digits.iter_mut().rev() {
+            *slot = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        text.extend(digits.iter().map(|&d| char::from(d)));
     }
     text
 }
@@ -104,44 +114,119 @@ fn debezium_position(event: &Value, envelope: Envelope) -> Result<Vec<u64>, Stri
         .get("source")
         .filter(|s| s.is_object())
         .ok_or("the change event has no source block to read its position from")?;
-    let field = |name: &str| -> Result<u64, String> {
-        let value = source
-            .get(name)
-            .filter(|v| !v.is_null())
-            .ok_or_else(|| format!("the change event's source has no {name}"))?;
+    position(&|name| source.get(name), event.get("ts_ms"))
+}
+
+/// The position of a `source` block whose fields `field` finds; `event_ts` the event's own
+/// `ts_ms`, for connectors whose source has none.
+pub(super) fn position<'v>(
+    field: &dyn Fn(&str) -> Option<&'v Value>,
+    event_ts: Option<&'v Value>,
+) -> Result<Vec<u64>, String> {
+    let present = |name: &str| field(name).filter(|v| !v.is_null());
+    let number = |name: &str| -> Result<u64, String> {
+        let value =
+            present(name).ok_or_else(|| format!("the change event's source has no {name}"))?;
         scalar(value).map_err(|why| format!("source.{name}: {why}"))
     };
-    match source.get("connector").and_then(Value::as_str) {
-        Some("postgresql") => Ok(vec![field("lsn")?]),
+    match field("connector").and_then(Value::as_str) {
+        Some("postgresql") => postgres_position(field, &number),
         Some("mysql" | "mariadb") => {
-            let file = source
-                .get("file")
+            let file = field("file")
                 .and_then(Value::as_str)
                 .ok_or("the change event's source has no binlog file")?;
-            let number = file
+            let sequence = file
                 .rsplit('.')
                 .next()
                 .and_then(|n| n.parse::<u64>().ok())
                 .ok_or_else(|| {
                     format!("source.file {file:?} does not end in a binlog file number")
                 })?;
-            let row = match source.get("row") {
-                None | Some(Value::Null) => 0,
-                Some(_) => field("row")?,
+            let row = match present("row") {
+                None => 0,
+                Some(_) => number("row")?,
             };
-            Ok(vec![number, field("pos")?, row])
+            Ok(vec![sequence, number("pos")?, row])
         }
-        _ => match source.get("ts_ms").filter(|v| !v.is_null()) {
-            Some(_) => Ok(vec![field("ts_ms")?]),
+        _ => match present("ts_ms") {
+            Some(_) => Ok(vec![number("ts_ms")?]),
             None => {
-                let ts = event
-                    .get("ts_ms")
+                let ts = event_ts
                     .filter(|v| !v.is_null())
                     .ok_or("the change event has neither source.ts_ms nor ts_ms")?;
                 Ok(vec![scalar(ts).map_err(|why| format!("ts_ms: {why}"))?])
             }
         },
     }
+}
+
+/// A PostgreSQL event's position, `[phase, last commit, lsn]`:
+///
+/// - `lsn` alone is not in commit order at the snapshot's edge: a transaction that changed
+///   a row before the snapshot was taken but committed after it is streamed with an `lsn`
+///   below the snapshot's. So snapshot records (`source.snapshot` other than `false`:
+///   `first`, `true`, `last`, `incremental`, …) come first (phase 0): they never overwrite
+///   what streaming wrote, and they fill rows that streaming has not written. An
+///   incremental snapshot's records have no `lsn` (0).
+/// - Streamed records (phase 1) go by `source.sequence`'s first element, the commit
+///   position of the transaction before theirs (transactions stream in commit order), then
+///   by `lsn` within the transaction; without `sequence` (older Debezium), by `lsn`.
+fn postgres_position<'v>(
+    field: &dyn Fn(&str) -> Option<&'v Value>,
+    number: &dyn Fn(&str) -> Result<u64, String>,
+) -> Result<Vec<u64>, String> {
+    let snapshot = match field("snapshot") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::String(s)) => s != "false",
+        Some(_) => true,
+    };
+    if snapshot {
+        let lsn = match field("lsn").filter(|v| !v.is_null()) {
+            Some(_) => number("lsn")?,
+            None => 0,
+        };
+        return Ok(vec![0, 0, lsn]);
+    }
+    let last_commit = match field("sequence").and_then(Value::as_str) {
+        None => 0,
+        Some(text) => {
+            let parts: Vec<Option<String>> = serde_json::from_str(text).map_err(|_| {
+                format!("source.sequence {text:?} is not a JSON list of two positions")
+            })?;
+            match parts.first().cloned().flatten() {
+                None => 0,
+                Some(commit) => commit.parse::<u64>().map_err(|_| {
+                    format!("source.sequence {text:?}: {commit:?} is not a position")
+                })?,
+            }
+        }
+    };
+    Ok(vec![1, last_commit, number("lsn")?])
+}
+
+/// [`VersionSource::read`] with the event's source position already read (by the mapper's
+/// borrowed reading of a JSON event): the record's offset appended.
+pub(super) fn with_offset(
+    source: &VersionSource,
+    record: &Record,
+    position: impl FnOnce() -> Result<Vec<u64>, String>,
+) -> Result<String, String> {
+    let offset = u64::try_from(record.offset).map_err(|_| "a negative offset".to_string())?;
+    let mut parts = match source {
+        VersionSource::Offset => return Ok(encode(&[offset])),
+        VersionSource::Timestamp => {
+            let at = record
+                .timestamp
+                .ok_or("the record has no timestamp ($timestamp)")?;
+            vec![non_negative(at, "$timestamp")?]
+        }
+        VersionSource::Position => position()?,
+        VersionSource::Pointer(pointer) => {
+            return Err(format!("{} needs the whole event", pointer.text));
+        }
+    };
+    parts.push(offset);
+    Ok(encode(&parts))
 }
 
 /// A version part: a non-negative integer (a number, or digits in a string), or a date or
@@ -216,15 +301,42 @@ mod tests {
             assert!(encode(&a) < encode(&b), "{a:?} < {b:?}");
         }
         assert_eq!(encode(&[42]), "00000000000000000042");
+        assert_eq!(encode(&[u64::MAX, 0]), format!("{}.{:020}", u64::MAX, 0));
     }
 
     #[test]
     fn postgres_lsn_then_offset() {
-        let event = json!({"source": {"connector": "postgresql", "lsn": 24023128}, "op": "u"});
-        let v = VersionSource::Position
-            .read(&record(7), Some(&event), Envelope::Debezium)
-            .unwrap();
-        assert_eq!(v, format!("{}.{}", encode(&[24023128]), encode(&[7])));
+        let at = |source: Value| {
+            VersionSource::Position
+                .read(
+                    &record(7),
+                    Some(&json!({"source": source, "op": "u"})),
+                    Envelope::Debezium,
+                )
+                .unwrap()
+        };
+        let v = at(json!({"connector": "postgresql", "lsn": 24023128}));
+        assert_eq!(v, encode(&[1, 0, 24023128, 7]));
+        // Commit order: a transaction committed later, with a lower lsn, is newer.
+        let earlier =
+            at(json!({"connector": "postgresql", "lsn": 500, "sequence": "[\"100\",\"500\"]"}));
+        let later =
+            at(json!({"connector": "postgresql", "lsn": 400, "sequence": "[\"600\",\"400\"]"}));
+        assert!(earlier < later);
+        // Snapshot records come before every streamed one, whatever their lsn.
+        let snapshot = at(json!({"connector": "postgresql", "lsn": 900, "snapshot": "last"}));
+        let streamed = at(
+            json!({"connector": "postgresql", "lsn": 400, "snapshot": "false", "sequence": "[null,\"400\"]"}),
+        );
+        assert!(snapshot < streamed);
+        let incremental = at(json!({"connector": "postgresql", "snapshot": "incremental"}));
+        assert_eq!(incremental, encode(&[0, 0, 0, 7]));
+        let broken = json!({"source": {"connector": "postgresql", "lsn": 1, "sequence": "nope"}});
+        assert!(
+            VersionSource::Position
+                .read(&record(7), Some(&broken), Envelope::Debezium)
+                .is_err()
+        );
     }
 
     #[test]

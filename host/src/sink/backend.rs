@@ -26,6 +26,9 @@ pub trait Backend: Database {
 
     /// Column `index` of `row` as text (NULL as `None`).
     fn text_at(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error>;
+
+    /// Column `index` of `row`, a 64-bit integer.
+    fn int_at(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;
 }
 
 macro_rules! scalar_binds {
@@ -54,6 +57,9 @@ macro_rules! impl_backend {
             }
             fn text_at(row: &Self::Row, index: usize) -> Result<Option<String>, sqlx::Error> {
                 row.try_get::<Option<String>, _>(index)
+            }
+            fn int_at(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error> {
+                row.try_get::<i64, _>(index)
             }
         }
     )*};

@@ -481,7 +481,9 @@ impl Dialect {
                 )
             }
             _ => {
-                // SQLite names the columns of a VALUES list column1, column2, …
+                // SQLite names the columns of a VALUES list column1, column2, … The rows to
+                // delete are found from the list through the key (an index lookup each), not
+                // by a correlated test of every row of the table.
                 let on: Vec<String> = table
                     .key
                     .iter()
@@ -494,9 +496,16 @@ impl Dialect {
                         )
                     })
                     .collect();
+                let key = self.column_list(table, &table.key);
+                let found: Vec<String> = table
+                    .key
+                    .iter()
+                    .map(|&i| format!("{t}.{}", self.quote(&table.columns[i].0)))
+                    .collect();
                 let dv = format!("d.column{}", bound.len());
                 format!(
-                    "DELETE FROM {t} WHERE EXISTS (SELECT 1 FROM (VALUES {}) AS d WHERE {} AND ({t}.{v} IS NULL OR {t}.{v} < {dv}))",
+                    "DELETE FROM {t} WHERE ({key}) IN (SELECT {} FROM (VALUES {}) AS d JOIN {t} ON {} WHERE {t}.{v} IS NULL OR {t}.{v} < {dv})",
+                    found.join(", "),
                     self.value_groups(rows, bound.len()),
                     on.join(" AND ")
                 )
@@ -638,7 +647,7 @@ mod tests {
         );
         assert_eq!(
             Dialect::Sqlite.delete_values(&versioned(), 1),
-            "DELETE FROM \"app\".\"words\" WHERE EXISTS (SELECT 1 FROM (VALUES (?, ?)) AS d WHERE \"app\".\"words\".\"uid\" = d.column1 AND (\"app\".\"words\".\"_v\" IS NULL OR \"app\".\"words\".\"_v\" < d.column2))"
+            "DELETE FROM \"app\".\"words\" WHERE (\"uid\") IN (SELECT \"app\".\"words\".\"uid\" FROM (VALUES (?, ?)) AS d JOIN \"app\".\"words\" ON \"app\".\"words\".\"uid\" = d.column1 WHERE \"app\".\"words\".\"_v\" IS NULL OR \"app\".\"words\".\"_v\" < d.column2)"
         );
         assert_eq!(
             Dialect::Postgres.truncate(&versioned()),

@@ -10,7 +10,7 @@
 //! (`row_key` empty): every write not newer than it is dropped.
 //!
 //! Tombstones older than `sink.version.remember_deletes` (7 days by default) are removed
-//! by [`Sink::clean_tombstones`], which each connector's runner calls every few minutes. A
+//! by [`Sink::clean_tombstones`], which each connector's runner calls every minute. A
 //! replay that reaches further back than that can bring back a row deleted before it, as a
 //! compacted topic that dropped its tombstones would.
 
@@ -19,7 +19,7 @@ use sqlx::{AssertSqlSafe, Executor, IntoArguments};
 
 use super::backend::Backend;
 use super::dialect::{Dialect, TableSpec};
-use super::runs::{bound_key, order_key};
+use super::runs::bound_key;
 use super::{Sink, SinkError, each_pool};
 use crate::config::ColumnType;
 use crate::map::SqlValue;
@@ -31,16 +31,42 @@ const LOOKUP_CHUNK: usize = 1000;
 /// Tombstones removed per statement of a cleanup.
 const CLEAN_CHUNK: i64 = 10_000;
 
-/// The stored form of a key: the hex SHA-256 of the key as the database compares it.
-pub(super) fn row_key(dialect: Dialect, table: &TableSpec, key: &[SqlValue]) -> String {
+/// The stored form of a key: the hex SHA-256 of the key in the form it is bound in (each
+/// part's kind, length and bytes, so that no two keys write the same bytes). Exact, as
+/// sluice's tables compare keys (binary collations on MySQL): in a table of your own whose
+/// collation takes `A` and `a` for one key, a delete of one is not remembered for the other.
+pub(super) fn row_key<'v>(
+    dialect: Dialect,
+    table: &TableSpec,
+    key: impl IntoIterator<Item = &'v SqlValue>,
+) -> String {
+    use super::runs::Bound;
     let bound: Vec<_> = key
-        .iter()
+        .into_iter()
         .zip(table.key.iter().map(|&i| table.columns[i].1))
         .map(|(v, t)| bound_key(dialect, t, v))
         .collect();
-    let text = format!("{:?}", order_key(dialect, &bound));
-    let digest = Sha256::digest(text.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    let mut hasher = Sha256::new();
+    for part in &bound {
+        let (kind, bytes): (u8, std::borrow::Cow<'_, [u8]>) = match part {
+            Bound::Null => (0, (&[][..]).into()),
+            Bound::Int(v) => (1, v.to_be_bytes().to_vec().into()),
+            Bound::Double(v) => (2, v.to_be_bytes().to_vec().into()),
+            Bound::Bool(v) => (3, vec![u8::from(*v)].into()),
+            Bound::Text(v) => (4, v.as_bytes().into()),
+            Bound::Bytes(v) => (5, v.as_slice().into()),
+        };
+        hasher.update([kind]);
+        hasher.update((bytes.len() as u64).to_be_bytes());
+        hasher.update(&bytes);
+    }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(64);
+    for byte in hasher.finalize() {
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    text
 }
 
 fn now_ms() -> i64 {
@@ -66,10 +92,7 @@ where
     };
     let keys: Vec<String> = rows
         .iter()
-        .map(|row| {
-            let key: Vec<SqlValue> = table.key.iter().map(|&i| row[i].clone()).collect();
-            row_key(dialect, table, &key)
-        })
+        .map(|row| row_key(dialect, table, table.key.iter().map(|&i| &row[i])))
         .collect();
     let mut deleted: std::collections::HashMap<String, String> = Default::default();
     let mut lookup: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -149,7 +172,7 @@ where
         // second time"): the runs hold each key once, and a batch one truncate per run.
         for (key, version) in chunk {
             let row_key = match key {
-                Some(key) => row_key(dialect, table, key),
+                Some(key) => row_key(dialect, table, key.iter()),
                 None => WHOLE_TABLE.to_string(),
             };
             query = DB::bind_value(query, &SqlValue::Text(table.name.clone()), ColumnType::Text);
@@ -176,8 +199,17 @@ impl Sink {
             _ => format!(
                 "DELETE FROM sluice_tombstones WHERE table_name = {p1} AND row_key IN \
                  (SELECT row_key FROM sluice_tombstones WHERE table_name = {p1} AND deleted_at < {p2} LIMIT {CLEAN_CHUNK})",
-                p1 = d.param(1),
-                p2 = d.param(2)
+                // Numbered on SQLite too: the first one stands twice.
+                p1 = if d == Dialect::Sqlite {
+                    "?1".to_string()
+                } else {
+                    d.param(1)
+                },
+                p2 = if d == Dialect::Sqlite {
+                    "?2".to_string()
+                } else {
+                    d.param(2)
+                }
             ),
         };
         let mut removed = 0;
@@ -201,11 +233,16 @@ impl Sink {
     /// How many tombstones this sink's table has (for tests and `sluice offsets show`).
     pub async fn tombstones(&self) -> Result<i64, SinkError> {
         let sql = format!(
-            "SELECT COUNT(*) FROM sluice_tombstones WHERE table_name = '{}'",
-            self.table.name.replace('\'', "''")
+            "SELECT COUNT(*) FROM sluice_tombstones WHERE table_name = {}",
+            self.dialect.param(1)
         );
-        let counted = self.query_integers(sql, 1).await?;
-        Ok(counted.first().copied().flatten().unwrap_or(0))
+        let table = self.table.name.clone();
+        each_pool!(self, pool, DB => {
+            let query = sqlx::query::<DB>(AssertSqlSafe(sql));
+            let query = DB::bind_value(query, &SqlValue::Text(table), ColumnType::Text);
+            let row = query.fetch_one(pool).await.map_err(self.db_error("count tombstones"))?;
+            DB::int_at(&row, 0).map_err(self.db_error("count tombstones"))
+        })
     }
 }
 
@@ -228,8 +265,12 @@ mod tests {
     #[test]
     fn row_keys_follow_what_the_database_compares() {
         let key = |s: &str| row_key(Dialect::MySql, &table(), &[SqlValue::Text(s.into())]);
-        // MySQL's default collations take these for one key.
-        assert_eq!(key("Ab "), key("ab"));
+        // sluice's MySQL tables compare keys exactly (utf8mb4_bin): two keys, two tombstones.
+        assert_ne!(key("Ab"), key("ab"));
+        let other = |v: SqlValue| row_key(Dialect::Postgres, &table(), &[v]);
+        // Parts of different kinds or lengths never write the same bytes.
+        assert_ne!(other(SqlValue::Int(1)), other(SqlValue::Text("1".into())));
+        assert_ne!(other(SqlValue::Null), other(SqlValue::Text(String::new())));
         let pg = |s: &str| row_key(Dialect::Postgres, &table(), &[SqlValue::Text(s.into())]);
         assert_ne!(pg("Ab"), pg("ab"));
         assert_eq!(pg("x").len(), 64);

@@ -178,7 +178,8 @@ async fn debezium_history_replays_to_the_same_rows(kind: Backend) {
         ("updated_at", "timestamp"),
         ("_sluice_version", "text"),
     ];
-    let version = |lsn: i64, offset: i64| format!("{lsn:020}.{offset:020}");
+    // A streamed PostgreSQL event: phase 1, the last commit (none in `sequence`), the lsn.
+    let version = |lsn: i64, offset: i64| format!("{:020}.{:020}.{lsn:020}.{offset:020}", 1, 0);
     let expected = vec![
         row(&[
             Some("1"),
@@ -291,6 +292,23 @@ async fn debezium_history_replays_to_the_same_rows(kind: Backend) {
     assert_eq!(run.rows(&columns).await, after);
     assert_eq!(tombstones(&run).await, 1);
     sluice.terminate();
+
+    // Tombstones past sink.version.remember_deletes are removed; younger ones stay.
+    let loaded = sluice::config::load_file(&config).expect("valid config");
+    let sink = sluice::sink::Sink::connect(&loaded.connectors[0])
+        .await
+        .expect("connect");
+    assert_eq!(sink.tombstones().await.expect("count"), 1);
+    let week = std::time::Duration::from_secs(7 * 24 * 3600);
+    assert_eq!(sink.clean_tombstones(week).await.expect("clean"), 0);
+    assert_eq!(
+        sink.clean_tombstones(std::time::Duration::ZERO)
+            .await
+            .expect("clean"),
+        1
+    );
+    assert_eq!(tombstones(&run).await, 0);
+    sink.close().await;
 }
 
 /// The tombstones of the run's table.
