@@ -29,6 +29,7 @@ mod pg_copy;
 mod postgres;
 mod probe;
 mod redriven;
+mod row_statements;
 mod runs;
 pub mod schema;
 mod tombstones;
