@@ -96,6 +96,10 @@ named_enum! {
         MissingVersion => "missing_version",
         /// A truncate event under `sink.on_truncate: fail`.
         Truncate => "truncate",
+        /// A table template (`sink.table: "{topic}"`, `sink.table_from`) makes no table
+        /// for the record: a source field the event lacks, a topic the pattern does not
+        /// match, a name the database cannot take, or a table another topic writes.
+        TableName => "table_name",
         /// The database refused the row: a constraint, a length, a value out of range.
         DatabaseRefused => "database_refused",
     }

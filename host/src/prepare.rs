@@ -11,7 +11,7 @@ use crate::config::{ConnectorConfig, DedupIdSource, ErrorPolicy, Format};
 use crate::dedup::{self, DedupKey};
 use crate::failure::{Failure, FailureClass, Stage};
 use crate::format::{Decoders, RecordSchemas, RegistryError, Resolved};
-use crate::map::{MapError, RowMapper, RowOp};
+use crate::map::{MapError, RowMapper, RowOp, TableRouter, TableRoutes};
 use crate::record::{Incoming, Record, RecordExt};
 use crate::validate::{self, RecordSchema};
 
@@ -72,6 +72,8 @@ pub struct Prepared {
     pub ops: Vec<RowOp>,
     /// For each operation, the index of the input record it came from.
     pub origins: Vec<usize>,
+    /// With a table template: each operation's table (empty for one table).
+    pub routes: TableRoutes,
     /// Failed inputs, in input order, one per input at most.
     pub failures: Vec<Failure>,
     /// Inputs that mapped to nothing to write (a tombstone on a table without key).
@@ -128,17 +130,20 @@ impl Prepared {
         &mut self,
         index: usize,
         record: &Record,
-        mapped: Result<RowOp, (Stage, FailureClass, String)>,
+        mapped: Result<Mapped, (Stage, FailureClass, String)>,
     ) -> Option<Failure> {
         match mapped {
-            Ok(RowOp::Skip(why)) => {
+            Ok((RowOp::Skip(why), _)) => {
                 tracing::debug!(record = %record.coordinates(), why, "record skipped");
                 self.skipped += 1;
                 None
             }
-            Ok(op) => {
+            Ok((op, table)) => {
                 self.ops.push(op);
                 self.origins.push(index);
+                if let Some(table) = table {
+                    self.routes.push(table);
+                }
                 None
             }
             Err((stage, class, message)) => Some(self.failure(index, stage, class, message)),
@@ -152,11 +157,17 @@ impl Prepared {
     }
 }
 
+/// What a record mapped to: its operation, and its table when the connector has a table
+/// template.
+type Mapped = (RowOp, Option<Arc<str>>);
+
 /// Runs batches through the stages before the sink, for one task.
 pub struct Preparer {
     chain: Option<sluice_transform::TransformChain>,
     schema: Option<Arc<RecordSchema>>,
     mapper: RowMapper,
+    /// With a table template: each record's table.
+    router: Option<TableRouter>,
     format: Format,
     max_record_bytes: u64,
     keep_originals: bool,
@@ -187,6 +198,7 @@ impl Preparer {
                 connector.format.clone(),
                 connector.envelope,
             ),
+            router: TableRouter::for_connector(connector),
             format: connector.format.mapped(),
             max_record_bytes: connector.max_record_bytes.0,
             keep_originals: connector.errors.policy == ErrorPolicy::Dlq,
@@ -270,6 +282,13 @@ impl Preparer {
     /// Whether batches go through a transform chain.
     pub fn has_transforms(&self) -> bool {
         self.chain.is_some()
+    }
+
+    /// For a dry run: the table router claims no table for the running connector (see
+    /// [`TableRouter::dry`]).
+    pub fn dry_run(mut self) -> Self {
+        self.router = self.router.take().map(TableRouter::dry);
+        self
     }
 
     /// Keeps (or not) the input records for dead letters; `dlq redrive` needs them always.
@@ -447,6 +466,7 @@ impl Preparer {
         prepared.failures = failures;
         if !prepared.failures.is_empty() {
             // An input with several outputs fails as a whole.
+            let keep: Vec<bool> = prepared.origins.iter().map(|&o| !failed[o]).collect();
             let (ops, origins): (Vec<RowOp>, Vec<usize>) = std::mem::take(&mut prepared.ops)
                 .into_iter()
                 .zip(std::mem::take(&mut prepared.origins))
@@ -454,6 +474,7 @@ impl Preparer {
                 .unzip();
             prepared.ops = ops;
             prepared.origins = origins;
+            prepared.routes.retain(&keep);
         }
         prepared.map_time = mapping.elapsed();
         Ok(prepared)
@@ -464,7 +485,7 @@ impl Preparer {
         &self,
         record: &Record,
         decoded: Option<serde_json::Value>,
-    ) -> Result<RowOp, (Stage, FailureClass, String)> {
+    ) -> Result<Mapped, (Stage, FailureClass, String)> {
         let map_failure = |e: MapError| {
             let class = match e {
                 MapError::Decode(_) => FailureClass::InvalidJson,
@@ -473,6 +494,7 @@ impl Preparer {
                 MapError::NotAChangeEvent(_) => FailureClass::NotAChangeEvent,
                 MapError::MissingVersion(_) => FailureClass::MissingVersion,
                 MapError::Truncate => FailureClass::Truncate,
+                MapError::TableName(_) => FailureClass::TableName,
             };
             (Stage::Map, class, e.to_string())
         };
@@ -488,7 +510,23 @@ impl Preparer {
                 .check(document)
                 .map_err(|m| (Stage::Validate, FailureClass::SchemaInvalid, m))?;
         }
-        self.mapper.map_parsed(record, parsed).map_err(map_failure)
+        // The table first, while the value is at hand; a record that does not map fails
+        // for that, whatever its table.
+        let table = self
+            .router
+            .as_ref()
+            .map(|router| router.table_for(record, parsed.as_ref()));
+        let op = self
+            .mapper
+            .map_parsed(record, parsed)
+            .map_err(map_failure)?;
+        match table {
+            Some(Err(why)) if !matches!(op, RowOp::Skip(_)) => {
+                Err(map_failure(MapError::TableName(why)))
+            }
+            Some(Ok(table)) => Ok((op, Some(table))),
+            _ => Ok((op, None)),
+        }
     }
 }
 

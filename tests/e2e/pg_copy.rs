@@ -147,7 +147,7 @@ fn every_column_type_reads_back_as_written() {
             if mode == "insert" {
                 // Inserting the same keys again is refused, row by row.
                 let refused = sink
-                    .find_refused(&[RowOp::Write(row(1, "again", 0.5))])
+                    .find_refused(&[RowOp::Write(row(1, "again", 0.5))], &Default::default())
                     .await
                     .expect("probe");
                 assert_eq!(refused.len(), 1, "{refused:?}");
@@ -214,7 +214,10 @@ fn a_table_made_by_hand_takes_the_rows_and_refuses_what_does_not_fit() {
                 RowOp::Write(fitting(base + 5, "far too long for twelve")),
                 RowOp::Write(fitting(base + 6, "fits too")),
             ];
-            let refused = sink.find_refused(&ops).await.expect("probe");
+            let refused = sink
+                .find_refused(&ops, &Default::default())
+                .await
+                .expect("probe");
             assert_eq!(
                 refused.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
                 vec![1],

@@ -641,7 +641,10 @@ async fn refused_rows_are_found_and_nothing_is_kept(db: Backend) {
         row(4, &long, "s4"),
         row(5, "c", "s5"),
     ];
-    let refused = sink.find_refused(&ops).await.expect("probe");
+    let refused = sink
+        .find_refused(&ops, &Default::default())
+        .await
+        .expect("probe");
     let indices: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
     assert_eq!(indices, vec![1, 3], "{refused:?}");
     assert!(refused.iter().all(|(_, message)| !message.is_empty()));
@@ -671,7 +674,10 @@ async fn deferred_constraints_are_checked_by_the_probe(db: Backend) {
         row(2, "b", "other"),
         row(3, "c", "same"),
     ];
-    let refused = sink.find_refused(&ops).await.expect("probe");
+    let refused = sink
+        .find_refused(&ops, &Default::default())
+        .await
+        .expect("probe");
     assert_eq!(
         refused.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
         vec![2],

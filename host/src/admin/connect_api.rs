@@ -501,7 +501,7 @@ async fn alter_offsets(
             kafka_topic,
             kafka_partition,
         } = entry.partition;
-        if !connector.config.topics.contains(&kafka_topic) {
+        if !connector.config.reads_topic(&kafka_topic) {
             problems.push(format!("{kafka_topic} is not a topic of connector {name}"));
         }
         if kafka_partition < 0 {

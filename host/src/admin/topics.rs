@@ -9,10 +9,10 @@ use super::ApiError;
 use crate::config::{Config, DeadLetterDestination};
 
 /// True when a connector of `config` reads `topic`, or writes its dead letters there.
-/// The one place that decides; a connector that takes topic patterns adds its match here.
+/// The one place that decides (`topics_regex` matched here too).
 pub fn may_read(config: &Config, topic: &str) -> bool {
     config.connectors.iter().any(|connector| {
-        connector.topics.iter().any(|t| t == topic)
+        connector.reads_topic(topic)
             || matches!(
                 &connector.errors.dlq,
                 Some(DeadLetterDestination::Topic(dlq)) if dlq == topic

@@ -113,7 +113,20 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
         );
         return EXIT_INVALID;
     };
-    let topic = connector.topics[0].clone();
+    if connector.sink.fixed_table().is_none() {
+        eprintln!(
+            "{}: the demo checks one table: connectors[0].sink.table must name it (not a template)",
+            path.display()
+        );
+        return EXIT_INVALID;
+    }
+    let Some(topic) = connector.topics.first().cloned() else {
+        eprintln!(
+            "{}: the demo produces into connectors[0].topics: name a topic (not topics_regex)",
+            path.display()
+        );
+        return EXIT_INVALID;
+    };
     let (brokers, _embedded) = match resolve_brokers(&config, partitions) {
         Ok(resolved) => resolved,
         Err(code) => return code,
@@ -173,7 +186,8 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
     };
     println!(
         "demo: producing {records} word events to {topic} ({partitions} partitions){through} -> {} table {}",
-        connector.sink.url, connector.sink.table
+        connector.sink.url,
+        connector.sink.table_label()
     );
     let started = Instant::now();
     let mut last = (Instant::now(), 0u64);
@@ -237,7 +251,7 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
         && (made == 0 || stats.min == Some(0));
     println!(
         "demo: table {}: {} rows, {} distinct {key_column}, {} duplicates, {} gaps (produced {made})",
-        connector.sink.table,
+        connector.sink.table_label(),
         stats.rows,
         stats.distinct,
         stats.duplicates(),

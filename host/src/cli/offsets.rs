@@ -52,7 +52,18 @@ pub async fn offsets(action: OffsetsAction) -> u8 {
 }
 
 async fn show(connector: &ConnectorConfig, sink: &Sink) -> u8 {
-    for topic in &connector.topics {
+    // With topics_regex: every topic it has stored offsets of.
+    let topics = match &connector.topics_regex {
+        None => connector.topics.clone(),
+        Some(_) => match sink.stored_topics().await {
+            Ok(topics) => topics,
+            Err(e) => {
+                eprintln!("connector {}: {e}", connector.name);
+                return EXIT_FAILURE;
+            }
+        },
+    };
+    for topic in &topics {
         match sink.read_offsets(topic).await {
             Ok(offsets) => {
                 let mut offsets: Vec<_> = offsets.into_iter().collect();

@@ -78,19 +78,28 @@ fn validate_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
         }
     );
     for (i, c) in config.connectors.iter().enumerate() {
-        let topics: Vec<String> = c
-            .topics
-            .iter()
-            .enumerate()
-            .map(|(k, topic)| shown(format!("/connectors/{i}/topics/{k}"), topic))
-            .collect();
+        let topics = match &c.topics_regex {
+            Some(pattern) => format!(
+                "topics matching {}",
+                shown(format!("/connectors/{i}/topics_regex"), pattern.as_str())
+            ),
+            None => format!(
+                "topics [{}]",
+                c.topics
+                    .iter()
+                    .enumerate()
+                    .map(|(k, topic)| shown(format!("/connectors/{i}/topics/{k}"), topic))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
         let _ = writeln!(
             out,
-            "  {}: topics [{}] -> {} table {} ({:?}, {} column(s), {} task(s), group {})",
+            "  {}: {} -> {} table {} ({:?}, {} column(s), {} task(s), group {})",
             shown(format!("/connectors/{i}/name"), &c.name),
-            topics.join(", "),
+            topics,
             c.sink.url,
-            shown(format!("/connectors/{i}/sink/table"), &c.sink.table),
+            shown(format!("/connectors/{i}/sink/table"), &c.sink.table_label()),
             c.sink.mode,
             c.sink.columns.0.len(),
             c.tasks,

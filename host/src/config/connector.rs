@@ -14,8 +14,13 @@ use super::{Envelope, Format, Properties, SchemaRegistryConfig, SinkConfig, defa
 pub struct ConnectorConfig {
     /// Unique name; it keys the stored offsets.
     pub name: String,
-    /// Topics to consume.
+    /// Topics to consume. Exactly one of `topics` and `topics_regex`.
+    #[serde(default)]
     pub topics: Vec<String>,
+    /// A pattern of the topics to consume, matched from the start of a name: topics
+    /// created later that match are picked up (librdkafka's `^` subscription).
+    #[serde(default)]
+    pub topics_regex: Option<super::TopicPattern>,
     /// Consumer group; default `sluice-<name>`.
     #[serde(default)]
     pub group: Option<String>,
@@ -260,6 +265,31 @@ fn tasks_default() -> u32 {
 }
 
 impl ConnectorConfig {
+    /// Whether the connector reads `topic`: one of `topics`, or a name `topics_regex`
+    /// matches.
+    pub fn reads_topic(&self, topic: &str) -> bool {
+        match &self.topics_regex {
+            Some(pattern) => pattern.matches(topic),
+            None => self.topics.iter().any(|t| t == topic),
+        }
+    }
+
+    /// What the consumer subscribes to: the topics, or the pattern as librdkafka takes it.
+    pub fn subscription(&self) -> Vec<String> {
+        match &self.topics_regex {
+            Some(pattern) => vec![pattern.subscription()],
+            None => self.topics.clone(),
+        }
+    }
+
+    /// The topics (or the pattern) as the file gives them, for messages.
+    pub fn topics_label(&self) -> String {
+        match &self.topics_regex {
+            Some(pattern) => format!("topics matching {}", pattern.as_str()),
+            None => self.topics.join(", "),
+        }
+    }
+
     /// The consumer group: the configured one or `sluice-<name>`.
     pub fn group_id(&self) -> String {
         self.group

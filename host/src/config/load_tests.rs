@@ -159,7 +159,7 @@ connectors:
 "#;
     let config = load_str(text, &no_env).expect("valid");
     let b = &config.connectors[1].sink;
-    assert_eq!(b.table, "b");
+    assert_eq!(b.table_label(), "b");
     assert_eq!(b.url.expose(), "sqlite://x.db");
     let names: Vec<&str> = b.columns.0.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["uid", "word"]);
@@ -364,5 +364,69 @@ fn the_default_version_column_must_not_clash_either() {
     assert!(
         found.iter().any(|p| p.contains("sink.version.column")),
         "{found:?}"
+    );
+}
+
+#[test]
+fn routing_settings_are_checked_with_their_paths() {
+    let regex = GOOD.replace("topics: [words]", "topics_regex: \"^shop\\\\..*\"");
+    let config = load_str(&regex, &no_env).expect("valid");
+    assert!(config.connectors[0].reads_topic("shop.orders"));
+    assert!(!config.connectors[0].reads_topic("old.shop.orders"));
+    assert_eq!(
+        problems(&GOOD.replace(
+            "topics: [words]",
+            "topics: [words]\n    topics_regex: \"^w\""
+        )),
+        vec!["connectors[0].topics_regex: a connector has either topics or topics_regex, not both"]
+    );
+    assert_eq!(
+        problems(&GOOD.replace("    topics: [words]\n", "")),
+        vec![
+            "connectors[0].topics: name the topics to consume: topics: [a, b], or topics_regex: \"^shop\\\\..*\""
+        ]
+    );
+    let template = |table: &str| GOOD.replace("table: words", table);
+    assert!(problems(&template("table: \"{topic}\"")).is_empty());
+    assert_eq!(
+        problems(&template("table: \"r_{1}\"")),
+        vec![
+            "connectors[0].sink.table: \"r_{1}\" reads a capture ({1}): captures come from sink.table_from: { topic: PATTERN, to: TEMPLATE }"
+        ]
+    );
+    assert_eq!(
+        problems(&template("table: \"{source.table}\"")),
+        vec![
+            "connectors[0].sink.table: \"{source.table}\" reads the source block of a change event: it needs envelope: debezium or opencdc"
+        ]
+    );
+    assert_eq!(
+        problems(&template("table: words\n      schema: s")),
+        vec![
+            "connectors[0].sink.schema: sink.schema goes with a table template; for one table write schema.table in sink.table (\"words\")"
+        ]
+    );
+    let from = template("table_from: { topic: \"^(w)(o)rds$\", to: \"t_{3}\" }");
+    assert_eq!(
+        problems(&from),
+        vec![
+            "connectors[0].sink.table_from.to: \"t_{3}\" reads {3}, and \"^(w)(o)rds$\" has 2 capture group(s)"
+        ]
+    );
+    let unmatched = template("table_from: { topic: \"^x\\\\.(.*)$\", to: \"t_{1}\" }");
+    assert_eq!(
+        problems(&unmatched),
+        vec![
+            "connectors[0].sink.table_from.topic: topic words does not match \"^x\\.(.*)$\": its records would have no table"
+        ]
+    );
+    let meeting = GOOD
+        .replace("topics: [words]", "topics: [Words, words]")
+        .replace("table: words", "table: \"{topic}\"");
+    assert_eq!(
+        problems(&meeting),
+        vec![
+            "connectors[0].sink.table: topics Words and words both map to table words (names are compared without case): give each topic its own table"
+        ]
     );
 }

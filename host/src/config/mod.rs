@@ -15,6 +15,7 @@ mod load;
 mod load_tests;
 mod problem;
 mod redact;
+mod routing;
 mod schema_check;
 mod scrub;
 mod secret;
@@ -37,6 +38,10 @@ pub use formats::{Format, RegistryTls, SchemaRegistryConfig, Urls};
 pub use load::{ConfigError, load_file, load_str};
 pub use problem::Problem;
 pub use redact::{is_secret_key, redact_document, redact_url};
+pub use routing::{
+    CapturePattern, NameLimit, SourceField, TableFrom, TableTemplate, TemplatePart, TopicPattern,
+    name_limit, table_name_problem,
+};
 pub use secret::{Properties, Secret, SecretUrl};
 pub use semantic::{check_plugin_memory, check_plugin_timeout};
 pub use sink::*;

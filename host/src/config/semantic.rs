@@ -130,12 +130,11 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
                 format!("\"{}\" is not a database URL: use postgres://, mysql:// or sqlite://", sink.url.redacted()),
             )),
         }
-        if !valid_table_name(&sink.table) {
-            problems.push(Problem::new(
-                at("sink.table"),
-                format!("\"{}\" is not a table name: use letters, digits and _, optionally schema.table", sink.table),
-            ));
-        }
+        problems.extend(super::routing::routing_problems(
+            connector,
+            url_scheme(sink.url.expose()),
+            &at,
+        ));
         let mut seen = HashSet::new();
         for (name, column) in &sink.columns.0 {
             let column_at = at(&format!("sink.columns.{name}"));
@@ -387,7 +386,7 @@ fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> 
             DeadLetterDestination::Topic(topic) => {
                 if let Err(why) = topic_name_problem(topic) {
                     problems.push(Problem::new(at("errors.dlq.topic"), why));
-                } else if connector.topics.contains(topic) {
+                } else if connector.reads_topic(topic) {
                     problems.push(Problem::new(
                         at("errors.dlq.topic"),
                         format!("\"{topic}\" is also a source topic of this connector"),
@@ -400,7 +399,11 @@ fn errors_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> 
                         at("errors.dlq.table"),
                         format!("\"{table}\" is not a table name: use letters, digits and _, optionally schema.table"),
                     ));
-                } else if table.eq_ignore_ascii_case(&connector.sink.table) {
+                } else if connector
+                    .sink
+                    .fixed_table()
+                    .is_some_and(|t| table.eq_ignore_ascii_case(t))
+                {
                     problems.push(Problem::new(
                         at("errors.dlq.table"),
                         "the dead-letter table must not be the sink table",
@@ -557,14 +560,14 @@ fn url_scheme(url: &str) -> Option<&str> {
     .then_some(scheme)
 }
 
-fn valid_identifier(name: &str) -> bool {
+pub(super) fn valid_identifier(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !name.starts_with(|c: char| c.is_ascii_digit())
 }
 
-fn valid_table_name(name: &str) -> bool {
+pub(super) fn valid_table_name(name: &str) -> bool {
     let parts: Vec<&str> = name.split('.').collect();
     parts.len() <= 2 && parts.iter().all(|p| valid_identifier(p))
 }

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Deserializer};
 
+use super::routing::{TableFrom, TableTemplate};
 use super::units::HumanDuration;
 use super::{SecretUrl, defaults};
 
@@ -14,8 +15,18 @@ pub struct SinkConfig {
     /// `postgres://…`, `mysql://…` (MariaDB too) or `sqlite://FILE`; it prints with its
     /// password and secret query parameters as `***`.
     pub url: SecretUrl,
-    /// Table name, optionally `schema.table`.
-    pub table: String,
+    /// The table: a name, optionally `schema.table`; or a template of one identifier per
+    /// record (`{topic}`, `{source.schema}`, `{source.table}`, `{source.db}`), dots kept.
+    /// Exactly one of `table` and `table_from`.
+    #[serde(default)]
+    pub table: Option<TableTemplate>,
+    /// The table from the topic's name: `{ topic: PATTERN, to: "replica_{1}" }`.
+    #[serde(default)]
+    pub table_from: Option<TableFrom>,
+    /// With a template (`table` with placeholders, or `table_from`): the schema (MySQL: the
+    /// database) its tables are in; without it, the connection's default.
+    #[serde(default)]
+    pub schema: Option<String>,
     /// How rows are written.
     #[serde(default)]
     pub mode: WriteMode,
@@ -39,6 +50,33 @@ pub struct SinkConfig {
 }
 
 impl SinkConfig {
+    /// The table as the file names it: `table`, or `table_from.to` (for logs and
+    /// messages).
+    pub fn table_label(&self) -> String {
+        match (&self.table, &self.table_from) {
+            (Some(table), _) => table.as_str().to_string(),
+            (None, Some(from)) => from.to.as_str().to_string(),
+            (None, None) => String::new(),
+        }
+    }
+
+    /// The one table every record goes to, when `table` has no placeholders.
+    pub fn fixed_table(&self) -> Option<&str> {
+        match (&self.table, &self.table_from) {
+            (Some(table), None) if !table.is_template() => Some(table.as_str()),
+            _ => None,
+        }
+    }
+
+    /// The template each record's table is made from, when tables are per record.
+    pub fn table_template(&self) -> Option<&TableTemplate> {
+        match (&self.table, &self.table_from) {
+            (_, Some(from)) => Some(&from.to),
+            (Some(table), None) if table.is_template() => Some(table),
+            _ => None,
+        }
+    }
+
     /// The versioning in effect: `sink.version`, or under `envelope: debezium` the source
     /// position in the default column.
     pub fn versioning(&self, envelope: Envelope) -> Option<VersionConfig> {

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::ConnectorConfig;
 use crate::failure::{FailureClass, Stage};
-use crate::map::{RowOp, SqlValue};
+use crate::map::{RowOp, SqlValue, TableRoutes};
 use crate::prepare::{PrepareError, Preparer};
 use crate::record::Incoming;
 use crate::sink::Sink;
@@ -111,7 +111,8 @@ pub async fn dry_run_on(
                 Some(path) => Some(Arc::new(RecordSchema::load(path)?)),
                 None => None,
             };
-            let mut preparer = Preparer::for_connector(&connector, engine.as_ref(), schema)?;
+            let mut preparer =
+                Preparer::for_connector(&connector, engine.as_ref(), schema)?.dry_run();
             if preparer.uses_registry() {
                 runtime
                     .block_on(preparer.resolve(&inputs))
@@ -132,7 +133,8 @@ pub async fn dry_run_on(
     }
 
     // The database's refusals, in a transaction that is rolled back.
-    let database_not_asked = match refusals(connector, &prepared.ops, sink).await {
+    let database_not_asked = match refusals(connector, &prepared.ops, &prepared.routes, sink).await
+    {
         Ok(refused) => {
             for (op, message) in refused {
                 let input = prepared.origins[op];
@@ -208,6 +210,7 @@ pub async fn dry_run_on(
 async fn refusals(
     connector: &ConnectorConfig,
     ops: &[RowOp],
+    routes: &TableRoutes,
     running: Option<Arc<Sink>>,
 ) -> Result<Vec<(usize, String)>, String> {
     let (sink, own) = match running {
@@ -225,13 +228,13 @@ async fn refusals(
         sink.check_table().await.map_err(|e| {
             format!(
                 "table {} cannot be read ({e}); the database's own checks were not run",
-                connector.sink.table
+                connector.sink.table_label()
             )
         })?;
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        sink.find_refused(ops)
+        sink.find_refused(ops, routes)
             .await
             .map_err(|e| format!("the database could not be asked: {e}"))
     }

@@ -38,6 +38,7 @@ impl Plan {
             batch: WriteBatch {
                 ops: std::mem::take(&mut prepared.ops),
                 origins: std::mem::take(&mut prepared.origins),
+                routes: std::mem::take(&mut prepared.routes),
                 offsets,
                 dedup: std::mem::take(&mut prepared.dedup),
                 ..WriteBatch::default()
@@ -149,13 +150,17 @@ impl Plan {
         if self.batch.origins.iter().all(|&o| keep(o)) {
             return;
         }
+        let kept: Vec<bool> = self.batch.origins.iter().map(|&o| keep(o)).collect();
         let (ops, origins): (Vec<RowOp>, Vec<usize>) = std::mem::take(&mut self.batch.ops)
             .into_iter()
             .zip(std::mem::take(&mut self.batch.origins))
-            .filter(|(_, origin)| keep(*origin))
+            .zip(&kept)
+            .filter(|(_, kept)| **kept)
+            .map(|(pair, _)| pair)
             .unzip();
         self.batch.ops = ops;
         self.batch.origins = origins;
+        self.batch.routes.retain(&kept);
     }
 }
 

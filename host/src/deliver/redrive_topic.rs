@@ -469,7 +469,7 @@ async fn check_page(
                 .iter()
                 .filter_map(|(_, l, _)| l.as_ref().ok())
                 .map(|l| l.original.source())
-                .filter(|(topic, _, _)| connector.topics.contains(topic))
+                .filter(|(topic, _, _)| connector.reads_topic(topic))
                 .collect();
             read_sources(&check.pool, &wanted).await?
         }
@@ -515,7 +515,7 @@ async fn check_page(
             }
             // A copy of a record of a topic the connector does not read would equal its
             // source too.
-            None if !connector.topics.contains(&source.0) => Err((
+            None if !connector.reads_topic(&source.0) => Err((
                 Refusal::NotMatchingSource,
                 format!(
                     "its source topic {} is not one that connector {} reads",

@@ -44,6 +44,16 @@ pub trait RebalanceListener: Send + Sync {
     /// At-least-once: offsets whose rows are committed but not yet committed to Kafka.
     /// Taken on a revocation so that they reach the group before the partitions leave.
     fn take_kafka_commits(&self) -> Vec<(Partition, i64)>;
+
+    /// Of the topics of an assignment, those whose ids (KIP-516) were never asked for: a
+    /// topic that `topics_regex` took after the task started.
+    fn topics_without_ids(&self, _topics: &[String]) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The ids of `asked` that the cluster reported (a topic it reports none for is not
+    /// asked again).
+    fn learn_topic_ids(&self, _asked: &[String], _ids: std::collections::HashMap<String, String>) {}
 }
 
 /// The consumer's context: librdkafka's logs to `tracing`, rebalances to the listener.
@@ -152,6 +162,23 @@ impl ConsumerContext for SourceContext {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 tracing::info!(?partitions, cooperative, "partitions assigned");
+                // Topics new to the task (a pattern took them): their ids first, so that
+                // the assignment compares the stored offsets' topic ids with them.
+                let mut topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
+                topics.sort_unstable();
+                topics.dedup();
+                let unknown = self.listener.topics_without_ids(&topics);
+                if !unknown.is_empty() {
+                    match super::topic_ids::topic_ids(
+                        consumer.client(),
+                        &unknown,
+                        Duration::from_secs(5),
+                    ) {
+                        Ok(ids) => self.listener.learn_topic_ids(&unknown, ids),
+                        Err(why) => tracing::info!(topics = ?unknown, %why,
+                            "the new topics' ids are not known: a topic deleted and created again is noticed only when its stored offsets are out of its range"),
+                    }
+                }
                 let starts = self.listener.on_assign(&partitions);
                 let mut assignment = TopicPartitionList::new();
                 for ((topic, partition), start) in &starts {
@@ -385,7 +412,11 @@ pub fn subscribe(
     };
     let consumer: SourceConsumer =
         consumer_config(kafka, brokers, connector, task).create_with_context(context)?;
-    let topics: Vec<&str> = connector.topics.iter().map(String::as_str).collect();
+    // A `^…` entry is a pattern: librdkafka matches it against the cluster's topics, and
+    // again at each metadata refresh (`topic.metadata.refresh.interval.ms`), so topics
+    // created later join the subscription.
+    let subscription = connector.subscription();
+    let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
     Ok(consumer)
 }

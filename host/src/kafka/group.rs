@@ -47,9 +47,14 @@ pub fn reset_group_offsets(
 ) -> Result<usize, KafkaError> {
     let consumer = outside_consumer(kafka, brokers, connector)?;
     let mut list = TopicPartitionList::new();
-    for (topic, partition, start) in
-        starts(&consumer, kafka, &partitions(&consumer, &connector.topics)?)?
-    {
+    for (topic, partition, start) in starts(
+        &consumer,
+        kafka,
+        &partitions(
+            &consumer,
+            &connector_topics(&*consumer, connector, GROUP_TIMEOUT)?,
+        )?,
+    )? {
         list.add_partition_offset(&topic, partition, Offset::Offset(start))?;
     }
     let moved = list.count();
@@ -71,7 +76,10 @@ pub fn start_positions(
     let consumer = outside_consumer(kafka, brokers, connector)?;
     let all = match only {
         Some(only) => only.to_vec(),
-        None => partitions(&consumer, &connector.topics)?,
+        None => partitions(
+            &consumer,
+            &connector_topics(&*consumer, connector, GROUP_TIMEOUT)?,
+        )?,
     };
     starts(&consumer, kafka, &all)
 }
@@ -141,6 +149,27 @@ fn outside_consumer(
     Ok(consumer)
 }
 
+/// The connector's topics as the cluster has them now: `topics`, or every topic that
+/// `topics_regex` matches.
+pub fn connector_topics<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &impl Consumer<C>,
+    connector: &ConnectorConfig,
+    timeout: Duration,
+) -> Result<Vec<String>, KafkaError> {
+    if connector.topics_regex.is_none() {
+        return Ok(connector.topics.clone());
+    }
+    let metadata = consumer.fetch_metadata(None, timeout)?;
+    let mut topics: Vec<String> = metadata
+        .topics()
+        .iter()
+        .map(|t| t.name().to_string())
+        .filter(|t| connector.reads_topic(t))
+        .collect();
+    topics.sort();
+    Ok(topics)
+}
+
 /// Every partition of `topics`, as the broker's metadata has them.
 fn partitions(
     consumer: &BaseConsumer,
@@ -183,7 +212,10 @@ pub fn committed_offsets(
 ) -> Result<Vec<(String, i32, i64)>, KafkaError> {
     let consumer = outside_consumer(kafka, brokers, connector)?;
     let mut list = TopicPartitionList::new();
-    for (topic, partition) in partitions(&consumer, &connector.topics)? {
+    for (topic, partition) in partitions(
+        &consumer,
+        &connector_topics(&*consumer, connector, GROUP_TIMEOUT)?,
+    )? {
         list.add_partition(&topic, partition);
     }
     let committed = consumer.committed_offsets(list, GROUP_TIMEOUT)?;

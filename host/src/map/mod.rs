@@ -10,6 +10,7 @@ use crate::record::Record;
 
 mod convert;
 mod envelope;
+mod route;
 #[cfg(test)]
 mod tests;
 mod version;
@@ -17,6 +18,7 @@ mod version;
 pub use convert::convert;
 use convert::decoded_bytes;
 use envelope::Change;
+pub use route::{TableRouter, TableRoutes};
 use version::VersionSource;
 pub use version::encode as encode_version;
 
@@ -68,6 +70,9 @@ pub enum MapError {
     /// A truncate event under `sink.on_truncate: fail`.
     #[error("a truncate event (op t): sink.on_truncate is fail; set it to truncate or skip")]
     Truncate,
+    /// A table template makes no table a record can go to.
+    #[error("table: {0}")]
+    TableName(String),
 }
 
 /// A JSON pointer (RFC 6901), split into its unescaped tokens once, when the connector is

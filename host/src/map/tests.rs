@@ -57,7 +57,9 @@ fn values_nested_deeper_than_128_levels_fail_to_decode() {
 fn sink(columns: &[(&str, &str, ColumnType)], key: &[&str]) -> SinkConfig {
     SinkConfig {
         url: "sqlite://x".into(),
-        table: "t".into(),
+        table: Some(crate::config::TableTemplate::try_from("t".to_string()).unwrap()),
+        table_from: None,
+        schema: None,
         mode: WriteMode::Upsert,
         key: key.iter().map(|k| k.to_string()).collect(),
         columns: IndexedColumns(

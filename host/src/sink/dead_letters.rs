@@ -33,6 +33,7 @@ pub const COLUMNS: [(&str, ColumnType); 11] = [
 pub fn table_spec(name: &str) -> TableSpec {
     TableSpec {
         name: name.to_string(),
+        naming: Default::default(),
         columns: COLUMNS.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
         key: vec![0, 1, 2, 3],
         version: None,
@@ -174,7 +175,7 @@ impl Sink {
         let alter = format!(
             "ALTER TABLE {} MODIFY connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
              MODIFY source_topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
-            self.dialect.quote(&table.name)
+            table.quoted(self.dialect)
         );
         self.execute_statement(&alter).await
     }
@@ -217,7 +218,7 @@ impl Sink {
             } else {
                 "BIGINT"
             },
-            self.dialect.quote(&table.name),
+            table.quoted(self.dialect),
             self.dialect.param(1)
         );
         each_pool!(self, pool, DB => {

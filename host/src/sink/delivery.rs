@@ -185,7 +185,7 @@ impl Sink {
         let p = |n| self.dialect.param(n);
         let mut tables: Vec<String> = NAMED_TABLES.iter().map(|t| t.to_string()).collect();
         if let Some(table) = &self.dead_letter_table {
-            tables.push(self.dialect.quote(&table.name));
+            tables.push(table.quoted(self.dialect));
         }
         let error = db_error(
             "take over a renamed connector's positions",

@@ -13,11 +13,28 @@ pub enum Dialect {
     Sqlite,
 }
 
+/// How a table's name is read when it is quoted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Naming {
+    /// `table` or `schema.table`: a configured name, split at its dot.
+    #[default]
+    Split,
+    /// One identifier, dots kept (a table a template made), in `schema` when set; `name`
+    /// is then `schema.identifier` or the identifier.
+    One {
+        schema: Option<String>,
+        identifier: String,
+    },
+}
+
 /// The table a sink writes, as the statements need it.
 #[derive(Debug, Clone)]
 pub struct TableSpec {
-    /// `table` or `schema.table`, unquoted.
+    /// `table` or `schema.table`, unquoted: the name messages, logs and
+    /// `sluice_tombstones` give it.
     pub name: String,
+    /// How `name` is quoted.
+    pub naming: Naming,
     /// Columns in order, with their types.
     pub columns: Vec<(String, ColumnType)>,
     /// Indices into `columns` of the key.
@@ -29,6 +46,37 @@ pub struct TableSpec {
 }
 
 impl TableSpec {
+    /// The same columns in the table a template made: `identifier`, in `schema` when set.
+    pub fn routed(&self, schema: Option<&str>, identifier: &str) -> TableSpec {
+        TableSpec {
+            name: match schema {
+                Some(schema) => format!("{schema}.{identifier}"),
+                None => identifier.to_string(),
+            },
+            naming: Naming::One {
+                schema: schema.map(str::to_string),
+                identifier: identifier.to_string(),
+            },
+            columns: self.columns.clone(),
+            key: self.key.clone(),
+            version: self.version,
+        }
+    }
+
+    /// The table's name quoted for `dialect`.
+    pub fn quoted(&self, dialect: Dialect) -> String {
+        match &self.naming {
+            Naming::Split => dialect.quote(&self.name),
+            Naming::One { schema, identifier } => {
+                let table = dialect.quote_one(identifier);
+                match schema {
+                    Some(schema) => format!("{}.{table}", dialect.quote_one(schema)),
+                    None => table,
+                }
+            }
+        }
+    }
+
     /// Indices of the columns that are not part of the key.
     pub fn value_columns(&self) -> Vec<usize> {
         (0..self.columns.len())
@@ -57,12 +105,17 @@ impl Dialect {
     /// Quotes an identifier, each part of `schema.table` apart.
     pub fn quote(self, name: &str) -> String {
         name.split('.')
-            .map(|part| match self {
-                Dialect::MySql => format!("`{}`", part.replace('`', "``")),
-                _ => format!("\"{}\"", part.replace('"', "\"\"")),
-            })
+            .map(|part| self.quote_one(part))
             .collect::<Vec<_>>()
             .join(".")
+    }
+
+    /// Quotes one identifier as it is, dots and all.
+    pub fn quote_one(self, identifier: &str) -> String {
+        match self {
+            Dialect::MySql => format!("`{}`", identifier.replace('`', "``")),
+            _ => format!("\"{}\"", identifier.replace('"', "\"\"")),
+        }
     }
 
     /// The `n`th (1-based) bind placeholder.
@@ -184,7 +237,7 @@ impl Dialect {
         }
         format!(
             "CREATE TABLE IF NOT EXISTS {} ({})",
-            self.quote(&table.name),
+            table.quoted(self),
             parts.join(", ")
         )
     }
@@ -271,7 +324,7 @@ impl Dialect {
         format!(
             "SELECT {} FROM {} WHERE 1 = 0",
             self.column_list(table, &all),
-            self.quote(&table.name)
+            table.quoted(self)
         )
     }
 
@@ -368,6 +421,7 @@ mod tests {
     fn table() -> TableSpec {
         TableSpec {
             name: "app.words".into(),
+            naming: Default::default(),
             columns: vec![
                 ("uid".into(), ColumnType::Bigint),
                 ("word".into(), ColumnType::Text),

@@ -29,6 +29,7 @@ mod pg_copy;
 mod postgres;
 mod probe;
 mod redriven;
+mod routed;
 mod row_statements;
 mod runs;
 pub mod schema;
@@ -49,13 +50,12 @@ use sqlx::{AssertSqlSafe, Executor, MySql, Postgres, Sqlite};
 use crate::config::{ConnectorConfig, DeadLetterDestination, WriteMode, redact_url};
 use crate::dedup::DedupKey;
 use crate::failure::DeadLetter;
-use crate::map::RowOp;
+use crate::map::{RowOp, TableRoutes};
 pub use delivery::DeliveryRow;
 pub use dialect::{Dialect, TableSpec};
 pub use error::{ErrorClass, SinkError, classify};
 pub use offsets::{Forgotten, OffsetsChange, ResetPoint};
 pub use runs::Run;
-use runs::runs;
 
 /// A partition's offset moving forward in a batch's transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +108,8 @@ pub struct WriteBatch {
     pub ops: Vec<RowOp>,
     /// The input record (its index in the batch) of each of `ops`; needed with `dedup`.
     pub origins: Vec<usize>,
+    /// With a table template: the table of each of `ops` (empty: the connector's table).
+    pub routes: TableRoutes,
     /// With `delivery.dedup`: the producer ids of the inputs this batch commits, in input
     /// order. The rows of an input whose id is stored already are not written.
     pub dedup: Vec<DedupKey>,
@@ -137,20 +139,27 @@ pub struct WriteBatch {
     pub topic_ids: Vec<(String, String)>,
 }
 
-/// `batch`'s operations without those of `inputs` (sorted); `None` when none is dropped.
-fn without_inputs(batch: &WriteBatch, inputs: &[usize]) -> Option<Vec<RowOp>> {
+/// `batch`'s operations without those of `inputs` (sorted), with their routes; `None` when
+/// none is dropped.
+fn without_inputs(batch: &WriteBatch, inputs: &[usize]) -> Option<(Vec<RowOp>, TableRoutes)> {
     if inputs.is_empty() {
         return None;
     }
-    Some(
-        batch
-            .ops
-            .iter()
-            .zip(&batch.origins)
-            .filter(|(_, origin)| inputs.binary_search(origin).is_err())
-            .map(|(op, _)| op.clone())
-            .collect(),
-    )
+    let keep: Vec<bool> = batch
+        .origins
+        .iter()
+        .map(|origin| inputs.binary_search(origin).is_err())
+        .collect();
+    let ops = batch
+        .ops
+        .iter()
+        .zip(&keep)
+        .filter(|(_, kept)| **kept)
+        .map(|(op, _)| op.clone())
+        .collect();
+    let mut routes = batch.routes.clone();
+    routes.retain(&keep);
+    Some((ops, routes))
 }
 
 enum Pool {
@@ -174,6 +183,9 @@ pub struct Sink {
     dead_letter_table: Option<TableSpec>,
     /// PostgreSQL: the table takes inserts through `COPY` (checked by `prepare`).
     copy_in: std::sync::atomic::AtomicBool,
+    /// With a table template: the tables records go to, each made ready on first use
+    /// (`table` then holds only their columns, key and version).
+    routing: Option<routed::Routing>,
 }
 
 /// Runs `$body` with `$pool` bound to the connector's pool and `$db` to its sqlx database
@@ -378,7 +390,8 @@ impl Sink {
             pool,
             dialect,
             table: TableSpec {
-                name: connector.sink.table.clone(),
+                name: connector.sink.table_label(),
+                naming: Default::default(),
                 columns,
                 key,
                 version,
@@ -392,6 +405,10 @@ impl Sink {
                 _ => None,
             },
             copy_in: std::sync::atomic::AtomicBool::new(false),
+            routing: connector.sink.table_template().map(|_| routed::Routing {
+                schema: connector.sink.schema.clone(),
+                ..Default::default()
+            }),
         })
     }
 
@@ -413,44 +430,69 @@ impl Sink {
                     "these topics differ only in case: before sluice compared names exactly on MySQL/MariaDB (schema version 2) they shared one stored offset, so records of one of them may be missing or duplicated; check the table against the topics");
             }
         }
-        let mut statements = Vec::new();
-        if self.create_table {
-            statements.push(self.dialect.create_table(&self.table));
+        // With a table template, each table is made ready when a batch first names it.
+        let one_table = self.routing.is_none();
+        if self.create_table && one_table {
+            self.create(&self.table).await?;
         }
         if let Some(table) = &self.dead_letter_table {
-            statements.push(self.dialect.create_table(table));
-        }
-        for sql in statements {
-            // Two processes creating the same table at once can trip PostgreSQL's catalog
-            // unique index; the second attempt then finds the table.
-            let mut attempt = 0;
-            loop {
-                let result = self.execute(&sql).await;
-                match result {
-                    Ok(_) => break,
-                    Err(_) if attempt < 2 => attempt += 1,
-                    Err(e) => return Err(self.db_error("create table")(e)),
-                }
-            }
+            self.create(table).await?;
         }
         self.exact_dead_letter_keys().await?;
-        self.execute(&self.dialect.probe_table(&self.table))
-            .await
-            .map_err(|source| SinkError::TableMismatch {
-                table: self.table.name.clone(),
-                columns: self
-                    .table
-                    .columns
-                    .iter()
-                    .map(|(n, _)| n.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                source,
-            })?;
+        if !one_table {
+            return Ok(());
+        }
+        self.check_columns(&self.table).await?;
         if self.dialect == Dialect::Postgres && self.mode == WriteMode::Insert {
             self.check_copy_in().await;
         }
         Ok(())
+    }
+
+    /// Fails when `table` is missing or lacks one of its columns ([`SinkError::TableMismatch`]);
+    /// a lost connection or a lock wait is a transient [`SinkError::Database`] instead.
+    async fn check_columns(&self, table: &TableSpec) -> Result<(), SinkError> {
+        self.execute(&self.dialect.probe_table(table))
+            .await
+            .map_err(|source| {
+                if error::is_transient(&source) {
+                    return SinkError::Database {
+                        action: "check table",
+                        table: table.name.clone(),
+                        source,
+                    };
+                }
+                SinkError::TableMismatch {
+                    table: table.name.clone(),
+                    columns: table
+                        .columns
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    source,
+                }
+            })
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS`. Two processes creating the same table at once can
+    /// trip PostgreSQL's catalog unique index; the second attempt then finds the table.
+    async fn create(&self, table: &TableSpec) -> Result<(), SinkError> {
+        let sql = self.dialect.create_table(table);
+        let mut attempt = 0;
+        loop {
+            match self.execute(&sql).await {
+                Ok(_) => return Ok(()),
+                Err(_) if attempt < 2 => attempt += 1,
+                Err(source) => {
+                    return Err(SinkError::Database {
+                        action: "create table",
+                        table: table.name.clone(),
+                        source,
+                    });
+                }
+            }
+        }
     }
 
     /// Whether inserts go through `COPY` (PostgreSQL, into a table that takes it; known
@@ -471,11 +513,18 @@ impl Sink {
     /// instant into a `timestamp` would land otherwise). Any other table, or a catalog
     /// that cannot be read, is written with `UNNEST`, as before `COPY`.
     async fn check_copy_in(&self) {
+        let takes = self.takes_copy(&self.table).await;
+        self.copy_in
+            .store(takes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether `table` takes inserts through `COPY` (see [`Sink::check_copy_in`]).
+    async fn takes_copy(&self, table: &TableSpec) -> bool {
         let Pool::Postgres(pool) = &self.pool else {
-            return;
+            return false;
         };
         if !postgres::copy_enabled() {
-            return;
+            return false;
         }
         let d = Dialect::Postgres;
         let found: Result<Option<(String, bool, bool, String)>, sqlx::Error> = sqlx::query_as(
@@ -485,7 +534,7 @@ impl Sink {
               FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) \
              FROM pg_class c WHERE c.oid = to_regclass($1)",
         )
-        .bind(d.quote(&self.table.name))
+        .bind(table.quoted(d))
         .fetch_optional(pool)
         .await;
         let why_not = match found {
@@ -494,7 +543,7 @@ impl Sink {
             Ok(Some((kind, rls, rules, columns))) => {
                 let columns: Vec<(String, String)> =
                     serde_json::from_str(&columns).unwrap_or_default();
-                let mismatch = self.table.columns.iter().find(|(name, t)| {
+                let mismatch = table.columns.iter().find(|(name, t)| {
                     !columns
                         .iter()
                         .any(|(n, found)| n == name && *found == pg_type_name(*t))
@@ -518,19 +567,22 @@ impl Sink {
         };
         match &why_not {
             None => {
-                tracing::debug!(connector = %self.connector, table = %self.table.name, "inserts go through COPY")
+                tracing::debug!(connector = %self.connector, table = %table.name, "inserts go through COPY")
             }
             Some(why) => {
-                tracing::info!(connector = %self.connector, table = %self.table.name, why = %why,
+                tracing::info!(connector = %self.connector, table = %table.name, why = %why,
                 "inserts go through INSERT … UNNEST, not COPY")
             }
         }
-        self.copy_in
-            .store(why_not.is_none(), std::sync::atomic::Ordering::Relaxed);
+        why_not.is_none()
     }
 
     /// Fails when the sink table is missing or lacks a configured column; reads no row.
+    /// With a table template there is no one table: each is checked when first written.
     pub async fn check_table(&self) -> Result<(), SinkError> {
+        if self.routing.is_some() {
+            return Ok(());
+        }
         self.execute(&self.dialect.probe_table(&self.table))
             .await
             .map_err(self.db_error("read"))
@@ -555,7 +607,7 @@ impl Sink {
         &self.connector
     }
 
-    /// The sink table's name, as configured.
+    /// The sink table's name, as configured (a template's text, with a template).
     pub fn table_name(&self) -> &str {
         &self.table.name
     }

@@ -8,6 +8,34 @@ use super::backend;
 use super::{Pool, READ_TIMEOUT, Sink, SinkError, StoredPositions, each_pool};
 
 impl Sink {
+    /// The topics this connector has stored offsets of, in name order.
+    pub async fn stored_topics(&self) -> Result<Vec<String>, SinkError> {
+        let sql = format!(
+            "SELECT DISTINCT topic FROM sluice_offsets WHERE connector = {} ORDER BY topic",
+            self.dialect.param(1)
+        );
+        let read = async {
+            each_pool!(self, pool, DB => {
+                sqlx::query_scalar::<DB, String>(sqlx::AssertSqlSafe(sql))
+                    .bind(self.connector.clone())
+                    .fetch_all(pool)
+                    .await
+            })
+        };
+        match tokio::time::timeout(READ_TIMEOUT, read).await {
+            Ok(result) => result.map_err(|source| SinkError::Database {
+                action: "read offsets",
+                table: "sluice_offsets".into(),
+                source,
+            }),
+            Err(_) => Err(SinkError::Timeout {
+                action: "read offsets",
+                table: "sluice_offsets".into(),
+                after: READ_TIMEOUT,
+            }),
+        }
+    }
+
     /// The stored `next_offset` of each partition of `topic` that has one.
     pub async fn read_offsets(&self, topic: &str) -> Result<HashMap<i32, i64>, SinkError> {
         self.read_positions(topic).await.map(|p| p.offsets)

@@ -34,7 +34,7 @@ pub async fn insert(
     let all: Vec<usize> = (0..table.columns.len()).collect();
     let statement = format!(
         "COPY {} ({}) FROM STDIN",
-        d.quote(&table.name),
+        table.quoted(d),
         d.column_list(table, &all)
     );
     copy(conn, &statement, table, rows).await

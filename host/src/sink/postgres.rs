@@ -152,7 +152,7 @@ async fn write_unnest(
         params.join(", "),
         names.join(", ")
     );
-    let t = d.quote(&table.name);
+    let t = table.quoted(d);
     let key_match = |left: &str| {
         table
             .key

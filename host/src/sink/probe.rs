@@ -5,12 +5,13 @@
 
 use sqlx::{AssertSqlSafe, Executor, IntoArguments};
 
-use super::backend::{self, Backend};
+use std::sync::Arc;
+
+use super::backend::Backend;
 use super::error::{is_refusal, refused_message};
-use super::runs::runs;
+use super::routed::ReadyTable;
 use super::{Dialect, Sink, SinkError, WRITE_TIMEOUT, WriteBatch, dedup, each_pool};
-use crate::config::WriteMode;
-use crate::map::RowOp;
+use crate::map::{RowOp, TableRoutes};
 
 /// A savepoint the probe for refused rows rolls back to.
 const PROBE_SAVEPOINT: &str = "sluice_probe";
@@ -20,8 +21,14 @@ impl Sink {
     /// range), with its message for each, by splitting `ops` in halves under savepoints
     /// until each refusal is one operation. Nothing is kept: the transaction is rolled
     /// back. `Err` for a transient failure, or when the database cannot be probed.
-    pub async fn find_refused(&self, ops: &[RowOp]) -> Result<Vec<(usize, String)>, SinkError> {
-        self.probe(ops, None).await
+    /// `routes` are the operations' tables (empty: the connector's table); a table that
+    /// does not exist yet is not created here.
+    pub async fn find_refused(
+        &self,
+        ops: &[RowOp],
+        routes: &TableRoutes,
+    ) -> Result<Vec<(usize, String)>, SinkError> {
+        self.probe(ops, routes, None).await
     }
 
     /// [`find_refused`](Self::find_refused) for a batch: with `delivery.dedup`, the rows of
@@ -31,7 +38,7 @@ impl Sink {
         &self,
         batch: &WriteBatch,
     ) -> Result<Vec<(usize, String)>, SinkError> {
-        self.probe(&batch.ops, Some(batch)).await
+        self.probe(&batch.ops, &batch.routes, Some(batch)).await
     }
 
     /// The probe; with a `batch` that has producer ids, they are claimed first (and rolled
@@ -39,9 +46,12 @@ impl Sink {
     async fn probe(
         &self,
         ops: &[RowOp],
+        routes: &TableRoutes,
         batch: Option<&WriteBatch>,
     ) -> Result<Vec<(usize, String)>, SinkError> {
         let probe = async {
+            let tables = self.ready_tables(routes, batch.is_some()).await?;
+            let tables = &tables;
             each_pool!(self, pool, DB => {
                 // Closed rather than given back if the probe is cancelled midway (see
                 // `Checkout`).
@@ -60,21 +70,30 @@ impl Sink {
                 }
                 // Dropping the transaction rolls it back, with any ids claimed here.
                 let Some(batch) = batch.filter(|b| !b.dedup.is_empty()) else {
-                    return self.refused_in::<DB>(&mut tx, ops).await;
+                    return self.refused_in::<DB>(&mut tx, ops, routes, tables).await;
                 };
                 let skipped =
                     dedup::claim::<DB>(&mut tx, self.dialect, &self.connector, &batch.dedup)
                         .await?;
                 let inputs: Vec<usize> = skipped.iter().map(|&p| batch.dedup[p].input).collect();
                 // The kept operations, and where each is in `ops`.
+                let keep: Vec<bool> = batch
+                    .origins
+                    .iter()
+                    .map(|origin| inputs.binary_search(origin).is_err())
+                    .collect();
                 let (kept, at): (Vec<RowOp>, Vec<usize>) = ops
                     .iter()
-                    .zip(&batch.origins)
+                    .zip(&keep)
                     .enumerate()
-                    .filter(|(_, (_, origin))| inputs.binary_search(origin).is_err())
+                    .filter(|(_, (_, kept))| **kept)
                     .map(|(i, (op, _))| (op.clone(), i))
                     .unzip();
-                let refused = self.refused_in::<DB>(&mut tx, &kept).await?;
+                let mut kept_routes = routes.clone();
+                kept_routes.retain(&keep);
+                let refused = self
+                    .refused_in::<DB>(&mut tx, &kept, &kept_routes, tables)
+                    .await?;
                 Ok(refused.into_iter().map(|(i, message)| (at[i], message)).collect())
                 }
                 .await;
@@ -97,6 +116,8 @@ impl Sink {
         &self,
         conn: &mut DB::Connection,
         ops: &[RowOp],
+        routes: &TableRoutes,
+        tables: &[Arc<ReadyTable>],
     ) -> Result<Vec<(usize, String)>, SinkError>
     where
         DB: Backend,
@@ -106,7 +127,6 @@ impl Sink {
     {
         let savepoint = |verb: &str| AssertSqlSafe(format!("{verb} {PROBE_SAVEPOINT}"));
         let db_error = self.db_error("find refused rows");
-        let dedupe = self.mode != WriteMode::Insert;
         let mut refused = Vec::new();
         // Ranges still to try, the next one on top: in record order, so that an earlier
         // row is in place when a later one is tried (a duplicate key refuses the later).
@@ -119,16 +139,10 @@ impl Sink {
                 .execute(&mut *conn)
                 .await
                 .map_err(&db_error)?;
-            let runs = runs(&ops[start..end], &self.table, self.dialect, dedupe);
-            match backend::write_runs::<DB>(
-                conn,
-                self.dialect,
-                &self.table,
-                self.mode,
-                &runs,
-                self.copy_in(),
-            )
-            .await
+            match self
+                .write_ops::<DB>(conn, ops, routes, tables, start..end)
+                .await
+                .map_err(|(_, error)| error)
             {
                 Ok(()) => {}
                 // Only a refusal of the rows themselves is put on them; a lock or

@@ -26,7 +26,7 @@ impl Dialect {
         let all: Vec<usize> = (0..table.columns.len()).collect();
         let mut sql = format!(
             "INSERT INTO {} ({}) VALUES {}",
-            self.quote(&table.name),
+            table.quoted(self),
             self.column_list(table, &all),
             self.value_groups(rows, all.len())
         );
@@ -79,7 +79,7 @@ impl Dialect {
                         sql.push_str(&format!("DO UPDATE SET {}", set.join(", ")));
                         if let Some(v) = table.version {
                             let v = self.quote(&table.columns[v].0);
-                            let t = self.quote(&table.name);
+                            let t = table.quoted(self);
                             sql.push_str(&format!(
                                 " WHERE {t}.{v} IS NULL OR {t}.{v} < excluded.{v}"
                             ));
@@ -94,7 +94,7 @@ impl Dialect {
     /// Multi-row update by key for MySQL and SQLite: binds every column of every row, in
     /// column order.
     pub fn update_values(self, table: &TableSpec, rows: usize) -> String {
-        let t = self.quote(&table.name);
+        let t = table.quoted(self);
         let values = table.value_columns();
         match self {
             Dialect::MySql => {
@@ -161,22 +161,22 @@ impl Dialect {
         match (self, table.key.len()) {
             (_, 1) => format!(
                 "DELETE FROM {} WHERE {key} IN ({})",
-                self.quote(&table.name),
+                table.quoted(self),
                 vec!["?"; rows].join(", ")
             ),
             (Dialect::Sqlite, _) => format!(
                 "DELETE FROM {} WHERE ({key}) IN (VALUES {groups})",
-                self.quote(&table.name)
+                table.quoted(self)
             ),
             _ => format!(
                 "DELETE FROM {} WHERE ({key}) IN ({groups})",
-                self.quote(&table.name)
+                table.quoted(self)
             ),
         }
     }
 
     fn delete_versioned(self, table: &TableSpec, rows: usize, version: usize) -> String {
-        let t = self.quote(&table.name);
+        let t = table.quoted(self);
         let v = self.quote(&table.columns[version].0);
         let bound = table.delete_columns();
         match self {
@@ -239,7 +239,7 @@ impl Dialect {
     /// older than the version bound first. A `DELETE`, not `TRUNCATE`: MySQL commits a
     /// `TRUNCATE` at once, outside the batch's transaction.
     pub fn truncate(self, table: &TableSpec) -> String {
-        let t = self.quote(&table.name);
+        let t = table.quoted(self);
         match table.version {
             None => format!("DELETE FROM {t}"),
             Some(v) => {

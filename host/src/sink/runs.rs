@@ -30,7 +30,7 @@ pub enum Run<'a> {
 /// - Key order is the lock order: two transactions that write overlapping keys take their
 ///   row locks in the same order, so they queue instead of deadlocking each other.
 pub(super) fn runs<'a>(
-    ops: &'a [RowOp],
+    ops: impl IntoIterator<Item = &'a RowOp>,
     table: &TableSpec,
     dialect: Dialect,
     dedupe: bool,
@@ -162,7 +162,7 @@ fn canonical_json(value: &serde_json::Value) -> String {
 /// key order. The order of operations on one key no longer matters once each is
 /// conditional on the version; what is left is the newest.
 fn versioned_runs<'a>(
-    ops: &'a [RowOp],
+    ops: impl IntoIterator<Item = &'a RowOp>,
     table: &TableSpec,
     dialect: Dialect,
     version: usize,
@@ -271,6 +271,7 @@ mod tests {
     fn table(key_type: ColumnType) -> TableSpec {
         TableSpec {
             name: "t".into(),
+            naming: Default::default(),
             columns: vec![("k".into(), key_type), ("v".into(), ColumnType::Text)],
             key: vec![0],
             version: None,
@@ -426,6 +427,7 @@ mod tests {
                 .collect();
             let spec = TableSpec {
                 name: "t".into(),
+                naming: Default::default(),
                 columns: vec![("k".into(), key_type), ("i".into(), ColumnType::Bigint)],
                 key: vec![0],
                 version: None,
@@ -477,6 +479,7 @@ mod versioned_tests {
     fn table() -> TableSpec {
         TableSpec {
             name: "t".into(),
+            naming: Default::default(),
             columns: vec![
                 ("k".into(), ColumnType::Text),
                 ("v".into(), ColumnType::Text),

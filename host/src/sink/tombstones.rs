@@ -187,7 +187,21 @@ where
 
 impl Sink {
     /// Removes the tombstones of this sink's table older than `window`; returns how many.
+    /// With a table template: of every table this process has written so far (a table not
+    /// written since the process started keeps its tombstones until it is).
     pub async fn clean_tombstones(&self, window: std::time::Duration) -> Result<u64, SinkError> {
+        let mut removed = 0;
+        for table in self.written_table_names() {
+            removed += self.clean_tombstones_of(&table, window).await?;
+        }
+        Ok(removed)
+    }
+
+    async fn clean_tombstones_of(
+        &self,
+        table_name: &str,
+        window: std::time::Duration,
+    ) -> Result<u64, SinkError> {
         let before = now_ms() - i64::try_from(window.as_millis()).unwrap_or(i64::MAX / 2);
         let d = self.dialect;
         // In chunks: a large cleanup does not hold the connection (SQLite has one) or take
@@ -215,7 +229,7 @@ impl Sink {
         let mut removed = 0;
         loop {
             let sql = sql.clone();
-            let table = self.table.name.clone();
+            let table = table_name.to_string();
             let done = each_pool!(self, pool, DB => {
                 let query = sqlx::query::<DB>(AssertSqlSafe(sql));
                 let query = DB::bind_value(query, &SqlValue::Text(table), ColumnType::Text);
@@ -253,6 +267,7 @@ mod tests {
     fn table() -> TableSpec {
         TableSpec {
             name: "t".into(),
+            naming: Default::default(),
             columns: vec![
                 ("k".into(), ColumnType::Text),
                 ("_v".into(), ColumnType::Text),

@@ -3,13 +3,16 @@
 
 use sqlx::{AssertSqlSafe, Connection, Encode, Executor, IntoArguments, Type};
 
+use std::sync::Arc;
+
 use super::backend::{self, Backend};
+use super::routed::ReadyTable;
 use super::{
     Checkout, Run, Sink, SinkError, WRITE_TIMEOUT, WriteBatch, Written, dead_letters, dedup,
-    each_pool, redriven, runs, without_inputs,
+    each_pool, redriven, without_inputs,
 };
 use crate::config::WriteMode;
-use crate::map::{RowOp, SqlValue};
+use crate::map::{RowOp, SqlValue, TableRoutes};
 
 impl Sink {
     /// Writes one batch in one transaction: offsets (compare-and-set), then rows. On any
@@ -20,7 +23,13 @@ impl Sink {
 
     /// [`write`](Self::write), returning what the transaction did.
     pub async fn write_timed(&self, batch: &WriteBatch) -> Result<Written, SinkError> {
-        tokio::time::timeout(WRITE_TIMEOUT, self.write_transaction(batch))
+        let write = async {
+            // Tables a template names for the first time are made ready first, outside
+            // the transaction (MySQL commits DDL implicitly).
+            let tables = self.ready_tables(&batch.routes, true).await?;
+            self.write_transaction(batch, &tables).await
+        };
+        tokio::time::timeout(WRITE_TIMEOUT, write)
             .await
             .unwrap_or_else(|_| {
                 Err(SinkError::Timeout {
@@ -31,7 +40,11 @@ impl Sink {
             })
     }
 
-    async fn write_transaction(&self, batch: &WriteBatch) -> Result<Written, SinkError> {
+    async fn write_transaction(
+        &self,
+        batch: &WriteBatch,
+        tables: &[Arc<ReadyTable>],
+    ) -> Result<Written, SinkError> {
         each_pool!(self, pool, DB => {
             let mut checkout = Checkout::take(pool).await.map_err(self.db_error("begin"))?;
             let result = async {
@@ -40,7 +53,7 @@ impl Sink {
                     .begin_with(self.dialect.begin())
                     .await
                     .map_err(self.db_error("begin"))?;
-                let mut written = self.write_in::<DB>(&mut tx, batch).await?;
+                let mut written = self.write_in::<DB>(&mut tx, batch, tables).await?;
                 let committing = std::time::Instant::now();
                 tx.commit().await.map_err(self.db_error("commit"))?;
                 written.commit_time = committing.elapsed();
@@ -57,6 +70,7 @@ impl Sink {
         &self,
         conn: &mut DB::Connection,
         batch: &WriteBatch,
+        tables: &[Arc<ReadyTable>],
     ) -> Result<Written, SinkError>
     where
         DB: Backend,
@@ -80,32 +94,26 @@ impl Sink {
         .await?;
         let mut written = Written::default();
         let kept;
-        let ops: &[RowOp] = if batch.dedup.is_empty() {
-            &batch.ops
+        let (ops, routes): (&[RowOp], &TableRoutes) = if batch.dedup.is_empty() {
+            (&batch.ops, &batch.routes)
         } else {
             let skipped =
                 dedup::claim::<DB>(conn, self.dialect, &self.connector, &batch.dedup).await?;
             written.duplicates = skipped.iter().map(|&p| batch.dedup[p].input).collect();
             kept = without_inputs(batch, &written.duplicates);
-            kept.as_deref().unwrap_or(&batch.ops)
+            match &kept {
+                Some((ops, routes)) => (ops, routes),
+                None => (&batch.ops, &batch.routes),
+            }
         };
         written.rows = ops.len();
-        let runs = runs(
-            ops,
-            &self.table,
-            self.dialect,
-            self.mode != WriteMode::Insert,
-        );
-        backend::write_runs::<DB>(
-            conn,
-            self.dialect,
-            &self.table,
-            self.mode,
-            &runs,
-            self.copy_in(),
-        )
-        .await
-        .map_err(self.db_error("write rows"))?;
+        self.write_ops::<DB>(conn, ops, routes, tables, 0..ops.len())
+            .await
+            .map_err(|(table, source)| SinkError::Database {
+                action: "write rows",
+                table,
+                source,
+            })?;
         if !batch.redriven_from_topic.is_empty() {
             redriven::record::<DB>(
                 conn,
@@ -170,7 +178,7 @@ impl Sink {
             let find = format!(
                 "SELECT source_offset FROM {} WHERE connector = {} AND source_topic = {} \
                  AND source_partition = {} AND source_offset >= {} AND source_offset <= {}",
-                self.dialect.quote(&table.name),
+                table.quoted(self.dialect),
                 self.dialect.param(1),
                 self.dialect.param(2),
                 self.dialect.param(3),

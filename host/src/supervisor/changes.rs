@@ -43,7 +43,24 @@ fn guarantee(g: Guarantee) -> &'static str {
 }
 
 fn topics(c: &ConnectorConfig) -> BTreeSet<&str> {
-    c.topics.iter().map(String::as_str).collect()
+    match &c.topics_regex {
+        Some(pattern) => BTreeSet::from([pattern.as_str()]),
+        None => c.topics.iter().map(String::as_str).collect(),
+    }
+}
+
+/// The table (or the template, with `table_from`'s pattern and the schema) a connector
+/// writes.
+fn table_of(c: &ConnectorConfig) -> String {
+    let sink = &c.sink;
+    let mut table = sink.table_label();
+    if let Some(from) = &sink.table_from {
+        table = format!("{} from topics {}", table, from.topic.as_str());
+    }
+    if let Some(schema) = &sink.schema {
+        table = format!("{table} in schema {schema}");
+    }
+    table
 }
 
 const RESTART_INSTEAD: &str = "to make it on purpose, stop the connector everywhere (sluice stop NAME) and restart the processes with the new file, which applies it at start";
@@ -73,7 +90,7 @@ pub fn refused(old: &Config, new: &Config) -> Vec<String> {
                 database_of(running.sink.url.expose()),
                 database_of(next.sink.url.expose()),
             );
-            changed("table", running.sink.table.clone(), next.sink.table.clone());
+            changed("table", table_of(running), table_of(next));
             continue;
         }
         // A new connector: is it one of the disappearing ones under another name?
@@ -87,7 +104,7 @@ pub fn refused(old: &Config, new: &Config) -> Vec<String> {
             }
             let same_group = gone.group_id() == next.group_id();
             let same_target = topics(gone) == topics(next)
-                && gone.sink.table == next.sink.table
+                && table_of(gone) == table_of(next)
                 && database_of(gone.sink.url.expose()) == database_of(next.sink.url.expose());
             if same_group || same_target {
                 let why = if same_group {

@@ -139,7 +139,7 @@ impl Runner {
                         }
                         attempts = 0;
                         self.apply_target().await;
-                        tracing::info!(tasks = self.config.tasks, table = %self.config.sink.table,
+                        tracing::info!(tasks = self.config.tasks, table = %self.config.sink.table_label(),
                             target = self.target.name(), "connector started");
                     }
                     Connect::Waiting(why) => {

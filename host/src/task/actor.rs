@@ -224,17 +224,22 @@ impl Actor {
             .shared
             .cluster
             .set(consumer::cluster_id(&consumer, Duration::from_secs(5)));
-        // And which topics: a topic deleted and created again has a new id.
-        let ids = crate::kafka::topic_ids::topic_ids(
-            rdkafka::consumer::Consumer::client(&consumer),
-            &self.spec.connector.topics,
-            Duration::from_secs(5),
-        )
-        .unwrap_or_else(|why| {
-            tracing::info!(%why, "the topics' ids are not known: a topic deleted and created again is noticed only when its stored offsets are out of its range");
-            Default::default()
-        });
-        let _ = self.shared.topic_ids.set(ids);
+        // And which topics: a topic deleted and created again has a new id. A topic that
+        // `topics_regex` takes is asked about at its first assignment instead; so is one
+        // asked about here in vain.
+        let asked = &self.spec.connector.topics;
+        if !asked.is_empty() {
+            match crate::kafka::topic_ids::topic_ids(
+                rdkafka::consumer::Consumer::client(&consumer),
+                asked,
+                Duration::from_secs(5),
+            ) {
+                Ok(ids) => self.shared.learn_ids(asked, ids),
+                Err(why) => {
+                    tracing::info!(%why, "the topics' ids are not known yet; asked again at their assignment");
+                }
+            }
+        }
         self.transition(TaskEvent::Subscribed)?;
         let batch = self.spec.connector.batch.clone();
         let max_bytes = usize::try_from(batch.max_bytes.0).unwrap_or(usize::MAX);

@@ -214,13 +214,23 @@ struct Shared {
     fresh_start: rdkafka::Offset,
     /// The id of the Kafka cluster the consumer reads (set once, before the first poll).
     cluster: std::sync::OnceLock<Option<String>>,
-    /// The ids of the connector's topics, where the cluster has them (set once, before the
-    /// first poll).
-    topic_ids: std::sync::OnceLock<HashMap<String, String>>,
+    /// The ids of the connector's topics, where the cluster has them (the topics of the
+    /// subscription before the first poll; a topic a pattern takes later, at its first
+    /// assignment), with every topic asked about.
+    topic_ids: Mutex<TopicIds>,
     /// Gap warnings: at most one per 30 s, at debug level in between.
     gap_warnings: crate::kafka::consumer::Quiet,
     /// Rung when the write in flight or the batch being transformed finishes.
     wake: Arc<wake::Wake>,
+}
+
+/// What a task knows of its topics' ids.
+#[derive(Debug, Default)]
+struct TopicIds {
+    /// By topic, where the cluster has one.
+    ids: HashMap<String, String>,
+    /// Every topic asked about (with an id or without).
+    asked: std::collections::HashSet<String>,
 }
 
 impl Shared {
@@ -257,7 +267,7 @@ impl Shared {
             fresh_start: crate::kafka::consumer::fresh_start(&spec.kafka, &spec.connector),
             gap_warnings: Default::default(),
             cluster: std::sync::OnceLock::new(),
-            topic_ids: std::sync::OnceLock::new(),
+            topic_ids: Mutex::default(),
             wake: Arc::default(),
         }
     }
@@ -269,7 +279,19 @@ impl Shared {
 
     /// `topic`'s id, when the cluster has one.
     fn topic_id(&self, topic: &str) -> Option<String> {
-        self.topic_ids.get().and_then(|ids| ids.get(topic).cloned())
+        self.topic_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .ids
+            .get(topic)
+            .cloned()
+    }
+
+    /// Records the ids the cluster reported for `asked`.
+    fn learn_ids(&self, asked: &[String], ids: HashMap<String, String>) {
+        let mut known = self.topic_ids.lock().unwrap_or_else(|p| p.into_inner());
+        known.asked.extend(asked.iter().cloned());
+        known.ids.extend(ids);
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -37,6 +37,19 @@ impl std::fmt::Display for Foreign {
 }
 
 impl RebalanceListener for Shared {
+    fn topics_without_ids(&self, topics: &[String]) -> Vec<String> {
+        let known = self.topic_ids.lock().unwrap_or_else(|p| p.into_inner());
+        topics
+            .iter()
+            .filter(|t| !known.asked.contains(*t))
+            .cloned()
+            .collect()
+    }
+
+    fn learn_topic_ids(&self, asked: &[String], ids: HashMap<String, String>) {
+        self.learn_ids(asked, ids);
+    }
+
     fn on_revoke(&self, partitions: &[Partition]) {
         let mut inner = self.lock();
         // The in-flight batch either commits (we still own its partitions until this

@@ -350,12 +350,17 @@ impl Actor {
             next_offsets,
         );
         plan.batch.cluster = self.shared.cluster();
-        plan.batch.topic_ids = self
-            .spec
-            .connector
-            .topics
+        let mut batch_topics: Vec<&str> = plan
+            .batch
+            .offsets
             .iter()
-            .filter_map(|t| self.shared.topic_id(t).map(|id| (t.clone(), id)))
+            .map(|a| a.topic.as_str())
+            .collect();
+        batch_topics.sort_unstable();
+        batch_topics.dedup();
+        plan.batch.topic_ids = batch_topics
+            .into_iter()
+            .filter_map(|t| self.shared.topic_id(t).map(|id| (t.to_string(), id)))
             .collect();
         let job = Arc::new(Job {
             plan: tokio::sync::Mutex::new(plan),
