@@ -4,6 +4,7 @@
 //! group's committed offsets as lag tools see them ([`group`]).
 
 pub mod consumer;
+pub mod context;
 pub mod dead_letter_producer;
 pub mod dead_letter_signature;
 pub mod embedded;

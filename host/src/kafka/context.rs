@@ -1,0 +1,253 @@
+//! The task's consumer context: librdkafka's logs to `tracing`, and rebalances handed to
+//! the task ([`RebalanceListener`]) inside `poll`, on the consumer's own thread. An
+//! assignment is answered with the stored offsets (assigned *with* them: nothing seeks
+//! inside a callback), a revocation first settles the batch in flight; the same code
+//! serves the eager and the cooperative-sticky protocols.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaRespErr;
+
+use super::consumer::commit_offsets;
+use crate::record::Partition;
+
+/// What a task does when its partitions move. Called on the consumer's own thread, from
+/// inside `poll`.
+pub trait RebalanceListener: Send + Sync {
+    /// These partitions are going away: finish or abandon work on them. When this returns,
+    /// nothing of theirs may be written any more.
+    fn on_revoke(&self, partitions: &[Partition]);
+
+    /// These partitions arrive: return where each starts (its stored offset, or an
+    /// explicit position such as the log's beginning). An error leaves them unassigned and
+    /// fails the task.
+    fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Offset)>;
+
+    /// After an assignment: whether the new partitions start paused (an operator's pause,
+    /// or backpressure). librdkafka keeps a partition's pause flag across unassign and
+    /// assign, so the callback sets it explicitly either way.
+    fn paused(&self) -> bool;
+
+    /// The client could not take or give up partitions: the task cannot go on correctly.
+    fn failed(&self, error: KafkaError);
+
+    /// At-least-once: offsets whose rows are committed but not yet committed to Kafka.
+    /// Taken on a revocation so that they reach the group before the partitions leave.
+    fn take_kafka_commits(&self) -> Vec<(Partition, i64)>;
+
+    /// Of the topics of an assignment, those whose ids (KIP-516) were never asked for: a
+    /// topic that `topics_regex` took after the task started.
+    fn topics_without_ids(&self, _topics: &[String]) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The ids of `asked` that the cluster reported (a topic it reports none for is not
+    /// asked again).
+    fn learn_topic_ids(&self, _asked: &[String], _ids: std::collections::HashMap<String, String>) {}
+}
+
+/// The consumer's context: librdkafka's logs to `tracing`, rebalances to the listener.
+pub struct SourceContext {
+    pub connector: String,
+    pub task: usize,
+    pub(super) listener: Arc<dyn RebalanceListener>,
+    pub(super) quiet: Quiet,
+}
+
+/// How often a repeated client error is logged at its own level.
+const QUIET_PERIOD: Duration = Duration::from_secs(30);
+
+/// A message that repeats is logged at its level once per [`QUIET_PERIOD`], at debug level
+/// in between. librdkafka reports a broker that is down on every reconnect attempt, from
+/// several threads, and a broker that skips records does so batch after batch: an outage
+/// is a few lines rather than hundreds.
+#[derive(Default)]
+pub(crate) struct Quiet {
+    last: Mutex<Option<Instant>>,
+    suppressed: AtomicU64,
+}
+
+impl Quiet {
+    /// `Some(n)` when this one is to be logged at its level (`n` were held back since the
+    /// last one), `None` when it goes to debug.
+    pub(crate) fn loud(&self) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|t| t.elapsed() < QUIET_PERIOD) {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        *last = Some(Instant::now());
+        Some(self.suppressed.swap(0, Ordering::Relaxed))
+    }
+}
+
+impl ClientContext for SourceContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        let (connector, task) = (&self.connector, self.task);
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error
+            | RDKafkaLogLevel::Warning => match self.quiet.loud() {
+                Some(held_back) if matches!(level, RDKafkaLogLevel::Warning) => {
+                    tracing::warn!(
+                        connector,
+                        task,
+                        facility = fac,
+                        held_back,
+                        "librdkafka: {message}"
+                    )
+                }
+                Some(held_back) => {
+                    tracing::error!(
+                        connector,
+                        task,
+                        facility = fac,
+                        held_back,
+                        "librdkafka: {message}"
+                    )
+                }
+                None => tracing::debug!(connector, task, facility = fac, "librdkafka: {message}"),
+            },
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(connector, task, facility = fac, "librdkafka: {message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(connector, task, facility = fac, "librdkafka: {message}")
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        match self.quiet.loud() {
+            Some(held_back) => {
+                tracing::warn!(connector = %self.connector, task = self.task, %error, held_back,
+                "kafka client error: {reason} (repeats are logged at debug level for {QUIET_PERIOD:?})")
+            }
+            None => {
+                tracing::debug!(connector = %self.connector, task = self.task, %error, "kafka client error: {reason}")
+            }
+        }
+    }
+}
+
+impl ConsumerContext for SourceContext {
+    // Runs inside `poll`, on the task thread: its log lines are in the task's span.
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let partitions: Vec<Partition> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                tracing::info!(?partitions, cooperative, "partitions assigned");
+                // Topics new to the task (a pattern took them): their ids first, so that
+                // the assignment compares the stored offsets' topic ids with them.
+                let mut topics: Vec<String> = partitions.iter().map(|(t, _)| t.clone()).collect();
+                topics.sort_unstable();
+                topics.dedup();
+                let unknown = self.listener.topics_without_ids(&topics);
+                if !unknown.is_empty() {
+                    match super::topic_ids::topic_ids(
+                        consumer.client(),
+                        &unknown,
+                        Duration::from_secs(5),
+                    ) {
+                        Ok(ids) => self.listener.learn_topic_ids(&unknown, ids),
+                        Err(why) => tracing::info!(topics = ?unknown, %why,
+                            "the new topics' ids are not known: a topic deleted and created again is noticed only when its stored offsets are out of its range"),
+                    }
+                }
+                let starts = self.listener.on_assign(&partitions);
+                let mut assignment = TopicPartitionList::new();
+                for ((topic, partition), start) in &starts {
+                    if let Err(e) = assignment.add_partition_offset(topic, *partition, *start) {
+                        tracing::error!(topic, partition, error = %e, "cannot build assignment");
+                    }
+                }
+                let result = if cooperative {
+                    consumer.incremental_assign(&assignment)
+                } else {
+                    consumer.assign(&assignment)
+                };
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "assign failed");
+                    self.listener.failed(e);
+                }
+                let paused = if self.listener.paused() {
+                    consumer.pause(&assignment)
+                } else {
+                    consumer.resume(&assignment)
+                };
+                if let Err(e) = paused {
+                    tracing::error!(error = %e, "cannot set the pause state of new partitions");
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                tracing::info!(
+                    ?partitions,
+                    cooperative,
+                    lost = consumer.assignment_lost(),
+                    "partitions revoked"
+                );
+                self.listener.on_revoke(&partitions);
+                let commits = self.listener.take_kafka_commits();
+                if !commits.is_empty()
+                    && let Err(e) =
+                        commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Sync)
+                {
+                    tracing::warn!(error = %e, "committing offsets to Kafka before the revocation failed (under at_least_once those records will be delivered again; under exactly_once only the group's shown progress lags)");
+                }
+                let result = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "unassign failed");
+                    self.listener.failed(e);
+                }
+            }
+            other => {
+                tracing::error!(error = ?other, "rebalance error; dropping the assignment");
+                self.listener.on_revoke(&partitions);
+                let _ = consumer.unassign();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_client_errors_are_logged_once_per_period() {
+        let quiet = Quiet::default();
+        assert_eq!(quiet.loud(), Some(0));
+        assert_eq!(quiet.loud(), None);
+        assert_eq!(quiet.loud(), None);
+        // Once the period has passed, the next one is logged, with the count held back.
+        *quiet.last.lock().unwrap() = Some(Instant::now() - QUIET_PERIOD - Duration::from_secs(1));
+        assert_eq!(quiet.loud(), Some(2));
+        assert_eq!(quiet.loud(), None);
+    }
+}
