@@ -41,6 +41,9 @@
 //! - [`fuzz_formats`]: arbitrary bytes at every decoder: never a panic.
 //! - [`cdc`]: Debezium and OpenCDC change streams (`envelope`), versioned upserts and
 //!   deletes (`sink.version`): late changes, replays and truncates change nothing they must not.
+//! - [`routing`]: one connector, many topics and tables (`topics_regex`, `sink.table`
+//!   templates, `sink.table_from`): a topic created mid-run picked up, Debezium events routed
+//!   by their source table, bad table names as dead letters, a SIGKILL across tables.
 //!
 //! Run one suite with `cargo nextest run --test e2e -E 'test(/^faults::/)'`.
 
@@ -70,5 +73,6 @@ mod pool;
 mod registry;
 mod reload_guard;
 mod replay;
+mod routing;
 mod schema;
 mod shown_config;
