@@ -25,6 +25,19 @@ pub(crate) fn debezium_event(uid: u64) -> String {
     )
 }
 
+/// How many tables the many-table Debezium topic spreads its rows over.
+pub(crate) const DEBEZIUM_TABLES: u64 = 20;
+
+/// [`debezium_event`] from one of [`DEBEZIUM_TABLES`] source tables (`words_0` …), by
+/// `uid`: one topic carrying a database's tables, as Debezium's topic routing writes it.
+pub(crate) fn debezium_event_of_many_tables(uid: u64) -> String {
+    debezium_event(uid).replacen(
+        r#""table":"words""#,
+        &format!(r#""table":"words_{}""#, uid % DEBEZIUM_TABLES),
+        1,
+    )
+}
+
 /// Produces `n` records as producers write a backlog: lz4 batches of up to 10,000.
 pub(crate) async fn produce_backlog(
     bootstrap: &str,

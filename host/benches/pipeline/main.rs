@@ -15,7 +15,9 @@
 //!   that puts an older way back, see docs/performance.md); `postgres insert avro 1t`
 //!   (`format: avro`) beside `postgres insert json 1t`, and its ratio to it;
 //!   `postgres upsert debezium 1t` (the JSON run's rows as Debezium change events,
-//!   `envelope: debezium`, versioned by their lsn) beside `postgres upsert json 1t`.
+//!   `envelope: debezium`, versioned by their lsn) beside `postgres upsert json 1t`, and
+//!   `postgres upsert debezium 20 tables 1t` (the same events from 20 source tables, one
+//!   connector writing 20 tables through `table: "…_{source.table}"`) beside it too.
 //! - Baselines: `psql \copy` of the same rows into the same table shape (with and without
 //!   its primary key): the sink's limit; a bare librdkafka drain of the topic: the
 //!   source's limit; a per-row `INSERT` consumer that commits offsets to Kafka, the shape
@@ -56,7 +58,9 @@ use std::time::{Duration, Instant};
 
 use harness::{Backend, Broker, TestDb};
 
-use backlog::{debezium_event, produce_avro_backlog, produce_backlog, raw_event};
+use backlog::{
+    debezium_event, debezium_event_of_many_tables, produce_avro_backlog, produce_backlog, raw_event,
+};
 use baselines::{bare_drain, copy_file, per_row_insert, psql_copy};
 use process::clock_ticks;
 use registry::TestRegistry;
@@ -175,6 +179,24 @@ async fn main() {
         produce_backlog(&broker.bootstrap, &debezium_topic, n, debezium_event).await;
         println!("produced {n} Debezium change events");
     }
+    // The same events from 20 source tables, only when asked for.
+    let many_tables_topic = harness::unique("bench_debezium_tables");
+    if matrix()
+        .iter()
+        .any(|run| run.many_tables && options.wants(&run.name))
+    {
+        broker
+            .create_topic(&many_tables_topic, options.partitions)
+            .await;
+        produce_backlog(
+            &broker.bootstrap,
+            &many_tables_topic,
+            n,
+            debezium_event_of_many_tables,
+        )
+        .await;
+        println!("produced {n} Debezium change events of 20 tables");
+    }
 
     let postgres = TestDb::new(Backend::Postgres);
     let mut figures = Vec::new();
@@ -212,6 +234,8 @@ async fn main() {
             &raw_topic
         } else if run.avro {
             &avro_topic
+        } else if run.many_tables {
+            &many_tables_topic
         } else if run.debezium {
             &debezium_topic
         } else {
@@ -267,7 +291,13 @@ async fn main() {
         "postgres upsert json 1t",
         0.8,
     );
-    for comparison in [&avro, &debezium].into_iter().flatten() {
+    let many_tables = compare(
+        &figures,
+        "postgres upsert debezium 20 tables 1t",
+        "postgres upsert json 1t",
+        0.8,
+    );
+    for comparison in [&avro, &debezium, &many_tables].into_iter().flatten() {
         println!("\n{comparison}");
     }
 
@@ -285,6 +315,7 @@ async fn main() {
         "figures": figures,
         "avro_to_json": avro,
         "debezium_to_upsert": debezium,
+        "debezium_20_tables_to_upsert": many_tables,
     });
     let text = serde_json::to_string_pretty(&report).expect("json");
     for name in [

@@ -21,6 +21,9 @@ pub(crate) struct Run {
     pub(crate) avro: bool,
     /// Values as Debezium change events (`envelope: debezium`, versioned by the lsn).
     pub(crate) debezium: bool,
+    /// With `debezium`: the events of [`crate::backlog::DEBEZIUM_TABLES`] source tables,
+    /// each written to its own table through `table: "…_{source.table}"`.
+    pub(crate) many_tables: bool,
     pub(crate) tasks: u32,
     /// Environment of the process (a lever's switch).
     pub(crate) env: Vec<(&'static str, &'static str)>,
@@ -55,6 +58,7 @@ pub(crate) fn matrix() -> Vec<Run> {
                         plugin,
                         avro: false,
                         debezium: false,
+                        many_tables: false,
                         tasks,
                         env: Vec::new(),
                         kafka: String::new(),
@@ -71,6 +75,7 @@ pub(crate) fn matrix() -> Vec<Run> {
         plugin: true,
         avro: false,
         debezium: false,
+        many_tables: false,
         tasks: 1,
         env: Vec::new(),
         kafka: String::new(),
@@ -89,6 +94,14 @@ pub(crate) fn matrix() -> Vec<Run> {
         plugin: false,
         debezium: true,
         ..base("postgres upsert debezium 1t", "upsert")
+    });
+    // The same events from 20 source tables, one connector writing 20 tables: what a table
+    // template (routing each record, a statement per table in each transaction) costs.
+    runs.push(Run {
+        plugin: false,
+        debezium: true,
+        many_tables: true,
+        ..base("postgres upsert debezium 20 tables 1t", "upsert")
     });
     runs.push(Run {
         env: vec![("SLUICE_PG_WRITE", "unnest")],
@@ -191,6 +204,9 @@ pub(crate) fn scenario(run: &Run, index: usize, topic: &str, registry: Option<&s
     if run.debezium {
         scenario.extra_connector = "    envelope: debezium\n".into();
     }
+    if run.many_tables {
+        scenario.table = format!("\"{}_{{source.table}}\"", scenario.table);
+    }
     // The admin API, for the stage durations in /metrics (a top-level key after the
     // scenario's kafka properties).
     scenario.extra_kafka.push_str(&format!(
@@ -240,6 +256,21 @@ pub(crate) fn stage_times(scenario: &Scenario) -> String {
         }
     }
     out.join(", ")
+}
+
+/// The tables a run writes, as SQL names: the scenario's, or with `many_tables` each
+/// source table's (`"<base>_words_N"`).
+fn tables_of(run: &Run, scenario: &Scenario) -> Vec<String> {
+    if !run.many_tables {
+        return vec![scenario.table.clone()];
+    }
+    let base = scenario
+        .table
+        .trim_matches('"')
+        .trim_end_matches("_{source.table}");
+    (0..crate::backlog::DEBEZIUM_TABLES)
+        .map(|i| format!("\"{base}_words_{i}\""))
+        .collect()
 }
 
 /// Drains the backlog with one sluice process.
@@ -293,20 +324,20 @@ pub(crate) async fn run_sluice(
     let stages = stage_times(&scenario);
     process.signal("-TERM");
     process.wait(Duration::from_secs(30));
-    let counts = sink
-        .query_integers(
-            format!(
-                "SELECT COUNT(*), COUNT(DISTINCT uid) FROM {}",
-                scenario.table
-            ),
-            2,
-        )
-        .await
-        .expect("count");
-    let (rows, distinct) = (counts[0].unwrap_or(0) as u64, counts[1].unwrap_or(0) as u64);
-    let _ = sink
-        .execute_statement(&format!("DROP TABLE {}", scenario.table))
-        .await;
+    let (mut rows, mut distinct) = (0, 0);
+    for table in tables_of(run, &scenario) {
+        let counts = sink
+            .query_integers(
+                format!("SELECT COUNT(*), COUNT(DISTINCT uid) FROM {table}"),
+                2,
+            )
+            .await
+            .expect("count");
+        rows += counts[0].unwrap_or(0) as u64;
+        // Each uid is in one table only.
+        distinct += counts[1].unwrap_or(0) as u64;
+        let _ = sink.execute_statement(&format!("DROP TABLE {table}")).await;
+    }
     sink.close().await;
     let (first_at, first_done, at_first) = first.unwrap_or((end, 0, usage));
     let drain = end.saturating_duration_since(first_at);
@@ -360,6 +391,7 @@ pub(crate) async fn restart_to_first_commit(
         plugin: true,
         avro: false,
         debezium: false,
+        many_tables: false,
         tasks: 1,
         env: Vec::new(),
         kafka: if static_membership {
