@@ -370,6 +370,16 @@ pub fn table_name_problem(name: &str, limit: Option<NameLimit>) -> Result<(), St
             name.escape_debug()
         ));
     }
+    // A template may read what producers write (`{source.table}`): sluice's own tables
+    // (offsets, ids, tombstones) are never a record's table.
+    if name
+        .get(..7)
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case("sluice_"))
+    {
+        return Err(format!(
+            "table name \"{name}\" starts with sluice_, which names sluice's own tables"
+        ));
+    }
     if name.ends_with(' ') || name.starts_with(' ') {
         return Err(format!("table name \"{name}\" starts or ends with a space"));
     }
@@ -625,7 +635,7 @@ mod tests {
         assert!(table_name_problem(&"é".repeat(40), my).is_ok());
         assert!(table_name_problem(&"a".repeat(500), name_limit("sqlite")).is_ok());
         assert!(table_name_problem("shop.public.orders", pg).is_ok());
-        for bad in ["a\"b", "a`b", "a\\b", "a\nb", "", "trailing "] {
+        for bad in ["a\"b", "a`b", "a\\b", "a\nb", "", "trailing ", "SLUICE_offsets"] {
             assert!(table_name_problem(bad, my).is_err(), "{bad:?}");
         }
     }
