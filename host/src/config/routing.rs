@@ -635,7 +635,15 @@ mod tests {
         assert!(table_name_problem(&"é".repeat(40), my).is_ok());
         assert!(table_name_problem(&"a".repeat(500), name_limit("sqlite")).is_ok());
         assert!(table_name_problem("shop.public.orders", pg).is_ok());
-        for bad in ["a\"b", "a`b", "a\\b", "a\nb", "", "trailing ", "SLUICE_offsets"] {
+        for bad in [
+            "a\"b",
+            "a`b",
+            "a\\b",
+            "a\nb",
+            "",
+            "trailing ",
+            "SLUICE_offsets",
+        ] {
             assert!(table_name_problem(bad, my).is_err(), "{bad:?}");
         }
     }
