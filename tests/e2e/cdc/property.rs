@@ -5,10 +5,12 @@
 //! final state, row by row: the versions (`$position`, the events' `lsn`) and the
 //! tombstones of deletes make the order of arrival irrelevant.
 //!
-//! The events go through the mapper (Debezium's envelope, the version read from the
-//! source block) and the sink's transactions directly, with no broker: each case is a few
-//! transactions, so many cases run in seconds. A failing case is shrunk by proptest to a
-//! short history and delivery, which the failure prints.
+//! The keys belong to two source tables, routed by `table: "<name>_{source.table}"`, so
+//! that batches span tables. The events go through the preparer (Debezium's envelope, the
+//! table template, the version read from the source block) and the sink's transactions
+//! directly, with no broker: each case is a few transactions, so many cases run in
+//! seconds. A failing case is shrunk by proptest to a short history and delivery, which
+//! the failure prints.
 
 use std::collections::BTreeMap;
 
@@ -16,8 +18,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
 use sluice::config::load_str;
-use sluice::map::{RowMapper, RowOp};
-use sluice::record::Record;
+use sluice::prepare::Preparer;
+use sluice::record::{Incoming, Record};
 use sluice::sink::{Sink, WriteBatch};
 
 use crate::formats::read_rows;
@@ -62,10 +64,16 @@ fn case() -> impl Strategy<Value = Case> {
     })
 }
 
-/// What the history leaves: each key's last change, if it writes.
-fn final_state(history: &[Change]) -> BTreeMap<i64, i64> {
+/// The source table of `key`: even keys are `t0`'s, odd ones `t1`'s.
+fn source_table(key: i64) -> String {
+    format!("t{}", key % 2)
+}
+
+/// What the history leaves in source table `table`: each of its keys' last change, if it
+/// writes.
+fn final_state(history: &[Change], table: &str) -> BTreeMap<i64, i64> {
     let mut state = BTreeMap::new();
-    for change in history {
+    for change in history.iter().filter(|c| source_table(c.key) == table) {
         match change.value {
             Some(value) => state.insert(change.key, value),
             None => state.remove(&change.key),
@@ -93,70 +101,83 @@ fn event(history: &[Change], index: usize) -> String {
         "before": before,
         "after": after,
         "source": {"connector": "postgresql", "snapshot": "false", "db": "shop", "schema": "public",
-                   "table": "t", "lsn": 1_000 + 8 * index as i64},
+                   "table": source_table(change.key), "lsn": 1_000 + 8 * index as i64},
         "ts_ms": 1_700_000_000_000i64 + index as i64,
     })
     .to_string()
 }
 
-/// Delivers `case` through `mapper` and `sink` (one transaction per batch), then reads the
-/// table and compares it with the history's final state.
+/// Delivers `case` through `preparer` and `sink` (one transaction per batch), then reads
+/// the tables and compares each with the history's final state.
 async fn deliver(
     case: &Case,
     db: &TestDb,
-    table: &str,
-    mapper: &RowMapper,
+    base: &str,
+    preparer: &mut Preparer,
     sink: &Sink,
 ) -> Result<(), TestCaseError> {
     let mut at = 0;
     let mut sizes = case.batches.iter().cycle();
     while at < case.order.len() {
         let size = (*sizes.next().unwrap_or(&1)).min(case.order.len() - at);
-        let mut batch = WriteBatch::default();
-        for (input, &index) in case.order[at..at + size].iter().enumerate() {
-            let record = Record {
-                topic: "shop.public.t".into(),
-                partition: 0,
-                offset: index as i64,
-                value: Some(event(&case.history, index).into_bytes()),
-                ..Default::default()
-            };
-            match mapper.map(&record) {
-                Ok(RowOp::Skip(_)) => {}
-                Ok(op) => {
-                    batch.ops.push(op);
-                    batch.origins.push(input);
-                }
-                Err(e) => return Err(TestCaseError::fail(format!("event {index}: {e}"))),
-            }
+        let incoming: Vec<Incoming> = case.order[at..at + size]
+            .iter()
+            .map(|&index| {
+                Incoming::from(Record {
+                    topic: "shop.public".into(),
+                    partition: 0,
+                    offset: index as i64,
+                    value: Some(event(&case.history, index).into_bytes()),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let prepared = preparer
+            .prepare(incoming)
+            .map_err(|e| TestCaseError::fail(format!("prepare: {e}")))?;
+        if let Some(failure) = prepared.failures.first() {
+            return Err(TestCaseError::fail(format!("{failure}")));
         }
+        let batch = WriteBatch {
+            ops: prepared.ops,
+            origins: prepared.origins,
+            routes: prepared.routes,
+            ..WriteBatch::default()
+        };
         sink.write(&batch)
             .await
             .map_err(|e| TestCaseError::fail(format!("write: {e}")))?;
         at += size;
     }
-    let rows = read_rows(db, table, &[("id", "bigint"), ("v", "bigint")]).await;
-    let found: BTreeMap<i64, i64> = rows
-        .iter()
-        .map(|row| {
-            let number = |cell: &Option<String>| cell.as_deref().and_then(|s| s.parse().ok());
-            (number(&row[0]).unwrap_or(-1), number(&row[1]).unwrap_or(-1))
-        })
-        .collect();
-    prop_assert_eq!(found, final_state(&case.history));
+    for source in ["t0", "t1"] {
+        let table = format!("{base}_{source}");
+        let rows = read_rows(db, &table, &[("id", "bigint"), ("v", "bigint")]).await;
+        let found: BTreeMap<i64, i64> = rows
+            .iter()
+            .map(|row| {
+                let number = |cell: &Option<String>| cell.as_deref().and_then(|s| s.parse().ok());
+                (number(&row[0]).unwrap_or(-1), number(&row[1]).unwrap_or(-1))
+            })
+            .collect();
+        prop_assert_eq!(found, final_state(&case.history, source), "table {}", table);
+    }
     Ok(())
 }
 
-/// Empties the table and forgets its tombstones: the next case starts from nothing.
-async fn clear(sink: &Sink, table: &str) {
-    sink.execute_statement(&format!("DELETE FROM {table}"))
+/// Empties the tables and forgets their tombstones: the next case starts from nothing.
+async fn clear(sink: &Sink, base: &str) {
+    for source in ["t0", "t1"] {
+        let table = format!("{base}_{source}");
+        // Before the first case there is no table yet: a batch that names it makes it.
+        let _ = sink
+            .execute_statement(&format!("DELETE FROM {table}"))
+            .await;
+        sink.execute_statement(&format!(
+            "DELETE FROM sluice_tombstones WHERE table_name = '{table}'"
+        ))
         .await
-        .expect("clear the table");
-    sink.execute_statement(&format!(
-        "DELETE FROM sluice_tombstones WHERE table_name = '{table}'"
-    ))
-    .await
-    .expect("clear the tombstones");
+        .expect("clear the tombstones");
+    }
 }
 
 fn histories_end_at_their_final_state(kind: Backend) {
@@ -166,18 +187,16 @@ fn histories_end_at_their_final_state(kind: Backend) {
         .build()
         .expect("runtime");
     let db = TestDb::new(kind);
-    let table = unique("prop");
+    let base = unique("prop");
     let text = format!(
-        "kafka: {{ brokers: localhost:9092 }}\nconnectors:\n  - name: {table}\n    topics: [shop.public.t]\n    envelope: debezium\n    sink:\n      url: \"{}\"\n      table: {table}\n      mode: upsert\n      key: [id]\n      columns:\n        id: {{ from: /id, type: bigint }}\n        v: {{ from: /v, type: bigint }}\n      create_table: true\n",
+        "kafka: {{ brokers: localhost:9092 }}\nconnectors:\n  - name: {base}\n    topics: [shop.public]\n    envelope: debezium\n    sink:\n      url: \"{}\"\n      table: \"{base}_{{source.table}}\"\n      mode: upsert\n      key: [id]\n      columns:\n        id: {{ from: /id, type: bigint }}\n        v: {{ from: /v, type: bigint }}\n      create_table: true\n",
         db.url
     );
     let config = load_str(&text, &|_| None).expect("valid config");
     let connector = &config.connectors[0];
-    let mapper = RowMapper::new(
-        &connector.sink,
-        connector.format.clone(),
-        connector.envelope,
-    );
+    // `TestRunner::run` takes a `Fn`: the preparer (which `prepare` needs mutably) is
+    // taken for each case.
+    let preparer = tokio::sync::Mutex::new(Preparer::new(connector, None, None));
     let sink = runtime.block_on(async {
         let sink = Sink::connect(connector).await.expect("connect");
         sink.prepare().await.expect("prepare");
@@ -190,12 +209,17 @@ fn histories_end_at_their_final_state(kind: Backend) {
     });
     let result = runner.run(&case(), |case| {
         runtime.block_on(async {
-            clear(&sink, &table).await;
-            deliver(&case, &db, &table, &mapper, &sink).await
+            clear(&sink, &base).await;
+            let mut preparer = preparer.lock().await;
+            deliver(&case, &db, &base, &mut preparer, &sink).await
         })
     });
     runtime.block_on(async {
-        let _ = sink.execute_statement(&format!("DROP TABLE {table}")).await;
+        for source in ["t0", "t1"] {
+            let _ = sink
+                .execute_statement(&format!("DROP TABLE {base}_{source}"))
+                .await;
+        }
         sink.close().await;
     });
     if let Err(failure) = result {
