@@ -297,12 +297,13 @@ impl CapturePattern {
 impl<'de> Deserialize<'de> for CapturePattern {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        // Anchored at the start without a group of its own, so `{1}` is the first group
-        // the user wrote.
+        // Anchored at the start as a whole (`a|b` is two alternatives, both anchored),
+        // in a group that captures nothing, so `{1}` is the first group the user wrote.
+        // Only sluice reads this pattern: `(?:…)` is safe here.
         let compiled = if text.starts_with('^') {
             text.clone()
         } else {
-            format!("^{text}")
+            format!("^(?:{text})")
         };
         let regex = portable_regex(&text, &compiled).map_err(serde::de::Error::custom)?;
         Ok(CapturePattern { text, regex })
@@ -445,6 +446,7 @@ pub(super) fn routing_problems(
                     at("sink.table"),
                     format!("\"{table}\" reads a capture ({{{}}}): captures come from sink.table_from: {{ topic: PATTERN, to: TEMPLATE }}", table.max_capture()),
                 ));
+                return problems;
             }
             table
         }
@@ -460,6 +462,7 @@ pub(super) fn routing_problems(
                         from.topic.as_str()
                     ),
                 ));
+                return problems;
             }
             &from.to
         }
@@ -519,19 +522,28 @@ pub(super) fn routing_problems(
             }
             None => None,
         };
+        let mut complete = true;
         let mut name = String::new();
         for part in template.parts() {
             match part {
                 TemplatePart::Literal(text) => name.push_str(text),
                 TemplatePart::Topic => name.push_str(topic),
-                TemplatePart::Capture(n) => name.push_str(
-                    captures
-                        .as_ref()
-                        .and_then(|c| c.get(*n))
-                        .map_or("", |m| m.as_str()),
-                ),
+                TemplatePart::Capture(n) => match captures.as_ref().and_then(|c| c.get(*n)) {
+                    Some(found) => name.push_str(found.as_str()),
+                    None => {
+                        problems.push(Problem::new(
+                                at("sink.table_from.topic"),
+                                format!("topic {topic} matches without capture {{{n}}}: its records would have no table"),
+                            ));
+                        complete = false;
+                        break;
+                    }
+                },
                 TemplatePart::Source(_) => {}
             }
+        }
+        if !complete {
+            continue;
         }
         if let Err(why) = table_name_problem(&name, limit) {
             problems.push(Problem::new(

@@ -136,6 +136,29 @@ pub async fn deliver(
             }
             Err(e) => e,
         };
+        // With a table template: a table the database will not let sluice write (it
+        // refuses to create it, one of that name has other columns) fails its records
+        // alone, and the other tables' rows go on.
+        if !plan.batch.routes.is_empty() {
+            let unready = sink.tables_refused(&plan.batch.routes).await?;
+            if !unready.is_empty() {
+                let mut inputs = HashSet::new();
+                let failures: Vec<_> = unready
+                    .into_iter()
+                    .filter(|(op, _)| inputs.insert(plan.batch.origins[*op]))
+                    .map(|(op, message)| {
+                        job.prepared.failure(
+                            plan.batch.origins[op],
+                            Stage::Sink,
+                            FailureClass::TableName,
+                            message,
+                        )
+                    })
+                    .collect();
+                plan.apply(policy.policy, policy.dlq_table, failures, &job.prepared);
+                continue;
+            }
+        }
         let refused = sink.find_refused_in(&plan.batch).await?;
         if refused.is_empty() {
             // Not a row's fault (the offsets, the dead letters, the commit).

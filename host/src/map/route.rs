@@ -94,9 +94,9 @@ impl TableRoutes {
     }
 }
 
-/// Which topic first wrote each table (lower-cased), per connector, shared by its tasks in
-/// this process.
-type Claims = Arc<Mutex<HashMap<String, String>>>;
+/// Which topic first wrote each table (lower-cased), and the table's name as it spelled
+/// it, per connector, shared by its tasks in this process.
+type Claims = Arc<Mutex<HashMap<String, (String, String)>>>;
 
 /// Names a router has made: per topic, per name (see [`TableRouter::table_for`]), the
 /// table or why there is none.
@@ -316,12 +316,18 @@ impl TableRouter {
         }
         let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
         match claims.get(&folded) {
-            Some(first) if first != topic => Err(format!(
+            Some((first, _)) if first != topic => Err(format!(
                 "topics {first} and {topic} both map to table {name} (names are compared without case): two topics are not written into one table by a template"
+            )),
+            // One topic's events that name one table in two spellings: in a database that
+            // folds case (SQLite; MySQL with lower_case_table_names) they are one table,
+            // written as two, in no order between them.
+            Some((_, spelled)) if *spelled != name => Err(format!(
+                "topic {topic} maps to table {name} and to table {spelled}, names that differ only in case"
             )),
             Some(_) => Ok(Arc::from(name)),
             None => {
-                claims.insert(folded, topic.to_string());
+                claims.insert(folded, (topic.to_string(), name.clone()));
                 Ok(Arc::from(name))
             }
         }
@@ -493,6 +499,30 @@ mod tests {
         let other = router("route_claims", "      table: \"{topic}\"\n", "");
         assert!(other.table_for(&record("shop.orders", "{}"), None).is_err());
         assert!(other.table_for(&record("shop.Orders", "{}"), None).is_ok());
+    }
+
+    #[test]
+    fn one_topic_naming_a_table_in_two_spellings_fails_the_second() {
+        let r = router(
+            "route_spellings",
+            "      table: \"{source.table}\"\n",
+            "    envelope: debezium\n",
+        );
+        let event = |table: &str| {
+            format!(r#"{{"op":"c","after":{{"id":1}},"source":{{"table":"{table}","lsn":1}}}}"#)
+        };
+        assert!(
+            r.table_for(&record("shop.a", &event("Orders")), None)
+                .is_ok()
+        );
+        let why = r
+            .table_for(&record("shop.a", &event("orders")), None)
+            .unwrap_err();
+        assert!(why.contains("differ only in case"), "{why}");
+        assert!(
+            r.table_for(&record("shop.a", &event("Orders")), None)
+                .is_ok()
+        );
     }
 
     #[test]

@@ -49,9 +49,19 @@ impl TableSpec {
     /// The same columns in the table a template made: `identifier`, in `schema` when set.
     pub fn routed(&self, schema: Option<&str>, identifier: &str) -> TableSpec {
         TableSpec {
-            name: match schema {
-                Some(schema) => format!("{schema}.{identifier}"),
-                None => identifier.to_string(),
+            // A dot in the identifier is quoted in the name, so that table "app.users" is
+            // not mistaken for table users in schema app (in messages, and in the
+            // tombstones kept by table name).
+            name: {
+                let table = if identifier.contains('.') {
+                    format!("\"{identifier}\"")
+                } else {
+                    identifier.to_string()
+                };
+                match schema {
+                    Some(schema) => format!("{schema}.{table}"),
+                    None => table,
+                }
             },
             naming: Naming::One {
                 schema: schema.map(str::to_string),

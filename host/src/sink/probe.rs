@@ -117,7 +117,7 @@ impl Sink {
         conn: &mut DB::Connection,
         ops: &[RowOp],
         routes: &TableRoutes,
-        tables: &[Arc<ReadyTable>],
+        tables: &[Option<Arc<ReadyTable>>],
     ) -> Result<Vec<(usize, String)>, SinkError>
     where
         DB: Backend,

@@ -38,6 +38,15 @@ pub(super) struct Routing {
     pub(super) ready: Mutex<HashMap<Arc<str>, Arc<ReadyTable>>>,
 }
 
+/// What became of a table a batch names.
+enum Verdict {
+    Ready(Arc<ReadyTable>),
+    /// No operation goes to it any more.
+    Unused,
+    /// It cannot be made ready, for a reason waiting will not mend.
+    Refused(SinkError),
+}
+
 /// What a failed write was writing: the table, and the database's error.
 pub(super) type TableError = (String, sqlx::Error);
 
@@ -57,40 +66,116 @@ impl Sink {
         }
     }
 
-    /// The tables of `routes` (in its order), each made ready once. `create` says whether
-    /// a missing table may be created now (`create_table`; a dry run never creates).
+    /// The tables of `routes` (in its order), each made ready once; `None` for a table no
+    /// operation goes to any more (its records failed or were skipped since). `create`
+    /// says whether a missing table may be created now (`create_table`; a dry run never
+    /// creates). The first table that cannot be made ready fails the call: see
+    /// [`Sink::tables_refused`] for which operations that leaves without a table.
     pub(super) async fn ready_tables(
         &self,
         routes: &TableRoutes,
         create: bool,
-    ) -> Result<Vec<Arc<ReadyTable>>, SinkError> {
+    ) -> Result<Vec<Option<Arc<ReadyTable>>>, SinkError> {
+        let mut tables = Vec::with_capacity(routes.tables.len());
+        for (index, verdict) in self.verdicts(routes, create, true).await? {
+            debug_assert_eq!(index, tables.len());
+            match verdict {
+                Verdict::Ready(table) => tables.push(Some(table)),
+                Verdict::Unused => tables.push(None),
+                Verdict::Refused(error) => return Err(error),
+            }
+        }
+        Ok(tables)
+    }
+
+    /// The operations of `routes` whose table cannot be made ready for a reason that
+    /// waiting will not mend (the database refuses to create it, a table of that name has
+    /// other columns, a name it does not take), each with the reason: their records fail
+    /// alone (class `table_name`), and the other tables' rows go on. `Err` for a transient
+    /// failure.
+    pub async fn tables_refused(
+        &self,
+        routes: &TableRoutes,
+    ) -> Result<Vec<(usize, String)>, SinkError> {
+        let mut refused: Vec<Option<String>> = vec![None; routes.tables.len()];
+        for (index, verdict) in self.verdicts(routes, true, false).await? {
+            if let Verdict::Refused(error) = verdict {
+                refused[index] = Some(format!(
+                    "table {} cannot be written: {error}",
+                    routes.tables[index]
+                ));
+            }
+        }
+        Ok(routes
+            .of
+            .iter()
+            .enumerate()
+            .filter_map(|(op, &table)| {
+                let why = refused.get(table as usize)?.as_ref()?;
+                Some((op, why.clone()))
+            })
+            .collect())
+    }
+
+    /// Each table of `routes`, made ready if it is not yet; with `first_refusal`, the
+    /// verdicts stop at the first table refused.
+    async fn verdicts(
+        &self,
+        routes: &TableRoutes,
+        create: bool,
+        first_refusal: bool,
+    ) -> Result<Vec<(usize, Verdict)>, SinkError> {
         let Some(routing) = &self.routing else {
             return Ok(Vec::new());
         };
-        let mut tables = Vec::with_capacity(routes.tables.len());
-        for name in &routes.tables {
+        let mut used = vec![false; routes.tables.len()];
+        for &table in &routes.of {
+            if let Some(used) = used.get_mut(table as usize) {
+                *used = true;
+            }
+        }
+        let mut verdicts = Vec::with_capacity(routes.tables.len());
+        for (index, name) in routes.tables.iter().enumerate() {
+            if !used[index] {
+                verdicts.push((index, Verdict::Unused));
+                continue;
+            }
             let known = routing
                 .ready
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(name)
                 .cloned();
-            let table = match known {
-                Some(table) => table,
+            let verdict = match known {
+                Some(table) => Verdict::Ready(table),
                 None => {
                     let spec = self.table.routed(routing.schema.as_deref(), name);
-                    let table = Arc::new(self.make_ready(spec, create).await?);
-                    routing
-                        .ready
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(name.clone(), table.clone());
-                    table
+                    match self.make_ready(spec, create).await {
+                        Ok(table) => {
+                            let table = Arc::new(table);
+                            routing
+                                .ready
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(name.clone(), table.clone());
+                            Verdict::Ready(table)
+                        }
+                        Err(error) if error.is_transient() => return Err(error),
+                        Err(error) => {
+                            tracing::warn!(connector = %self.connector, table = %name, %error,
+                                "a table the template names cannot be written; its records fail alone");
+                            Verdict::Refused(error)
+                        }
+                    }
                 }
             };
-            tables.push(table);
+            let refused = matches!(verdict, Verdict::Refused(_));
+            verdicts.push((index, verdict));
+            if refused && first_refusal {
+                break;
+            }
         }
-        Ok(tables)
+        Ok(verdicts)
     }
 
     /// Creates (when asked to) and checks one table.
@@ -113,7 +198,7 @@ impl Sink {
         conn: &mut DB::Connection,
         ops: &[RowOp],
         routes: &TableRoutes,
-        tables: &[Arc<ReadyTable>],
+        tables: &[Option<Arc<ReadyTable>>],
         range: Range<usize>,
     ) -> Result<(), TableError>
     where
@@ -137,7 +222,7 @@ impl Sink {
             .map_err(|e| (self.table.name.clone(), e));
         }
         for (table, indices) in routes.groups(range) {
-            let Some(table) = tables.get(table) else {
+            let Some(Some(table)) = tables.get(table) else {
                 return Err((
                     routes.tables[table].to_string(),
                     sqlx::Error::Protocol(

@@ -43,7 +43,7 @@ impl Sink {
     async fn write_transaction(
         &self,
         batch: &WriteBatch,
-        tables: &[Arc<ReadyTable>],
+        tables: &[Option<Arc<ReadyTable>>],
     ) -> Result<Written, SinkError> {
         each_pool!(self, pool, DB => {
             let mut checkout = Checkout::take(pool).await.map_err(self.db_error("begin"))?;
@@ -70,7 +70,7 @@ impl Sink {
         &self,
         conn: &mut DB::Connection,
         batch: &WriteBatch,
-        tables: &[Arc<ReadyTable>],
+        tables: &[Option<Arc<ReadyTable>>],
     ) -> Result<Written, SinkError>
     where
         DB: Backend,

@@ -500,7 +500,8 @@ impl Actor {
 
     /// The broker does not know a topic or partition: fatal when it is one the task holds
     /// (deleted while assigned; its stored offsets would otherwise wait for a topic of the
-    /// same name), a warning when the task only subscribed to it (it may not exist yet).
+    /// same name), a warning when the task only subscribed to it (it may not exist yet) or
+    /// when `topics_regex` took it (topics matching a pattern come and go).
     fn unknown_topic(
         &self,
         consumer: &SourceConsumer,
@@ -515,6 +516,14 @@ impl Actor {
         };
         for topic in held {
             if let Ok(true) = consumer::topic_is_gone(consumer, &topic, Duration::from_secs(5)) {
+                if self.spec.connector.topics_regex.is_some() {
+                    // Under a pattern, topics come and go: this one leaves the subscription
+                    // (and the task) at the next metadata refresh. Its stored offsets stay;
+                    // a topic created again under its name is told apart by its id.
+                    tracing::warn!(topic, %error,
+                        "a topic the pattern took was deleted; it leaves the subscription at the next metadata refresh");
+                    continue;
+                }
                 return Err(TaskError::Consumer {
                     reason: "a topic the task reads was deleted",
                     source: error,

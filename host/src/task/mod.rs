@@ -287,6 +287,16 @@ impl Shared {
             .cloned()
     }
 
+    /// Forgets what is known of `topics`' ids: they are asked for again at their next
+    /// assignment.
+    fn forget_ids(&self, topics: &[String]) {
+        let mut known = self.topic_ids.lock().unwrap_or_else(|p| p.into_inner());
+        for topic in topics {
+            known.asked.remove(topic);
+            known.ids.remove(topic);
+        }
+    }
+
     /// Records the ids the cluster reported for `asked`.
     fn learn_ids(&self, asked: &[String], ids: HashMap<String, String>) {
         let mut known = self.topic_ids.lock().unwrap_or_else(|p| p.into_inner());

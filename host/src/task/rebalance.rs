@@ -62,6 +62,17 @@ impl RebalanceListener for Shared {
         }
         inner.reassign.retain(|p| !partitions.contains(p));
         inner.jumped.retain(|j| !partitions.contains(&j.partition));
+        // A topic the task no longer holds is asked for its id again when it comes back:
+        // it may have been deleted and created again meanwhile.
+        let gone: Vec<String> = partitions
+            .iter()
+            .map(|(topic, _)| topic.clone())
+            .filter(|topic| !inner.partitions.keys().any(|(t, _)| t == topic))
+            .collect();
+        drop(inner);
+        if !gone.is_empty() {
+            self.forget_ids(&gone);
+        }
     }
 
     fn on_assign(&self, partitions: &[Partition]) -> Vec<(Partition, Offset)> {

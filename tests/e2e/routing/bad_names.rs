@@ -132,3 +132,72 @@ async fn bad_table_names_are_dead_letters_not_stalls(kind: Backend) {
     assert!(status.success(), "sluice exited with {status}");
 }
 for_each_database!(bad_table_names_are_dead_letters_not_stalls);
+
+/// A table the database will not let sluice write fails its records alone (class
+/// `table_name`, a dead letter here), and the other tables' rows go on: on PostgreSQL and
+/// MariaDB a table of that name made by hand with other columns, on SQLite a name SQLite
+/// keeps for itself (`sqlite_…`), which it refuses to create.
+async fn a_table_the_database_refuses_fails_its_records_alone(kind: Backend) {
+    const N: u64 = 20;
+    let broker = Broker::start();
+    let db = TestDb::new(kind);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let p = unique("rt");
+    let tag = unique("t");
+    let name = unique("route");
+    let dlq = unique("route_dlq");
+    let clash_name = match kind {
+        Backend::Sqlite => "sqlite",
+        _ => "clash",
+    };
+    let (fine, clash) = (format!("{p}.fine"), format!("{p}.{clash_name}"));
+    let clash_table = format!("{clash_name}_{tag}");
+    if kind != Backend::Sqlite {
+        crate::cdc::execute(&db, &format!("CREATE TABLE {clash_table} (other INT)")).await;
+    }
+    for topic in [&fine, &clash] {
+        broker.create_topic(topic, 1).await;
+        produce(&broker, topic, 0..N).await;
+    }
+    let config = write_config(
+        dir.path(),
+        &name,
+        &(kafka_yaml(&broker)
+            + &json_connector(
+                &name,
+                &pattern(&p),
+                &format!("table_from: {{ topic: \"^{p}\\\\.(.*)$\", to: \"{{1}}_{tag}\" }}"),
+                7,
+                &dlq,
+                &db,
+            )),
+    );
+    let sluice = SluiceProcess::start(&config);
+    let n = N as i64;
+    wait_for_offsets(
+        &db,
+        &name,
+        &[(fine.as_str(), n), (clash.as_str(), n)],
+        60,
+        &sluice,
+    )
+    .await;
+    let letters = letters(&db, &dlq).await;
+    let offsets: Vec<i64> = letters.iter().map(|l| l.2).collect();
+    assert_eq!(offsets, (0..n).collect::<Vec<_>>(), "{letters:?}");
+    for (_, topic, offset, class, message) in &letters {
+        assert_eq!(topic, &clash, "{topic}@{offset}: {message}");
+        assert_eq!(class, "table_name", "{topic}@{offset}: {message}");
+        assert!(
+            message.contains(&format!("table {clash_table} cannot be written")),
+            "{topic}@{offset}: {message}"
+        );
+    }
+    assert_table_holds(&db, &name, &format!("fine_{tag}"), &fine, N).await;
+    if kind != Backend::Sqlite {
+        crate::cdc::execute(&db, &format!("DROP TABLE {clash_table}")).await;
+    }
+    let status = sluice.terminate();
+    assert!(status.success(), "sluice exited with {status}");
+}
+for_each_database!(a_table_the_database_refuses_fails_its_records_alone);
