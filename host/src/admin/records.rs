@@ -181,11 +181,19 @@ async fn dry_run(
         limit: None,
     });
     let limit = limit_of(body.limit)?;
-    let topic = body
-        .topic
-        .clone()
-        .or_else(|| connector.topics.first().cloned())
-        .unwrap_or_default();
+    let topic = match (&body.topic, &connector.topics_regex) {
+        (Some(topic), _) => topic.clone(),
+        (None, Some(pattern)) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "connector {name} reads the topics matching {}: name one (\"topic\")",
+                    pattern.as_str()
+                ),
+            ));
+        }
+        (None, None) => connector.topics.first().cloned().unwrap_or_default(),
+    };
     super::topics::check(&config, &topic)?;
     let Ok(_running) = state.dry_runs.clone().try_acquire_owned() else {
         return Err(ApiError::new(

@@ -204,9 +204,19 @@ pub async fn dry_run(
                 Ok(pool) => pool,
                 Err(code) => return code,
             };
-            let topic = topic
-                .or_else(|| connector.topics.first().cloned())
-                .unwrap_or_default();
+            let topic = match (topic, &connector.topics_regex) {
+                (Some(topic), _) => topic,
+                (None, Some(pattern)) => {
+                    pool.close();
+                    eprintln!(
+                        "connector {}: it reads the topics matching {}: name one with --topic",
+                        connector.name,
+                        pattern.as_str()
+                    );
+                    return EXIT_INVALID;
+                }
+                (None, None) => connector.topics.first().cloned().unwrap_or_default(),
+            };
             let start = offset.map_or(Start::FromEnd(limit as i64), Start::Offset);
             let read = pool.read(&topic, partition, start, limit, READ_WAIT).await;
             pool.close();

@@ -104,3 +104,29 @@ async fn pattern_picks_up_every_matching_topic_and_writes_each_table(kind: Backe
     assert_eq!(total, 3 * N as i64, "{shown:?}");
 }
 for_each_database!(pattern_picks_up_every_matching_topic_and_writes_each_table);
+
+/// `sluice dry-run` of a `topics_regex` connector without `--topic` has no first topic to
+/// read: it says to name one (exit 2) instead of reading a topic named "".
+#[test]
+fn a_dry_run_of_a_pattern_asks_for_a_topic() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write_config(
+        dir.path(),
+        "dry",
+        &format!(
+            "kafka: {{ brokers: \"127.0.0.1:1\" }}\nconnectors:\n  - name: dry\n    topics_regex: \"^shop\\\\..*\"\n    sink:\n      url: \"sqlite://{}\"\n      table: \"{{topic}}\"\n      columns: {{ id: {{ from: /id, type: bigint }} }}\n",
+            dir.path().join("dry.db").display()
+        ),
+    );
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["dry-run", "--connector", "dry", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run sluice dry-run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("reads the topics matching ^shop\\..*: name one with --topic"),
+        "{stderr}"
+    );
+}
