@@ -510,22 +510,25 @@ impl Preparer {
                 .check(document)
                 .map_err(|m| (Stage::Validate, FailureClass::SchemaInvalid, m))?;
         }
-        // The table first, while the value is at hand; a record that does not map fails
-        // for that, whatever its table.
-        let table = self
+        // What the table template reads, while the value is at hand; the table itself
+        // once the record mapped (a record that fails for that claims no table).
+        let read = self
             .router
             .as_ref()
-            .map(|router| router.table_for(record, parsed.as_ref()));
+            .map(|router| router.read(record, parsed.as_ref()));
         let op = self
             .mapper
             .map_parsed(record, parsed)
             .map_err(map_failure)?;
-        match table {
-            Some(Err(why)) if !matches!(op, RowOp::Skip(_)) => {
-                Err(map_failure(MapError::TableName(why)))
-            }
-            Some(Ok(table)) => Ok((op, Some(table))),
-            _ => Ok((op, None)),
+        let (Some(router), Some(read)) = (&self.router, read) else {
+            return Ok((op, None));
+        };
+        if matches!(op, RowOp::Skip(_)) {
+            return Ok((op, None));
+        }
+        match read.and_then(|read| router.table_with(record, read)) {
+            Ok(table) => Ok((op, Some(table))),
+            Err(why) => Err(map_failure(MapError::TableName(why))),
         }
     }
 }

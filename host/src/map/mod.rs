@@ -18,7 +18,7 @@ mod version;
 pub use convert::convert;
 use convert::decoded_bytes;
 use envelope::Change;
-pub use route::{TableRouter, TableRoutes};
+pub use route::{SourceRead, TableRouter, TableRoutes};
 use version::VersionSource;
 pub use version::encode as encode_version;
 

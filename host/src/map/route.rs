@@ -147,6 +147,9 @@ impl SourceNames<'_> {
     }
 }
 
+/// A record's source names, read before it is mapped ([`TableRouter::read`]).
+pub struct SourceRead(SourceNames<'static>);
+
 /// A change event read only as far as its source names.
 #[derive(Deserialize)]
 struct RawEvent<'a> {
@@ -220,12 +223,31 @@ impl TableRouter {
     /// value, or one the schema check parsed); otherwise the value's text is read as far
     /// as the source names. `Err` says why the record has no table.
     pub fn table_for(&self, record: &Record, event: Option<&Value>) -> Result<Arc<str>, String> {
+        let names = self.read(record, event)?;
+        self.table_with(record, names)
+    }
+
+    /// What the template reads of `record` beyond its topic (its source names), taken
+    /// before the record is mapped (which consumes its decoded value): nothing for a
+    /// template that reads the topic alone.
+    pub fn read(&self, record: &Record, event: Option<&Value>) -> Result<SourceRead, String> {
+        if !self.template.reads_source() {
+            return Ok(SourceRead(SourceNames::default()));
+        }
+        let names = self.source_names(record, event)?;
+        let owned = |name: Option<Cow<'_, str>>| name.map(|n| Cow::Owned(n.into_owned()));
+        Ok(SourceRead(SourceNames {
+            schema: owned(names.schema),
+            table: owned(names.table),
+            db: owned(names.db),
+        }))
+    }
+
+    /// The table of `record`, from what [`TableRouter::read`] took of it: call it once the
+    /// record mapped, so that a record that fails claims no table.
+    pub fn table_with(&self, record: &Record, read: SourceRead) -> Result<Arc<str>, String> {
         let reads_source = self.template.reads_source();
-        let names = if reads_source {
-            self.source_names(record, event)?
-        } else {
-            SourceNames::default()
-        };
+        let names = read.0;
         let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
         if !reads_source && let Some(done) = made.get(&record.topic).and_then(|m| m.get("")) {
             return done.clone();
@@ -523,6 +545,22 @@ mod tests {
             r.table_for(&record("shop.a", &event("Orders")), None)
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_record_that_fails_to_map_claims_no_table() {
+        let text = "kafka: { brokers: localhost:9092 }\nconnectors:\n  - name: route_unmapped\n    topics_regex: \"^shop\\\\..*\"\n    sink:\n      url: postgres://localhost/test\n      table: \"{topic}\"\n      columns:\n        id: { from: /id, type: bigint }\n";
+        let config = load_str(text, &|_| None).unwrap();
+        let mut preparer = crate::prepare::Preparer::new(&config.connectors[0], None, None);
+        let incoming = vec![
+            record("shop.Orders", "not json").into(),
+            record("shop.orders", r#"{"id":1}"#).into(),
+        ];
+        let prepared = preparer.prepare(incoming).unwrap();
+        assert_eq!(prepared.failures.len(), 1, "{:?}", prepared.failures);
+        assert_eq!(prepared.failures[0].index, 0);
+        assert_eq!(prepared.ops.len(), 1);
+        assert_eq!(&**prepared.routes.table_of(0).unwrap(), "shop.orders");
     }
 
     #[test]
