@@ -143,18 +143,8 @@ pub async fn deliver(
             let unready = sink.tables_refused(&plan.batch.routes).await?;
             if !unready.is_empty() {
                 let mut inputs = HashSet::new();
-                let failures: Vec<_> = unready
-                    .into_iter()
-                    .filter(|(op, _)| inputs.insert(plan.batch.origins[*op]))
-                    .map(|(op, message)| {
-                        job.prepared.failure(
-                            plan.batch.origins[op],
-                            Stage::Sink,
-                            FailureClass::TableName,
-                            message,
-                        )
-                    })
-                    .collect();
+                let failures =
+                    failures_of(&plan, &job, unready, FailureClass::TableName, &mut inputs);
                 plan.apply(policy.policy, policy.dlq_table, failures, &job.prepared);
                 continue;
             }
@@ -166,18 +156,13 @@ pub async fn deliver(
         }
         // One failure per input record, however many of its rows were refused.
         let mut inputs = HashSet::new();
-        let mut failures: Vec<_> = refused
-            .into_iter()
-            .filter(|(op, _)| inputs.insert(plan.batch.origins[*op]))
-            .map(|(op, message)| {
-                job.prepared.failure(
-                    plan.batch.origins[op],
-                    Stage::Sink,
-                    FailureClass::DatabaseRefused,
-                    message,
-                )
-            })
-            .collect();
+        let mut failures = failures_of(
+            &plan,
+            &job,
+            refused,
+            FailureClass::DatabaseRefused,
+            &mut inputs,
+        );
         // With delivery.dedup the probe left out the later copies of a refused record
         // (skipped as duplicates): they are the same message, and fail with it now
         // rather than one round each.
@@ -190,6 +175,24 @@ pub async fn deliver(
         plan.apply(policy.policy, policy.dlq_table, failures, &job.prepared);
     }
     Err(DeliverError::KeptRefusing { rounds: MAX_ROUNDS })
+}
+
+/// The sink stage's failures of the operations `ops` (index in the batch, why), one per
+/// input record however many of its operations are listed; `inputs` gathers those records.
+fn failures_of(
+    plan: &Plan,
+    job: &Job,
+    ops: Vec<(usize, String)>,
+    class: FailureClass,
+    inputs: &mut HashSet<usize>,
+) -> Vec<crate::failure::Failure> {
+    ops.into_iter()
+        .filter(|(op, _)| inputs.insert(plan.batch.origins[*op]))
+        .map(|(op, message)| {
+            job.prepared
+                .failure(plan.batch.origins[op], Stage::Sink, class, message)
+        })
+        .collect()
 }
 
 /// The records whose rows `origins` (input indices) write, each once: (topic, partition,
