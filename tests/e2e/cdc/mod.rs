@@ -21,37 +21,6 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{Backend, TestDb};
 
-/// Runs `$body` with `$pool` connected to `db` (a PostgreSQL, MySQL or SQLite pool: one
-/// body serves the three), then closes the pool.
-macro_rules! with_pool {
-    ($db:expr, $pool:ident => $body:expr) => {
-        match $db.kind {
-            Backend::Postgres => {
-                let $pool = sqlx::PgPool::connect(&$db.url).await.expect("connect");
-                let out = $body;
-                $pool.close().await;
-                out
-            }
-            Backend::MariaDb => {
-                let $pool = sqlx::MySqlPool::connect(&$db.url).await.expect("connect");
-                let out = $body;
-                $pool.close().await;
-                out
-            }
-            Backend::Sqlite => {
-                let options = sqlx::sqlite::SqliteConnectOptions::new()
-                    .filename($db.url.trim_start_matches("sqlite://"));
-                let $pool = sqlx::SqlitePool::connect_with(options)
-                    .await
-                    .expect("connect");
-                let out = $body;
-                $pool.close().await;
-                out
-            }
-        }
-    };
-}
-
 /// Runs `sql` in `db` (a statement beside the pipeline: a change by hand, a reset).
 pub(crate) async fn execute(db: &TestDb, sql: &str) {
     let sql = sqlx::AssertSqlSafe(sql.to_string());

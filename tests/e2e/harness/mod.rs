@@ -874,6 +874,41 @@ fn thread_stacks() -> String {
     }
 }
 
+/// Runs `$body` with `$pool` connected to `db` (a PostgreSQL, MySQL or SQLite pool: one
+/// body serves the three), then closes the pool. A SQLite file is created when missing, so
+/// that a read before sluice made it finds nothing rather than failing.
+// The benchmark includes this harness too, and reads no table through it.
+#[allow(unused_macros)]
+macro_rules! with_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db.kind {
+            $crate::harness::Backend::Postgres => {
+                let $pool = sqlx::PgPool::connect(&$db.url).await.expect("connect");
+                let out = $body;
+                $pool.close().await;
+                out
+            }
+            $crate::harness::Backend::MariaDb => {
+                let $pool = sqlx::MySqlPool::connect(&$db.url).await.expect("connect");
+                let out = $body;
+                $pool.close().await;
+                out
+            }
+            $crate::harness::Backend::Sqlite => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename($db.url.trim_start_matches("sqlite://"))
+                    .create_if_missing(true);
+                let $pool = sqlx::SqlitePool::connect_with(options)
+                    .await
+                    .expect("connect");
+                let out = $body;
+                $pool.close().await;
+                out
+            }
+        }
+    };
+}
+
 /// Writes one test body once and runs it against PostgreSQL, MariaDB and SQLite, or
 /// against the databases listed: `for_each_database!(body: postgres = Postgres)`.
 #[macro_export]

@@ -31,38 +31,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use serde_json::{Value, json};
 
+use crate::cdc::stored_offset;
 use crate::formats::read_rows;
-
-/// Runs `$body` with `$pool` connected to `db` (as `cdc`'s macro of the same name).
-macro_rules! with_pool {
-    ($db:expr, $pool:ident => $body:expr) => {
-        match $db.kind {
-            Backend::Postgres => {
-                let $pool = sqlx::PgPool::connect(&$db.url).await.expect("connect");
-                let out = $body;
-                $pool.close().await;
-                out
-            }
-            Backend::MariaDb => {
-                let $pool = sqlx::MySqlPool::connect(&$db.url).await.expect("connect");
-                let out = $body;
-                $pool.close().await;
-                out
-            }
-            Backend::Sqlite => {
-                let options = sqlx::sqlite::SqliteConnectOptions::new()
-                    .filename($db.url.trim_start_matches("sqlite://"))
-                    .create_if_missing(true);
-                let $pool = sqlx::SqlitePool::connect_with(options)
-                    .await
-                    .expect("connect");
-                let out = $body;
-                $pool.close().await;
-                out
-            }
-        }
-    };
-}
 
 /// A table name as one identifier (`rt_x.a` is one name, not schema `rt_x`).
 fn quote(db: &TestDb, name: &str) -> String {
@@ -136,26 +106,6 @@ async fn wait_for_rows(db: &TestDb, want: &[(&str, i64)], seconds: u64, process:
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-/// The stored next offset of a connector's partition (None: none stored yet), as
-/// `cdc::stored_offset` reads it, also before sluice has made the SQLite file.
-async fn stored_offset(db: &TestDb, connector: &str, topic: &str, partition: i32) -> Option<i64> {
-    let quote = |s: &str| s.replace('\'', "''");
-    let p = match db.kind {
-        Backend::MariaDb => "`partition`",
-        _ => "\"partition\"",
-    };
-    let sql = sqlx::AssertSqlSafe(format!(
-        "SELECT next_offset FROM sluice_offsets WHERE connector = '{}' AND topic = '{}' AND {p} = {partition}",
-        quote(connector),
-        quote(topic)
-    ));
-    with_pool!(db, pool => sqlx::query_scalar::<_, i64>(sql)
-        .fetch_optional(&pool)
-        .await
-        .ok()
-        .flatten())
 }
 
 /// Waits until each topic's partition 0 has `next` stored (at most `seconds` in all).
