@@ -128,7 +128,11 @@ fn logical(
         ("io.debezium.time.MicroTimestamp", "int64") => FieldType::LocalTimestamp(TimeUnit::Micros),
         ("io.debezium.time.NanoTimestamp", "int64") => FieldType::LocalTimestamp(TimeUnit::Nanos),
         ("io.debezium.data.Uuid", "string") => FieldType::Uuid,
-        (VARIABLE_SCALE_DECIMAL, "struct") => FieldType::String,
+        // Decoded as a decimal string of its own scale.
+        (VARIABLE_SCALE_DECIMAL, "struct") => FieldType::Decimal {
+            precision: None,
+            scale: 0,
+        },
         _ => return Ok(None),
     }))
 }

@@ -203,7 +203,10 @@ fn dates_times_and_timestamps() {
             FieldType::String,
             FieldType::Uuid,
             FieldType::String,
-            FieldType::String,
+            FieldType::Decimal {
+                precision: None,
+                scale: 0
+            },
         ]
     );
     let bad_time = json!({"type": "int32", "name": "org.apache.kafka.connect.data.Time"});
