@@ -100,6 +100,11 @@ named_enum! {
         /// for the record: a source field the event lacks, a topic the pattern does not
         /// match, a name the database cannot take, or a table another topic writes.
         TableName => "table_name",
+        /// With derived columns (`sink.columns` left out): the record's schema gives
+        /// columns the table cannot take (a field it lacks under `sink.evolve: none`, a
+        /// type change, a new required field without a default, another key), or none at
+        /// all (no schema, no record type, no key field).
+        SchemaIncompatible => "schema_incompatible",
         /// The database refused the row: a constraint, a length, a value out of range.
         DatabaseRefused => "database_refused",
     }

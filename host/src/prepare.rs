@@ -11,7 +11,7 @@ use crate::config::{ConnectorConfig, DedupIdSource, ErrorPolicy, Format};
 use crate::dedup::{self, DedupKey};
 use crate::failure::{Failure, FailureClass, Stage};
 use crate::format::{Decoders, RecordSchemas, RegistryError, Resolved};
-use crate::map::{MapError, RowMapper, RowOp, TableRouter, TableRoutes};
+use crate::map::{DerivedShape, Deriver, MapError, RowMapper, RowOp, TableRouter, TableRoutes};
 use crate::record::{Incoming, Record, RecordExt};
 use crate::validate::{self, RecordSchema};
 
@@ -133,16 +133,19 @@ impl Prepared {
         mapped: Result<Mapped, (Stage, FailureClass, String)>,
     ) -> Option<Failure> {
         match mapped {
-            Ok((RowOp::Skip(why), _)) => {
+            Ok((RowOp::Skip(why), _, _)) => {
                 tracing::debug!(record = %record.coordinates(), why, "record skipped");
                 self.skipped += 1;
                 None
             }
-            Ok((op, table)) => {
+            Ok((op, table, shape)) => {
                 self.ops.push(op);
                 self.origins.push(index);
                 if let Some(table) = table {
                     self.routes.push(table);
+                }
+                if let Some(shape) = shape {
+                    self.routes.push_shape(shape);
                 }
                 None
             }
@@ -157,9 +160,9 @@ impl Prepared {
     }
 }
 
-/// What a record mapped to: its operation, and its table when the connector has a table
-/// template.
-type Mapped = (RowOp, Option<Arc<str>>);
+/// What a record mapped to: its operation, its table when the connector has a table
+/// template or derived columns, and with derived columns the shape its values are in.
+type Mapped = (RowOp, Option<Arc<str>>, Option<Arc<DerivedShape>>);
 
 /// Runs batches through the stages before the sink, for one task.
 pub struct Preparer {
@@ -168,6 +171,10 @@ pub struct Preparer {
     mapper: RowMapper,
     /// With a table template: each record's table.
     router: Option<TableRouter>,
+    /// With derived columns: each record's columns, from its schema.
+    deriver: Option<Deriver>,
+    /// With derived columns and one table: its name, the route of every operation.
+    fixed_table: Option<Arc<str>>,
     format: Format,
     max_record_bytes: u64,
     keep_originals: bool,
@@ -199,6 +206,27 @@ impl Preparer {
                 connector.envelope,
             ),
             router: TableRouter::for_connector(connector),
+            deriver: connector.sink.derives_columns().then(|| {
+                Deriver::new(
+                    RowMapper::new(
+                        &connector.sink,
+                        connector.format.clone(),
+                        connector.envelope,
+                    ),
+                    connector.sink.derive.clone(),
+                    connector.sink.key.clone(),
+                    connector.envelope,
+                    connector
+                        .sink
+                        .versioning(connector.envelope)
+                        .map(|v| v.column),
+                )
+            }),
+            fixed_table: connector
+                .sink
+                .derives_columns()
+                .then(|| connector.sink.fixed_table().map(Arc::from))
+                .flatten(),
             format: connector.format.mapped(),
             max_record_bytes: connector.max_record_bytes.0,
             keep_originals: connector.errors.policy == ErrorPolicy::Dlq,
@@ -383,7 +411,8 @@ impl Preparer {
                     failures.push(prepared.failure(index, Stage::Source, class, message));
                 }
                 None if map_on_arrival => {
-                    let mapped = self.map_one(&item.record, decoded_value);
+                    let mapped =
+                        self.map_one(&item.record, decoded_value, &prepared.schemas, index);
                     if let Some(failure) = prepared.take_mapped(index, &item.record, mapped) {
                         failed[index] = true;
                         failures.push(failure);
@@ -456,7 +485,7 @@ impl Preparer {
             if failed[index] {
                 continue;
             }
-            let mapped = self.map_one(record, None);
+            let mapped = self.map_one(record, None, &prepared.schemas, index);
             if let Some(failure) = prepared.take_mapped(index, record, mapped) {
                 failed[index] = true;
                 failures.push(failure);
@@ -480,11 +509,14 @@ impl Preparer {
         Ok(prepared)
     }
 
-    /// Checks and maps one record; `decoded` is its value already decoded on arrival.
+    /// Checks and maps one record (input `index`, of `schemas`); `decoded` is its value
+    /// already decoded on arrival.
     fn map_one(
         &self,
         record: &Record,
         decoded: Option<serde_json::Value>,
+        schemas: &[RecordSchemas],
+        index: usize,
     ) -> Result<Mapped, (Stage, FailureClass, String)> {
         let map_failure = |e: MapError| {
             let class = match e {
@@ -495,9 +527,24 @@ impl Preparer {
                 MapError::MissingVersion(_) => FailureClass::MissingVersion,
                 MapError::Truncate => FailureClass::Truncate,
                 MapError::TableName(_) => FailureClass::TableName,
+                MapError::SchemaIncompatible(_) => FailureClass::SchemaIncompatible,
             };
             (Stage::Map, class, e.to_string())
         };
+        // With derived columns, the record's schema says which columns it has.
+        let shape = match &self.deriver {
+            Some(deriver) => {
+                let none = RecordSchemas::default();
+                let schemas = schemas.get(index).unwrap_or(&none);
+                Some(
+                    deriver
+                        .shape(schemas)
+                        .map_err(|why| map_failure(MapError::SchemaIncompatible(why)))?,
+                )
+            }
+            None => None,
+        };
+        let mapper = shape.as_ref().map_or(&self.mapper, |s| s.mapper());
         let parsed = match decoded {
             Some(document) => Some(document),
             None if self.schema.is_some() && self.format == Format::Json => {
@@ -516,18 +563,16 @@ impl Preparer {
             .router
             .as_ref()
             .map(|router| router.read(record, parsed.as_ref()));
-        let op = self
-            .mapper
-            .map_parsed(record, parsed)
-            .map_err(map_failure)?;
-        let (Some(router), Some(read)) = (&self.router, read) else {
-            return Ok((op, None));
-        };
+        let op = mapper.map_parsed(record, parsed).map_err(map_failure)?;
         if matches!(op, RowOp::Skip(_)) {
-            return Ok((op, None));
+            return Ok((op, None, None));
         }
+        let (Some(router), Some(read)) = (&self.router, read) else {
+            let table = shape.as_ref().and(self.fixed_table.clone());
+            return Ok((op, table, shape));
+        };
         match read.and_then(|read| router.table_with(record, read)) {
-            Ok(table) => Ok((op, Some(table))),
+            Ok(table) => Ok((op, Some(table), shape)),
             Err(why) => Err(map_failure(MapError::TableName(why))),
         }
     }

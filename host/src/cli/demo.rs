@@ -106,7 +106,7 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
     let Some(connector) = config.connectors.first() else {
         return EXIT_INVALID;
     };
-    let Some(key_column) = connector.sink.key.first().cloned() else {
+    let Some(key_column) = connector.sink.key_columns().first().cloned() else {
         eprintln!(
             "{}: the demo checks uids: connectors[0].sink.key must name the uid column",
             path.display()

@@ -95,13 +95,17 @@ fn validate_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
         };
         let _ = writeln!(
             out,
-            "  {}: {} -> {} table {} ({:?}, {} column(s), {} task(s), group {})",
+            "  {}: {} -> {} table {} ({:?}, {}, {} task(s), group {})",
             shown(format!("/connectors/{i}/name"), &c.name),
             topics,
             c.sink.url,
             shown(format!("/connectors/{i}/sink/table"), &c.sink.table_label()),
             c.sink.mode,
-            c.sink.columns.0.len(),
+            if c.sink.derives_columns() {
+                "columns from the schema".to_string()
+            } else {
+                format!("{} column(s)", c.sink.columns().len())
+            },
             c.tasks,
             shown(format!("/connectors/{i}/group"), &c.group_id())
         );

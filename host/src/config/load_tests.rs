@@ -36,7 +36,7 @@ fn good_file_loads_with_defaults() {
     let c = &config.connectors[0];
     assert_eq!(c.group_id(), "sluice-words");
     assert_eq!(c.tasks, 1);
-    assert_eq!(c.sink.columns.0[0].0, "uid");
+    assert_eq!(c.sink.columns()[0].0, "uid");
     assert_eq!(config.kafka.properties["session.timeout.ms"], "10000");
 }
 
@@ -46,8 +46,7 @@ fn columns_keep_the_file_order() {
     let config = load_str(&text, &no_env).expect("valid");
     let names: Vec<&str> = config.connectors[0]
         .sink
-        .columns
-        .0
+        .columns()
         .iter()
         .map(|(n, _)| n.as_str())
         .collect();
@@ -161,7 +160,7 @@ connectors:
     let b = &config.connectors[1].sink;
     assert_eq!(b.table_label(), "b");
     assert_eq!(b.url.expose(), "sqlite://x.db");
-    let names: Vec<&str> = b.columns.0.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = b.columns().iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["uid", "word"]);
     assert_eq!(
         problems(&text.replace("      table: b\n", "      table: b\n      tabel: c\n")),

@@ -76,6 +76,9 @@ fn schema_message(error: &jsonschema::ValidationError<'_>) -> String {
                 "{value} is not a size: write bytes, or a number and a unit (512KiB, 4MiB, 1GB)"
             )
         }
+        Kind::OneOfNotValid { .. } if error.instance_path().to_string().ends_with("/sink/key") => {
+            format!("{value} is not a key: write a list of column names ([id]) or record_key")
+        }
         Kind::AdditionalProperties { unexpected } => {
             format!(
                 "unknown field{} {}",

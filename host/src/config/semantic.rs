@@ -136,7 +136,7 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
             &at,
         ));
         let mut seen = HashSet::new();
-        for (name, column) in &sink.columns.0 {
+        for (name, column) in sink.columns() {
             let column_at = at(&format!("sink.columns.{name}"));
             if !valid_identifier(name) {
                 problems.push(Problem::new(
@@ -196,21 +196,24 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
                 ));
             }
         }
-        if sink.columns.0.is_empty() {
+        if sink.columns.as_ref().is_some_and(|c| c.0.is_empty()) {
             problems.push(Problem::new(
                 at("sink.columns"),
-                "define at least one column",
+                "define at least one column, or leave columns out to derive them from the value's schema",
             ));
         }
-        for (k, key) in sink.key.iter().enumerate() {
-            if !sink.columns.0.iter().any(|(name, _)| name == key) {
-                problems.push(Problem::new(
-                    at(&format!("sink.key[{k}]")),
-                    format!("column \"{key}\" is not defined in columns"),
-                ));
+        problems.extend(derive_problems(connector, &at));
+        if !sink.derives_columns() {
+            for (k, key) in sink.key_columns().iter().enumerate() {
+                if !sink.columns().iter().any(|(name, _)| name == key) {
+                    problems.push(Problem::new(
+                        at(&format!("sink.key[{k}]")),
+                        format!("column \"{key}\" is not defined in columns"),
+                    ));
+                }
             }
         }
-        if matches!(sink.mode, WriteMode::Upsert | WriteMode::Update) && sink.key.is_empty() {
+        if matches!(sink.mode, WriteMode::Upsert | WriteMode::Update) && !sink.has_key() {
             problems.push(Problem::new(
                 at("sink.mode"),
                 format!(
@@ -220,7 +223,10 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
                 .to_lowercase(),
             ));
         }
-        if sink.mode == WriteMode::Update && sink.columns.0.len() == sink.key.len() {
+        if sink.mode == WriteMode::Update
+            && !sink.derives_columns()
+            && sink.columns().len() == sink.key_columns().len()
+        {
             problems.push(Problem::new(
                 at("sink.mode"),
                 "mode update needs at least one column that is not in the key",
@@ -246,6 +252,83 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
             if let Err(why) = topic_name_problem(topic) {
                 problems.push(Problem::new(at(&format!("topics[{t}]")), why));
             }
+        }
+    }
+    problems
+}
+
+/// Derived columns (`sink.columns` left out), `key: record_key`, `sink.derive` and
+/// `sink.evolve`: each needs a schema to read, and works only where columns are derived.
+fn derive_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let sink = &connector.sink;
+    if !sink.derives_columns() {
+        if sink.key == super::SinkKey::RecordKey {
+            problems.push(Problem::new(
+                at("sink.key"),
+                "key: record_key takes the key from the record key's schema, with columns derived from the value's schema: leave sink.columns out, or name the key columns ([id])",
+            ));
+        }
+        if !sink.derive.is_empty() {
+            problems.push(Problem::new(
+                at("sink.derive"),
+                "derive adjusts columns derived from the value's schema: it needs sink.columns left out",
+            ));
+        }
+        if sink.evolve != super::Evolve::None {
+            problems.push(Problem::new(
+                at("sink.evolve"),
+                "evolve adds columns derived from the value's schema: it needs sink.columns left out",
+            ));
+        }
+        return problems;
+    }
+    if !connector.format.decodes() {
+        problems.push(Problem::new(
+            at("sink.columns"),
+            format!(
+                "left out, the columns come from each value's schema, and format {} carries none: use avro, protobuf, json_schema or connect_json, or list the columns",
+                connector.format.name()
+            ),
+        ));
+    }
+    if !connector.transforms.is_empty() {
+        problems.push(Problem::new(
+            at("sink.columns"),
+            "left out, the columns come from each value's schema, which no longer describes a transform's output: list the columns",
+        ));
+    }
+    if sink.key == super::SinkKey::RecordKey
+        && !connector.key_format.as_ref().is_some_and(|f| f.decodes())
+    {
+        problems.push(Problem::new(
+            at("sink.key"),
+            "key: record_key reads the key's schema: set key_format to avro, protobuf, json_schema or connect_json",
+        ));
+    }
+    let mut targets = HashSet::new();
+    for (field, column) in &sink.derive.rename {
+        if !valid_identifier(column) {
+            problems.push(Problem::new(
+                at(&format!("sink.derive.rename.{field}")),
+                "a column name is letters, digits and _, not starting with a digit",
+            ));
+        }
+        if !targets.insert(column.to_ascii_lowercase()) {
+            problems.push(Problem::new(
+                at(&format!("sink.derive.rename.{field}")),
+                format!(
+                    "\"{column}\" is the new name of two fields (column names are case-insensitive)"
+                ),
+            ));
+        }
+    }
+    for field in &sink.derive.include {
+        if sink.derive.exclude.contains(field) {
+            problems.push(Problem::new(
+                at("sink.derive.exclude"),
+                format!("\"{field}\" is both included and excluded"),
+            ));
         }
     }
     problems
@@ -319,8 +402,7 @@ fn envelope_problems(connector: &ConnectorConfig, at: &dyn Fn(&str) -> String) -
         if version.column.is_empty() {
             problems.push(Problem::new(at("sink.version.column"), "names no column"));
         } else if sink
-            .columns
-            .0
+            .columns()
             .iter()
             .any(|(name, _)| name.eq_ignore_ascii_case(&version.column))
         {

@@ -31,12 +31,23 @@ pub struct SinkConfig {
     #[serde(default)]
     pub mode: WriteMode,
     /// Key columns: the primary key of a created table, the conflict target of `upsert`,
-    /// the match of `update` and of tombstone deletes.
+    /// the match of `update` and of tombstone deletes. A list of column names, or
+    /// `record_key`: the fields of the record key's schema (derived columns only).
     #[serde(default)]
-    pub key: Vec<String>,
-    /// Columns in table order: name -> where its value comes from and its type.
-    pub columns: IndexedColumns,
-    /// Create the table from `columns` when it does not exist.
+    pub key: SinkKey,
+    /// Columns in table order: name -> where its value comes from and its type. Left
+    /// out, each table's columns are derived from the records' value schemas (the row's
+    /// schema under an envelope): see `derive` and `evolve`.
+    #[serde(default)]
+    pub columns: Option<IndexedColumns>,
+    /// With derived columns: which fields become columns, under which names and types.
+    #[serde(default)]
+    pub derive: DeriveConfig,
+    /// With derived columns: what a field the table lacks does.
+    #[serde(default)]
+    pub evolve: Evolve,
+    /// Create the table when it does not exist: from `columns`, or with derived columns
+    /// from the first record's schema.
     #[serde(default)]
     pub create_table: bool,
     /// Versioned writes: every upsert and delete changes a row only if the row's stored
@@ -50,6 +61,29 @@ pub struct SinkConfig {
 }
 
 impl SinkConfig {
+    /// The configured columns; none when they are derived from the records' schemas.
+    pub fn columns(&self) -> &[(String, ColumnConfig)] {
+        self.columns.as_ref().map_or(&[], |c| c.0.as_slice())
+    }
+
+    /// Whether each table's columns come from the records' schemas (`columns` left out).
+    pub fn derives_columns(&self) -> bool {
+        self.columns.is_none()
+    }
+
+    /// The key columns named in the file (none for `key: record_key`).
+    pub fn key_columns(&self) -> &[String] {
+        match &self.key {
+            SinkKey::Columns(columns) => columns,
+            SinkKey::RecordKey => &[],
+        }
+    }
+
+    /// Whether rows have a key (named, or the record key's fields).
+    pub fn has_key(&self) -> bool {
+        matches!(self.key, SinkKey::RecordKey) || !self.key_columns().is_empty()
+    }
+
     /// The table as the file names it: `table`, or `table_from.to` (for logs and
     /// messages).
     pub fn table_label(&self) -> String {
@@ -86,6 +120,89 @@ impl SinkConfig {
             (None, _) => None,
         }
     }
+}
+
+/// `sink.key`: the key columns by name, or the record key's fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkKey {
+    Columns(Vec<String>),
+    /// `record_key`: the fields of the record key's schema, in its order.
+    RecordKey,
+}
+
+impl Default for SinkKey {
+    fn default() -> Self {
+        SinkKey::Columns(Vec::new())
+    }
+}
+
+impl<'de> Deserialize<'de> for SinkKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = SinkKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of column names, or record_key")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<SinkKey, E> {
+                match text {
+                    "record_key" => Ok(SinkKey::RecordKey),
+                    other => Err(E::custom(format!(
+                        "\"{other}\" is not a key: write a list of column names ([id]) or record_key"
+                    ))),
+                }
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<SinkKey, A::Error> {
+                let mut columns = Vec::new();
+                while let Some(column) = seq.next_element::<String>()? {
+                    columns.push(column);
+                }
+                Ok(SinkKey::Columns(columns))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// `sink.derive`: adjusts the columns derived from a schema. Field names are the
+/// schema's; `types` names columns (after `rename`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeriveConfig {
+    /// Only these fields become columns (all when empty).
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// These fields do not become columns.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Field name -> column name.
+    #[serde(default)]
+    pub rename: std::collections::BTreeMap<String, String>,
+    /// Column name -> portable type, in place of the type derived from the schema.
+    #[serde(default)]
+    pub types: std::collections::BTreeMap<String, ColumnType>,
+}
+
+impl DeriveConfig {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self == &DeriveConfig::default()
+    }
+}
+
+/// `sink.evolve`: what a record whose schema has a field the table lacks does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Evolve {
+    /// The record fails alone (class `schema_incompatible`).
+    #[default]
+    None,
+    /// A new optional field (or one with a default) adds a nullable column, before the
+    /// batch that first carries it; other changes fail as under `none`.
+    AddColumns,
 }
 
 /// `connectors[].envelope`: how a value carries a change of one row.

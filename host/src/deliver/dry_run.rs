@@ -153,14 +153,20 @@ pub async fn dry_run_on(
     let version_column = versioning.as_ref().map(|v| v.column.as_str());
     let columns: Vec<&str> = connector
         .sink
-        .columns
-        .0
+        .columns()
         .iter()
         .map(|(name, _)| name.as_str())
         .chain(version_column)
         .collect();
+    let keys: Vec<&str> = connector
+        .sink
+        .key_columns()
+        .iter()
+        .map(String::as_str)
+        .chain(version_column)
+        .collect();
     let mut rows: Vec<Vec<Row>> = vec![Vec::new(); coordinates.len()];
-    for (op, &input) in prepared.ops.iter().zip(&prepared.origins) {
+    for (at, (op, &input)) in prepared.ops.iter().zip(&prepared.origins).enumerate() {
         let named = |names: &[&str], values: &[SqlValue]| {
             names
                 .iter()
@@ -168,18 +174,29 @@ pub async fn dry_run_on(
                 .map(|(n, v)| (n.to_string(), sql_json(v)))
                 .collect()
         };
+        // With derived columns, each operation's names are its schema's.
+        let derived = prepared.routes.shape_of(at).map(|shape| {
+            let columns: Vec<&str> = shape
+                .columns
+                .iter()
+                .map(|c| c.name.as_str())
+                .chain(version_column)
+                .collect();
+            let keys: Vec<&str> = shape
+                .key
+                .iter()
+                .map(|&k| shape.columns[k].name.as_str())
+                .chain(version_column)
+                .collect();
+            (columns, keys)
+        });
+        let (columns, keys) = match &derived {
+            Some((columns, keys)) => (columns.as_slice(), keys.as_slice()),
+            None => (columns.as_slice(), keys.as_slice()),
+        };
         match op {
-            RowOp::Write(values) => rows[input].push(Row::Write(named(&columns, values))),
-            RowOp::Delete(key) => {
-                let keys: Vec<&str> = connector
-                    .sink
-                    .key
-                    .iter()
-                    .map(String::as_str)
-                    .chain(version_column)
-                    .collect();
-                rows[input].push(Row::Delete(named(&keys, key)));
-            }
+            RowOp::Write(values) => rows[input].push(Row::Write(named(columns, values))),
+            RowOp::Delete(key) => rows[input].push(Row::Delete(named(keys, key))),
             RowOp::Truncate(_) => rows[input].push(Row::Truncate),
             RowOp::Skip(_) => {}
         }

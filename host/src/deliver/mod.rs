@@ -143,8 +143,7 @@ pub async fn deliver(
             let unready = sink.tables_refused(&plan.batch.routes).await?;
             if !unready.is_empty() {
                 let mut inputs = HashSet::new();
-                let failures =
-                    failures_of(&plan, &job, unready, FailureClass::TableName, &mut inputs);
+                let failures = failures_of(&plan, &job, unready, &mut inputs);
                 plan.apply(policy.policy, policy.dlq_table, failures, &job.prepared);
                 continue;
             }
@@ -156,13 +155,11 @@ pub async fn deliver(
         }
         // One failure per input record, however many of its rows were refused.
         let mut inputs = HashSet::new();
-        let mut failures = failures_of(
-            &plan,
-            &job,
-            refused,
-            FailureClass::DatabaseRefused,
-            &mut inputs,
-        );
+        let refused = refused
+            .into_iter()
+            .map(|(op, why)| (op, FailureClass::DatabaseRefused, why))
+            .collect();
+        let mut failures = failures_of(&plan, &job, refused, &mut inputs);
         // With delivery.dedup the probe left out the later copies of a refused record
         // (skipped as duplicates): they are the same message, and fail with it now
         // rather than one round each.
@@ -177,18 +174,18 @@ pub async fn deliver(
     Err(DeliverError::KeptRefusing { rounds: MAX_ROUNDS })
 }
 
-/// The sink stage's failures of the operations `ops` (index in the batch, why), one per
-/// input record however many of its operations are listed; `inputs` gathers those records.
+/// The sink stage's failures of the operations `ops` (index in the batch, class, why), one
+/// per input record however many of its operations are listed; `inputs` gathers those
+/// records.
 fn failures_of(
     plan: &Plan,
     job: &Job,
-    ops: Vec<(usize, String)>,
-    class: FailureClass,
+    ops: Vec<(usize, FailureClass, String)>,
     inputs: &mut HashSet<usize>,
 ) -> Vec<crate::failure::Failure> {
     ops.into_iter()
-        .filter(|(op, _)| inputs.insert(plan.batch.origins[*op]))
-        .map(|(op, message)| {
+        .filter(|(op, _, _)| inputs.insert(plan.batch.origins[*op]))
+        .map(|(op, class, message)| {
             job.prepared
                 .failure(plan.batch.origins[op], Stage::Sink, class, message)
         })

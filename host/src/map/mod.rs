@@ -9,6 +9,7 @@ use crate::config::{ColumnType, Envelope, Format, OnTruncate, SinkConfig};
 use crate::record::Record;
 
 mod convert;
+mod derive;
 mod envelope;
 mod route;
 #[cfg(test)]
@@ -17,6 +18,7 @@ mod version;
 
 pub use convert::convert;
 use convert::decoded_bytes;
+pub use derive::{DerivedColumn, DerivedShape, Deriver, column_type_of};
 use envelope::Change;
 pub use route::{SourceRead, TableRouter, TableRoutes};
 use version::VersionSource;
@@ -73,6 +75,9 @@ pub enum MapError {
     /// A table template makes no table a record can go to.
     #[error("table: {0}")]
     TableName(String),
+    /// With derived columns: the record's schema gives no columns the table can take.
+    #[error("{0}")]
+    SchemaIncompatible(String),
 }
 
 /// A JSON pointer (RFC 6901), split into its unescaped tokens once, when the connector is
@@ -186,8 +191,7 @@ impl RowMapper {
         let decoded = format.decodes();
         let format = format.mapped();
         let columns: Vec<Column> = sink
-            .columns
-            .0
+            .columns()
             .iter()
             .map(|(name, c)| Column {
                 name: name.clone(),
@@ -196,7 +200,7 @@ impl RowMapper {
             })
             .collect();
         let key = sink
-            .key
+            .key_columns()
             .iter()
             .filter_map(|k| columns.iter().position(|c| &c.name == k))
             .collect();

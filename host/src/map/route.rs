@@ -27,6 +27,11 @@ pub struct TableRoutes {
     pub of: Vec<u32>,
     /// The batch's tables, each once, in the order first met.
     pub tables: Vec<Arc<str>>,
+    /// With derived columns: per operation, its shape (an index into `shapes`): the
+    /// columns its values are in.
+    pub shape_of: Vec<u32>,
+    /// The batch's shapes, each once.
+    pub shapes: Vec<Arc<super::DerivedShape>>,
 }
 
 impl TableRoutes {
@@ -50,6 +55,23 @@ impl TableRoutes {
         self.of.push(u32::try_from(index).unwrap_or(u32::MAX));
     }
 
+    /// Adds the next operation's shape (with derived columns, after its table).
+    pub fn push_shape(&mut self, shape: Arc<super::DerivedShape>) {
+        let index = match self.shapes.iter().rposition(|s| Arc::ptr_eq(s, &shape)) {
+            Some(index) => index,
+            None => {
+                self.shapes.push(shape);
+                self.shapes.len() - 1
+            }
+        };
+        self.shape_of.push(u32::try_from(index).unwrap_or(u32::MAX));
+    }
+
+    /// The shape of operation `op`, with derived columns.
+    pub fn shape_of(&self, op: usize) -> Option<&Arc<super::DerivedShape>> {
+        self.shapes.get(*self.shape_of.get(op)? as usize)
+    }
+
     /// Whether the operations go to one configured table (no routes).
     pub fn is_empty(&self) -> bool {
         self.of.is_empty()
@@ -63,6 +85,12 @@ impl TableRoutes {
         }
         let mut at = 0;
         self.of.retain(|_| {
+            let kept = keep.get(at).copied().unwrap_or(true);
+            at += 1;
+            kept
+        });
+        let mut at = 0;
+        self.shape_of.retain(|_| {
             let kept = keep.get(at).copied().unwrap_or(true);
             at += 1;
             kept

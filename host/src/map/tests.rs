@@ -61,8 +61,10 @@ fn sink(columns: &[(&str, &str, ColumnType)], key: &[&str]) -> SinkConfig {
         table_from: None,
         schema: None,
         mode: WriteMode::Upsert,
-        key: key.iter().map(|k| k.to_string()).collect(),
-        columns: IndexedColumns(
+        key: crate::config::SinkKey::Columns(key.iter().map(|k| k.to_string()).collect()),
+        derive: Default::default(),
+        evolve: Default::default(),
+        columns: Some(IndexedColumns(
             columns
                 .iter()
                 .map(|(n, f, t)| {
@@ -75,7 +77,7 @@ fn sink(columns: &[(&str, &str, ColumnType)], key: &[&str]) -> SinkConfig {
                     )
                 })
                 .collect(),
-        ),
+        )),
         create_table: true,
         version: None,
         on_truncate: Default::default(),

@@ -87,6 +87,17 @@ impl TableSpec {
         }
     }
 
+    /// The schema (`None`: the connection's default) and the table's own identifier.
+    pub fn schema_and_identifier(&self) -> (Option<String>, String) {
+        match &self.naming {
+            Naming::Split => match self.name.split_once('.') {
+                Some((schema, table)) => (Some(schema.to_string()), table.to_string()),
+                None => (None, self.name.clone()),
+            },
+            Naming::One { schema, identifier } => (schema.clone(), identifier.clone()),
+        }
+    }
+
     /// Indices of the columns that are not part of the key.
     pub fn value_columns(&self) -> Vec<usize> {
         (0..self.columns.len())

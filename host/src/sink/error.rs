@@ -61,6 +61,21 @@ pub enum SinkError {
         columns: String,
         source: sqlx::Error,
     },
+    /// With derived columns: records of this schema cannot be written to the table (a
+    /// field it lacks under `evolve: none`, a type change, a new required field, another
+    /// key). Their records fail alone, class `schema_incompatible`.
+    #[error("table {table}: {message}")]
+    SchemaIncompatible { table: String, message: String },
+    /// The database refused sluice the privilege to create or alter a table (PostgreSQL
+    /// 42501, MySQL 1142): a permanent task failure, not a record's.
+    #[error(
+        "{action} on table {table}: the database refused the privilege ({source}); grant it, or create the table yourself"
+    )]
+    NotPermitted {
+        action: &'static str,
+        table: String,
+        source: sqlx::Error,
+    },
     /// A dead-letter table operation on a connector that has none.
     #[error("connector {connector} has no dead-letter table (errors.dlq.table)")]
     NoDeadLetterTable { connector: String },
@@ -87,11 +102,37 @@ impl SinkError {
             | SinkError::RedriveConflict { .. }
             | SinkError::UnsupportedUrl { .. }
             | SinkError::TableMismatch { .. }
+            | SinkError::SchemaIncompatible { .. }
+            | SinkError::NotPermitted { .. }
             | SinkError::NoDeadLetterTable { .. }
             | SinkError::SchemaTooNew { .. }
             | SinkError::Internal(_) => false,
         }
     }
+}
+
+/// Whether the database refused a statement for want of a privilege (PostgreSQL 42501,
+/// MySQL and MariaDB 1142 and 1044).
+pub(super) fn is_not_permitted(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return matches!(mysql.number(), 1142 | 1044);
+    }
+    db.code().as_deref() == Some("42501")
+}
+
+/// Whether the database refused to add a column that is already there (PostgreSQL 42701,
+/// MySQL and MariaDB 1060, SQLite's "duplicate column name").
+pub(super) fn is_duplicate_column(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return mysql.number() == 1060;
+    }
+    db.code().as_deref() == Some("42701") || db.message().contains("duplicate column name")
 }
 
 /// What a database error means for the batch that met it.

@@ -21,6 +21,7 @@ pub mod control;
 pub mod dead_letters;
 mod dedup;
 mod delivery;
+mod derived;
 pub mod dialect;
 mod error;
 mod nodelay;
@@ -370,14 +371,13 @@ impl Sink {
         };
         let mut columns: Vec<_> = connector
             .sink
-            .columns
-            .0
+            .columns()
             .iter()
             .map(|(name, c)| (name.clone(), c.column_type))
             .collect();
         let key = connector
             .sink
-            .key
+            .key_columns()
             .iter()
             .filter_map(|k| columns.iter().position(|(name, _)| name == k))
             .collect();
@@ -405,8 +405,15 @@ impl Sink {
                 _ => None,
             },
             copy_in: std::sync::atomic::AtomicBool::new(false),
-            routing: connector.sink.table_template().map(|_| routed::Routing {
+            routing: (connector.sink.table_template().is_some()
+                || connector.sink.derives_columns())
+            .then(|| routed::Routing {
                 schema: connector.sink.schema.clone(),
+                derived: connector
+                    .sink
+                    .derives_columns()
+                    .then_some(connector.sink.evolve),
+                fixed: connector.sink.table_template().is_none(),
                 ..Default::default()
             }),
         })
@@ -483,6 +490,13 @@ impl Sink {
         loop {
             match self.execute(&sql).await {
                 Ok(_) => return Ok(()),
+                Err(source) if error::is_not_permitted(&source) => {
+                    return Err(SinkError::NotPermitted {
+                        action: "create table",
+                        table: table.name.clone(),
+                        source,
+                    });
+                }
                 Err(_) if attempt < 2 => attempt += 1,
                 Err(source) => {
                     return Err(SinkError::Database {

@@ -15,11 +15,13 @@ use std::sync::{Arc, Mutex};
 use sqlx::{Executor, IntoArguments};
 
 use super::backend::{self, Backend};
+use super::derived::Layout;
 use super::dialect::TableSpec;
 use super::runs::runs;
 use super::{Sink, SinkError};
-use crate::config::WriteMode;
-use crate::map::{RowOp, TableRoutes};
+use crate::config::{Evolve, WriteMode};
+use crate::failure::FailureClass;
+use crate::map::{DerivedShape, RowOp, TableRoutes};
 
 /// A table a template made, ready to be written.
 #[derive(Debug)]
@@ -27,6 +29,8 @@ pub struct ReadyTable {
     pub spec: TableSpec,
     /// PostgreSQL: inserts go through `COPY`.
     pub copy_in: bool,
+    /// With derived columns: the table's columns and key as they stand.
+    pub layout: Option<Layout>,
 }
 
 /// The tables of a connector with a table template.
@@ -34,13 +38,19 @@ pub struct ReadyTable {
 pub(super) struct Routing {
     /// `sink.schema`.
     pub(super) schema: Option<String>,
+    /// With derived columns (`sink.columns` left out): `sink.evolve`.
+    pub(super) derived: Option<Evolve>,
+    /// With derived columns and one configured table: it is every record's table.
+    pub(super) fixed: bool,
     /// The tables made ready so far, by name.
     pub(super) ready: Mutex<HashMap<Arc<str>, Arc<ReadyTable>>>,
 }
 
 /// What became of a table a batch names.
 enum Verdict {
-    Ready(Arc<ReadyTable>),
+    /// Ready; with derived columns, the shapes (indices into the routes' shapes) that it
+    /// cannot take, and why.
+    Ready(Arc<ReadyTable>, Vec<(usize, String)>),
     /// No operation goes to it any more.
     Unused,
     /// It cannot be made ready, for a reason waiting will not mend.
@@ -80,7 +90,15 @@ impl Sink {
         for (index, verdict) in self.verdicts(routes, create, true).await? {
             debug_assert_eq!(index, tables.len());
             match verdict {
-                Verdict::Ready(table) => tables.push(Some(table)),
+                Verdict::Ready(table, refused) => {
+                    if let Some((_, why)) = refused.first() {
+                        return Err(SinkError::SchemaIncompatible {
+                            table: table.spec.name.clone(),
+                            message: why.clone(),
+                        });
+                    }
+                    tables.push(Some(table))
+                }
                 Verdict::Unused => tables.push(None),
                 Verdict::Refused(error) => return Err(error),
             }
@@ -91,19 +109,32 @@ impl Sink {
     /// The operations of `routes` whose table cannot be made ready for a reason that
     /// waiting will not mend (the database refuses to create it, a table of that name has
     /// other columns, a name it does not take), each with the reason: their records fail
-    /// alone (class `table_name`), and the other tables' rows go on. `Err` for a transient
-    /// failure.
+    /// alone (class `table_name`), and the other tables' rows go on. With derived columns,
+    /// the operations whose schema does not fit their table too (class
+    /// `schema_incompatible`). `Err` for a transient failure, and for one that fails the
+    /// task: a privilege the database refuses for `CREATE` or `ALTER`, or the connector's
+    /// one configured table.
     pub async fn tables_refused(
         &self,
         routes: &TableRoutes,
-    ) -> Result<Vec<(usize, String)>, SinkError> {
+    ) -> Result<Vec<(usize, FailureClass, String)>, SinkError> {
         let mut refused: Vec<Option<String>> = vec![None; routes.tables.len()];
+        let mut shapes_refused: Vec<Vec<(usize, String)>> = vec![Vec::new(); routes.tables.len()];
         for (index, verdict) in self.verdicts(routes, true, false).await? {
-            if let Verdict::Refused(error) = verdict {
-                refused[index] = Some(format!(
-                    "table {} cannot be written: {error}",
-                    routes.tables[index]
-                ));
+            match verdict {
+                Verdict::Refused(error) => {
+                    refused[index] = Some(format!(
+                        "table {} cannot be written: {error}",
+                        routes.tables[index]
+                    ))
+                }
+                Verdict::Ready(table, shapes) => {
+                    shapes_refused[index] = shapes
+                        .into_iter()
+                        .map(|(shape, why)| (shape, format!("table {}: {why}", table.spec.name)))
+                        .collect()
+                }
+                Verdict::Unused => {}
             }
         }
         Ok(routes
@@ -111,8 +142,15 @@ impl Sink {
             .iter()
             .enumerate()
             .filter_map(|(op, &table)| {
-                let why = refused.get(table as usize)?.as_ref()?;
-                Some((op, why.clone()))
+                if let Some(why) = refused.get(table as usize)?.as_ref() {
+                    return Some((op, FailureClass::TableName, why.clone()));
+                }
+                let shape = *routes.shape_of.get(op)? as usize;
+                let (_, why) = shapes_refused
+                    .get(table as usize)?
+                    .iter()
+                    .find(|(s, _)| *s == shape)?;
+                Some((op, FailureClass::SchemaIncompatible, why.clone()))
             })
             .collect())
     }
@@ -146,9 +184,10 @@ impl Sink {
                 .unwrap_or_else(|p| p.into_inner())
                 .get(name)
                 .cloned();
-            let verdict = match known {
-                Some(table) => Verdict::Ready(table),
-                None => {
+            let verdict = match (known, routing.derived) {
+                (Some(table), None) => Verdict::Ready(table, Vec::new()),
+                (known, None) => {
+                    debug_assert!(known.is_none());
                     let spec = self.table.routed(routing.schema.as_deref(), name);
                     match self.make_ready(spec, create).await {
                         Ok(table) => {
@@ -158,14 +197,19 @@ impl Sink {
                                 .lock()
                                 .unwrap_or_else(|p| p.into_inner())
                                 .insert(name.clone(), table.clone());
-                            Verdict::Ready(table)
+                            Verdict::Ready(table, Vec::new())
                         }
-                        Err(error) if error.is_transient() => return Err(error),
-                        Err(error) => {
-                            tracing::warn!(connector = %self.connector, table = %name, %error,
-                                "a table the template names cannot be written; its records fail alone");
-                            Verdict::Refused(error)
-                        }
+                        Err(error) => self.refusal(name, error, false)?,
+                    }
+                }
+                (known, Some(evolve)) => {
+                    let shapes: Vec<(usize, &Arc<DerivedShape>)> = shapes_of(routes, index);
+                    match self
+                        .derived_ready(routing, name, known, &shapes, create, evolve)
+                        .await
+                    {
+                        Ok((table, refused)) => Verdict::Ready(table, refused),
+                        Err(error) => self.refusal(name, error, routing.fixed)?,
                     }
                 }
             };
@@ -178,6 +222,81 @@ impl Sink {
         Ok(verdicts)
     }
 
+    /// A table that cannot be made ready: its records fail alone, unless waiting may mend
+    /// it (`Err`: transient) or it fails the task: a privilege the database refuses, or
+    /// the connector's one configured table (`fixed`), as at start with explicit columns.
+    fn refusal(&self, name: &str, error: SinkError, fixed: bool) -> Result<Verdict, SinkError> {
+        if fixed || error.is_transient() || matches!(error, SinkError::NotPermitted { .. }) {
+            return Err(error);
+        }
+        tracing::warn!(connector = %self.connector, table = %name, %error,
+            "a table the records name cannot be written; its records fail alone");
+        Ok(Verdict::Refused(error))
+    }
+
+    /// A derived table made ready (read, or created from the first shape), each of
+    /// `shapes` fitted to it (columns added under `evolve: add_columns`): the table, and
+    /// the shapes it cannot take with why.
+    async fn derived_ready(
+        &self,
+        routing: &Routing,
+        name: &Arc<str>,
+        known: Option<Arc<ReadyTable>>,
+        shapes: &[(usize, &Arc<DerivedShape>)],
+        create: bool,
+        evolve: Evolve,
+    ) -> Result<(Arc<ReadyTable>, Vec<(usize, String)>), SinkError> {
+        let spec = match &known {
+            Some(table) => table.spec.clone(),
+            None if routing.fixed => self.table.clone(),
+            None => self.table.routed(routing.schema.as_deref(), name),
+        };
+        let cached = known.as_ref().and_then(|t| t.layout.clone());
+        let from_cache = cached.is_some();
+        let layout = match cached {
+            Some(layout) => layout,
+            None => self.derived_layout(&spec, shapes, create).await?,
+        };
+        let evolve = if create { evolve } else { Evolve::None };
+        let columns_before = layout.catalog.len();
+        let (mut layout, mut refused) = self.fit_shapes(&spec, layout, shapes, evolve).await?;
+        let mut changed = layout.catalog.len() != columns_before;
+        if !refused.is_empty() && from_cache {
+            // The table may have changed since it was read (a column added by hand or by
+            // another process): look again before refusing.
+            let read = super::derived::Layout::of(self.catalog(&spec).await?);
+            (layout, refused) = self.fit_shapes(&spec, read, shapes, evolve).await?;
+            changed = true;
+        }
+        if let Some(table) = known.filter(|_| !changed) {
+            return Ok((table, refused));
+        }
+        let copy_in = match shapes
+            .iter()
+            .find_map(|(_, s)| layout.fit(self.dialect, &spec, s).ok())
+        {
+            Some(fitted) => {
+                self.dialect == super::Dialect::Postgres
+                    && self.mode == WriteMode::Insert
+                    && self.takes_copy(&fitted.spec).await
+            }
+            None => false,
+        };
+        tracing::info!(connector = %self.connector, table = %spec.name,
+            columns = layout.catalog.len(), copy_in, "table ready (columns from the records' schemas)");
+        let table = Arc::new(ReadyTable {
+            spec,
+            copy_in,
+            layout: Some(layout),
+        });
+        routing
+            .ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), table.clone());
+        Ok((table, refused))
+    }
+
     /// Creates (when asked to) and checks one table.
     async fn make_ready(&self, spec: TableSpec, create: bool) -> Result<ReadyTable, SinkError> {
         if create && self.create_table {
@@ -188,7 +307,11 @@ impl Sink {
             && self.mode == WriteMode::Insert
             && self.takes_copy(&spec).await;
         tracing::info!(connector = %self.connector, table = %spec.name, copy_in, "table ready");
-        Ok(ReadyTable { spec, copy_in })
+        Ok(ReadyTable {
+            spec,
+            copy_in,
+            layout: None,
+        })
     }
 
     /// Writes `ops[range]`: to the connector's table, or each to its own (`tables` in
@@ -230,6 +353,40 @@ impl Sink {
                     ),
                 ));
             };
+            if let Some(layout) = &table.layout {
+                let stretches = by_shape(routes, &indices).map_err(|why| {
+                    (
+                        table.spec.name.clone(),
+                        sqlx::Error::Protocol(format!("internal error: {why}")),
+                    )
+                })?;
+                for (shape, indices) in stretches {
+                    let fitted = layout
+                        .fit(self.dialect, &table.spec, shape)
+                        .map_err(|misfit| {
+                            (
+                                table.spec.name.clone(),
+                                sqlx::Error::Protocol(format!(
+                                    "internal error: a shape the table was not fitted to: {misfit:?}"
+                                )),
+                            )
+                        })?;
+                    let projected: Vec<RowOp> =
+                        indices.iter().map(|&i| fitted.project(&ops[i])).collect();
+                    let runs = runs(projected.iter(), &fitted.spec, self.dialect, dedupe);
+                    backend::write_runs::<DB>(
+                        conn,
+                        self.dialect,
+                        &fitted.spec,
+                        self.mode,
+                        &runs,
+                        table.copy_in,
+                    )
+                    .await
+                    .map_err(|e| (table.spec.name.clone(), e))?;
+                }
+                continue;
+            }
             let runs = runs(
                 indices.iter().map(|&i| &ops[i]),
                 &table.spec,
@@ -249,4 +406,54 @@ impl Sink {
         }
         Ok(())
     }
+}
+
+/// The shapes of the operations that go to table `table` of `routes`: each once, with its
+/// index into `routes.shapes`, in the order first met.
+fn shapes_of(routes: &TableRoutes, table: usize) -> Vec<(usize, &Arc<DerivedShape>)> {
+    let mut seen: Vec<usize> = Vec::new();
+    for (op, &t) in routes.of.iter().enumerate() {
+        if t as usize != table {
+            continue;
+        }
+        if let Some(&shape) = routes.shape_of.get(op)
+            && !seen.contains(&(shape as usize))
+        {
+            seen.push(shape as usize);
+        }
+    }
+    seen.into_iter()
+        .filter_map(|s| Some((s, routes.shapes.get(s)?)))
+        .collect()
+}
+
+/// Operations of one shape, in record order.
+type Stretch<'r> = (&'r Arc<DerivedShape>, Vec<usize>);
+
+/// `indices` (operations of one table, in record order) cut where the shape changes: each
+/// stretch of one shape, in record order, so that two rows of one key in two shapes are
+/// written in the order of their records.
+fn by_shape<'r>(routes: &'r TableRoutes, indices: &[usize]) -> Result<Vec<Stretch<'r>>, String> {
+    let mut stretches: Vec<(usize, Vec<usize>)> = Vec::new();
+    for &op in indices {
+        let shape = *routes
+            .shape_of
+            .get(op)
+            .ok_or_else(|| format!("operation {op} has no derived shape"))?
+            as usize;
+        match stretches.last_mut() {
+            Some((s, ops)) if *s == shape => ops.push(op),
+            _ => stretches.push((shape, vec![op])),
+        }
+    }
+    stretches
+        .into_iter()
+        .map(|(s, ops)| {
+            let shape = routes
+                .shapes
+                .get(s)
+                .ok_or_else(|| format!("shape {s} is not among the batch's shapes"))?;
+            Ok((shape, ops))
+        })
+        .collect()
 }

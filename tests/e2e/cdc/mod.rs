@@ -9,10 +9,13 @@
 //!   through Connect JSON as Debezium's PostgreSQL connector writes it and through Avro as
 //!   its MySQL connector does, by two processes while one is SIGKILLed five times: each
 //!   table ends equal to the history's final state, and a replay changes nothing.
+//! - [`derived`]: columns derived from the row's schema as it changes mid-stream, under
+//!   `evolve: add_columns` and `evolve: none`.
 //! - [`property`]: generated histories over a few keys, delivered out of order, some events
 //!   twice, in batches of any size, straight through the mapper and the sink: each table
 //!   ends at the history's final state (proptest shrinks a failing case).
 
+mod derived;
 mod events;
 mod history;
 mod property;

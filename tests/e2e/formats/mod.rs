@@ -65,6 +65,12 @@ impl FormatRun {
     /// (the sink's key list), dead letters to a table, and `extra` connector keys (4 spaces
     /// in). Returns its path.
     pub fn config(&self, format: &str, columns: &str, key: &str, extra: &str) -> PathBuf {
+        self.config_with(format, &format!("      columns:\n{columns}"), key, extra)
+    }
+
+    /// As [`FormatRun::config`], with `sink` (YAML lines, 6 spaces in) in place of the
+    /// columns: derived columns leave them out.
+    pub fn config_with(&self, format: &str, sink: &str, key: &str, extra: &str) -> PathBuf {
         let text = format!(
             r#"kafka:
   brokers: "{brokers}"
@@ -87,8 +93,7 @@ connectors:
       table: {table}
       mode: {mode}
       key: {key}
-      columns:
-{columns}
+{sink}
       create_table: true
 "#,
             brokers = self.broker.bootstrap,

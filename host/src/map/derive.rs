@@ -1,0 +1,577 @@
+//! Columns derived from a record's schema, when `sink.columns` is left out: each field of
+//! the value's schema (under an envelope, of the row's schema) becomes a column of the
+//! portable type its schema type maps to (docs/configuration.md has the table), adjusted
+//! by `sink.derive`; the key is `sink.key` by name, or with `key: record_key` the fields
+//! of the key's schema.
+//!
+//! One [`DerivedShape`] is made per schema (the decoders hand out one `Arc` per schema, so
+//! a pointer finds it again) and carries its own [`RowMapper`]: a row maps to the shape's
+//! columns in the shape's order, and the sink places them among the table's columns.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::config::{ColumnType, DeriveConfig, Envelope, SinkKey};
+use crate::format::RecordSchemas;
+use crate::format::shape::{Field, FieldType};
+
+use super::{Column, JsonPointer, RowMapper, Source};
+
+/// Most shapes kept per connector task; past it the cache starts again (a schema seen
+/// again is derived again, which is cheap).
+const MAX_SHAPES: usize = 1024;
+
+/// One column a schema derives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DerivedColumn {
+    /// The column's name (the field's, or its `derive.rename`).
+    pub name: String,
+    /// The field it reads.
+    pub field: String,
+    pub column_type: ColumnType,
+    /// The field may be null (or absent with a default): a column added for it later is
+    /// nullable, and rows before it read NULL.
+    pub optional: bool,
+}
+
+/// The columns of one schema, and the mapper that reads them.
+#[derive(Debug)]
+pub struct DerivedShape {
+    /// In the schema's field order.
+    pub columns: Vec<DerivedColumn>,
+    /// Indices into `columns` of the key, in key order.
+    pub key: Vec<usize>,
+    /// Its columns are a row's (not only a tombstone's key): a table may be created from
+    /// it.
+    pub from_row: bool,
+    pub(super) mapper: RowMapper,
+}
+
+impl PartialEq for DerivedShape {
+    fn eq(&self, other: &Self) -> bool {
+        self.columns == other.columns && self.key == other.key
+    }
+}
+
+impl Eq for DerivedShape {}
+
+impl DerivedShape {
+    /// The mapper of this shape's rows.
+    pub fn mapper(&self) -> &RowMapper {
+        &self.mapper
+    }
+
+    /// The key columns' names, in key order.
+    pub fn key_names(&self) -> Vec<&str> {
+        self.key
+            .iter()
+            .map(|&i| self.columns[i].name.as_str())
+            .collect()
+    }
+}
+
+/// A key and a value schema, kept alive while their pointers key the cache.
+type Entry = (RecordSchemas, Result<Arc<DerivedShape>, String>);
+
+/// Derives shapes for one connector's records.
+#[derive(Debug)]
+pub struct Deriver {
+    /// The connector's mapper, without columns: format, envelope, version, truncate.
+    base: RowMapper,
+    derive: DeriveConfig,
+    key: SinkKey,
+    envelope: Envelope,
+    /// The version column sluice writes itself (`sink.version.column`), if any.
+    version_column: Option<String>,
+    cache: Mutex<HashMap<(usize, usize), Entry>>,
+}
+
+fn pointer_of(schema: &Option<Arc<crate::format::WriterSchema>>) -> usize {
+    schema.as_ref().map_or(0, |s| Arc::as_ptr(s) as usize)
+}
+
+impl Deriver {
+    /// A deriver with `base`'s settings (its columns are not used); `version_column` is
+    /// the column sluice keeps versions in, which no field may become.
+    pub fn new(
+        base: RowMapper,
+        derive: DeriveConfig,
+        key: SinkKey,
+        envelope: Envelope,
+        version_column: Option<String>,
+    ) -> Self {
+        Deriver {
+            base,
+            derive,
+            key,
+            envelope,
+            version_column,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The shape of a record with these schemas; `Err` says why its schema derives no
+    /// columns (a per-record failure of class `schema_incompatible`).
+    pub fn shape(&self, schemas: &RecordSchemas) -> Result<Arc<DerivedShape>, String> {
+        let at = (pointer_of(&schemas.value), pointer_of(&schemas.key));
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, shape)) = cache.get(&at) {
+            return shape.clone();
+        }
+        if cache.len() >= MAX_SHAPES {
+            cache.clear();
+        }
+        let shape = self.derive(schemas).map(Arc::new);
+        cache.insert(at, (schemas.clone(), shape.clone()));
+        shape
+    }
+
+    fn derive(&self, schemas: &RecordSchemas) -> Result<DerivedShape, String> {
+        if schemas.value.is_none() && self.envelope != Envelope::None {
+            // A change event's tombstone: passed over (Debezium) or refused (OpenCDC)
+            // by the mapping, which reads no column of it.
+            let mut mapper = self.base.clone();
+            mapper.columns = Vec::new();
+            mapper.key = Vec::new();
+            return Ok(DerivedShape {
+                columns: Vec::new(),
+                key: Vec::new(),
+                from_row: false,
+                mapper,
+            });
+        }
+        let row_fields: Vec<Field> = match &schemas.value {
+            Some(value) => self.row_fields(&value.shape)?,
+            // A tombstone: its key is all there is to read.
+            None => match &schemas.key {
+                Some(key) => key.shape.fields().to_vec(),
+                None => Vec::new(),
+            },
+        };
+        let mut columns: Vec<DerivedColumn> = Vec::with_capacity(row_fields.len());
+        for field in &row_fields {
+            if !self.derive.include.is_empty() && !self.derive.include.contains(&field.name) {
+                continue;
+            }
+            if self.derive.exclude.contains(&field.name) {
+                continue;
+            }
+            let name = self
+                .derive
+                .rename
+                .get(&field.name)
+                .cloned()
+                .unwrap_or_else(|| field.name.clone());
+            let column_type = match self.derive.types.get(&name) {
+                Some(&column_type) => column_type,
+                None => match column_type_of(&field.field_type) {
+                    Some(column_type) => column_type,
+                    // A field that is always null has nothing to keep.
+                    None => continue,
+                },
+            };
+            if let Some(version) = &self.version_column
+                && version.eq_ignore_ascii_case(&name)
+            {
+                return Err(format!(
+                    "field {} would become column {name}, which keeps sluice's versions (sink.version.column): rename the field with sink.derive.rename, exclude it, or name another version column",
+                    field.name
+                ));
+            }
+            if let Some(twin) = columns.iter().find(|c| c.name.eq_ignore_ascii_case(&name)) {
+                return Err(format!(
+                    "fields {} and {} both become column {name} (column names are case-insensitive): rename one with sink.derive.rename",
+                    twin.field, field.name
+                ));
+            }
+            columns.push(DerivedColumn {
+                name,
+                field: field.name.clone(),
+                column_type,
+                optional: field.optional || field.default.is_some(),
+            });
+        }
+        let key_names: Vec<String> = match &self.key {
+            SinkKey::Columns(names) => names.clone(),
+            SinkKey::RecordKey => {
+                let Some(key) = &schemas.key else {
+                    return Err(
+                        "key: record_key reads the key's schema, and this record's key has none (a null key?)"
+                            .into(),
+                    );
+                };
+                let fields = key.shape.fields();
+                if fields.is_empty() {
+                    return Err(format!(
+                        "key: record_key needs a key schema with fields, and the key is {}",
+                        type_label(&key.shape)
+                    ));
+                }
+                fields
+                    .iter()
+                    .map(|f| {
+                        self.derive
+                            .rename
+                            .get(&f.name)
+                            .cloned()
+                            .unwrap_or_else(|| f.name.clone())
+                    })
+                    .collect()
+            }
+        };
+        let mut key = Vec::with_capacity(key_names.len());
+        for name in &key_names {
+            match columns.iter().position(|c| &c.name == name) {
+                Some(index) => key.push(index),
+                None if columns.is_empty() => {
+                    return Err(format!(
+                        "key column {name}: the record carries no schema to find it in"
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "key column {name} is not a field of the row's schema (fields: {})",
+                        columns
+                            .iter()
+                            .map(|c| c.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+            }
+        }
+        let mapper_columns = columns
+            .iter()
+            .map(|c| Column {
+                name: c.name.clone(),
+                source: Source::Pointer(JsonPointer::new(&format!(
+                    "/{}",
+                    c.field.replace('~', "~0").replace('/', "~1")
+                ))),
+                column_type: c.column_type,
+            })
+            .collect();
+        let mut mapper = self.base.clone();
+        mapper.columns = mapper_columns;
+        mapper.key = key.clone();
+        Ok(DerivedShape {
+            columns,
+            key,
+            from_row: schemas.value.is_some(),
+            mapper,
+        })
+    }
+
+    /// The fields of the row a value's schema describes: the value's own, or under an
+    /// envelope those of its row (`after`, else `before`; OpenCDC's `payload.after`).
+    fn row_fields(&self, value: &FieldType) -> Result<Vec<Field>, String> {
+        let row = match self.envelope {
+            Envelope::None => value,
+            Envelope::Debezium => field_of(value, "after")
+                .or_else(|| field_of(value, "before"))
+                .ok_or_else(|| {
+                    format!(
+                        "envelope: debezium: the value's schema ({}) has no after or before row",
+                        type_label(value)
+                    )
+                })?,
+            Envelope::Opencdc => field_of(value, "payload")
+                .and_then(|payload| {
+                    field_of(payload, "after").or_else(|| field_of(payload, "before"))
+                })
+                .ok_or_else(|| {
+                    format!(
+                        "envelope: opencdc: the value's schema ({}) has no payload.after row",
+                        type_label(value)
+                    )
+                })?,
+        };
+        match row {
+            FieldType::Record { fields, .. } => Ok(fields.clone()),
+            other => Err(format!(
+                "columns derive from a record's fields, and the row's schema is {}",
+                type_label(other)
+            )),
+        }
+    }
+}
+
+/// The type of field `name` of a record type (a union's one record branch included).
+fn field_of<'t>(record: &'t FieldType, name: &str) -> Option<&'t FieldType> {
+    let field = record.fields().iter().find(|f| f.name == name)?;
+    match &field.field_type {
+        FieldType::Union(branches) => branches
+            .iter()
+            .find(|b| matches!(b, FieldType::Record { .. })),
+        other => Some(other),
+    }
+}
+
+/// The portable column type of a schema type (docs/configuration.md, "Derived columns");
+/// `None` for a field that is always null.
+pub fn column_type_of(field_type: &FieldType) -> Option<ColumnType> {
+    Some(match field_type {
+        FieldType::Null => return None,
+        FieldType::Boolean => ColumnType::Bool,
+        FieldType::Int32 => ColumnType::Int,
+        FieldType::Int64 => ColumnType::Bigint,
+        FieldType::UInt64 | FieldType::Decimal { .. } => ColumnType::Numeric,
+        FieldType::Float32 | FieldType::Float64 => ColumnType::Double,
+        FieldType::String | FieldType::Enum { .. } => ColumnType::Text,
+        FieldType::Bytes | FieldType::Fixed { .. } => ColumnType::Bytes,
+        FieldType::Date => ColumnType::Date,
+        FieldType::Time(_) => ColumnType::Time,
+        FieldType::Timestamp(_) => ColumnType::Timestamptz,
+        FieldType::LocalTimestamp(_) => ColumnType::Timestamp,
+        FieldType::Uuid => ColumnType::Uuid,
+        FieldType::Record { .. }
+        | FieldType::Array(_)
+        | FieldType::Map(_)
+        | FieldType::Union(_)
+        | FieldType::Json => ColumnType::Json,
+    })
+}
+
+/// A schema type for a message.
+fn type_label(field_type: &FieldType) -> String {
+    match field_type {
+        FieldType::Record { name, .. } if !name.is_empty() => format!("record {name}"),
+        FieldType::Record { .. } => "a record".into(),
+        FieldType::Array(_) => "an array".into(),
+        FieldType::Map(_) => "a map".into(),
+        FieldType::Union(_) => "a union".into(),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Format, SinkConfig};
+    use crate::format::WriterSchema;
+    use crate::map::{RowOp, SqlValue};
+    use crate::record::Record;
+
+    fn field(name: &str, field_type: FieldType, optional: bool) -> Field {
+        Field {
+            name: name.into(),
+            field_type,
+            optional,
+            default: None,
+        }
+    }
+
+    fn record(fields: Vec<Field>) -> FieldType {
+        FieldType::Record {
+            name: "Row".into(),
+            fields,
+        }
+    }
+
+    fn writer(shape: FieldType) -> Option<Arc<WriterSchema>> {
+        Some(Arc::new(WriterSchema {
+            reference: None,
+            format: "connect_json",
+            shape,
+            message: None,
+        }))
+    }
+
+    fn sink(yaml: &str) -> SinkConfig {
+        serde_yaml_ng::from_str(yaml).expect("a sink")
+    }
+
+    fn deriver(yaml: &str, envelope: Envelope) -> Deriver {
+        let sink = sink(yaml);
+        let base = RowMapper::new(&sink, Format::ConnectJson, envelope);
+        let version = sink.versioning(envelope).map(|v| v.column);
+        Deriver::new(
+            base,
+            sink.derive.clone(),
+            sink.key.clone(),
+            envelope,
+            version,
+        )
+    }
+
+    fn row_schema() -> FieldType {
+        record(vec![
+            field("id", FieldType::Int64, false),
+            field("name", FieldType::String, true),
+            field("nothing", FieldType::Null, true),
+            field("tags", FieldType::Array(Box::new(FieldType::String)), true),
+            field(
+                "at",
+                FieldType::LocalTimestamp(crate::format::shape::TimeUnit::Micros),
+                true,
+            ),
+        ])
+    }
+
+    fn value_record(value: &str, key: Option<&str>) -> Record {
+        Record {
+            topic: "t".into(),
+            partition: 0,
+            offset: 7,
+            timestamp: None,
+            key: key.map(|k| k.as_bytes().to_vec()),
+            value: Some(value.as_bytes().to_vec()),
+            headers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn fields_become_columns_of_their_types_and_map_in_order() {
+        let d = deriver(
+            "{url: 'sqlite://x', table: t, mode: upsert, key: [id]}",
+            Envelope::None,
+        );
+        let schemas = RecordSchemas {
+            key: None,
+            value: writer(row_schema()),
+        };
+        let shape = d.shape(&schemas).expect("a shape");
+        let names: Vec<(&str, ColumnType, bool)> = shape
+            .columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.column_type, c.optional))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("id", ColumnType::Bigint, false),
+                ("name", ColumnType::Text, true),
+                ("tags", ColumnType::Json, true),
+                ("at", ColumnType::Timestamp, true),
+            ]
+        );
+        assert_eq!(shape.key, vec![0]);
+        let op = shape
+            .mapper()
+            .map(&value_record(
+                r#"{"id": 5, "name": "x", "tags": ["a"], "at": "2024-01-02 03:04:05.000006"}"#,
+                None,
+            ))
+            .expect("maps");
+        let RowOp::Write(values) = op else {
+            panic!("a write: {op:?}")
+        };
+        assert_eq!(values[0], SqlValue::Int(5));
+        assert_eq!(values[1], SqlValue::Text("x".into()));
+        assert_eq!(values[2], SqlValue::Text(r#"["a"]"#.into()));
+        assert_eq!(values.len(), 4);
+        // The same schema finds the same shape.
+        assert!(Arc::ptr_eq(&shape, &d.shape(&schemas).expect("again")));
+    }
+
+    #[test]
+    fn a_debezium_event_derives_its_rows_columns_and_the_key_from_the_key_schema() {
+        let d = deriver(
+            "{url: 'sqlite://x', table: t, mode: upsert, key: record_key, derive: {rename: {name: full_name}, exclude: [tags], types: {at: timestamptz}}}",
+            Envelope::Debezium,
+        );
+        let envelope = record(vec![
+            field("before", row_schema(), true),
+            field("after", row_schema(), true),
+            field(
+                "source",
+                record(vec![field("lsn", FieldType::Int64, true)]),
+                false,
+            ),
+            field("op", FieldType::String, false),
+        ]);
+        let schemas = RecordSchemas {
+            key: writer(record(vec![field("id", FieldType::Int64, false)])),
+            value: writer(envelope),
+        };
+        let shape = d.shape(&schemas).expect("a shape");
+        let names: Vec<(&str, ColumnType)> = shape
+            .columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.column_type))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("id", ColumnType::Bigint),
+                ("full_name", ColumnType::Text),
+                ("at", ColumnType::Timestamptz),
+            ]
+        );
+        assert_eq!(shape.key_names(), vec!["id"]);
+        let op = shape
+            .mapper()
+            .map(&value_record(
+                r#"{"op": "u", "before": null, "after": {"id": 9, "name": "n", "at": "2024-01-02T03:04:05Z"}, "source": {"connector": "postgresql", "ts_ms": 1700000000000, "snapshot": "false", "lsn": 12}}"#,
+                Some(r#"{"id": 9}"#),
+            ))
+            .expect("maps");
+        let RowOp::Write(values) = op else {
+            panic!("a write: {op:?}")
+        };
+        assert_eq!(values[0], SqlValue::Int(9));
+        assert_eq!(values[1], SqlValue::Text("n".into()));
+        // The version follows the row's columns.
+        assert_eq!(values.len(), 4);
+        let delete = shape
+            .mapper()
+            .map(&value_record(
+                r#"{"op": "d", "before": {"id": 9}, "after": null, "source": {"connector": "postgresql", "ts_ms": 1700000000001, "snapshot": "false", "lsn": 13}}"#,
+                Some(r#"{"id": 9}"#),
+            ))
+            .expect("maps");
+        assert!(
+            matches!(delete, RowOp::Delete(ref k) if k[0] == SqlValue::Int(9)),
+            "{delete:?}"
+        );
+    }
+
+    #[test]
+    fn schemas_that_derive_no_columns_say_why() {
+        let d = deriver(
+            "{url: 'sqlite://x', table: t, mode: upsert, key: [uid]}",
+            Envelope::None,
+        );
+        let schemas = RecordSchemas {
+            key: None,
+            value: writer(row_schema()),
+        };
+        let why = d.shape(&schemas).expect_err("no uid field");
+        assert!(why.contains("key column uid is not a field"), "{why}");
+
+        let d = deriver(
+            "{url: 'sqlite://x', table: t, mode: upsert, key: record_key}",
+            Envelope::None,
+        );
+        let why = d.shape(&schemas).expect_err("no key schema");
+        assert!(why.contains("record_key"), "{why}");
+
+        let d = deriver("{url: 'sqlite://x', table: t}", Envelope::None);
+        let scalar = RecordSchemas {
+            key: None,
+            value: writer(FieldType::String),
+        };
+        let why = d.shape(&scalar).expect_err("not a record");
+        assert!(why.contains("record's fields"), "{why}");
+
+        let d = deriver(
+            "{url: 'sqlite://x', table: t, derive: {rename: {name: ID}}}",
+            Envelope::None,
+        );
+        let why = d.shape(&schemas).expect_err("two fields, one column");
+        assert!(why.contains("both become column"), "{why}");
+
+        let d = deriver("{url: 'sqlite://x', table: t}", Envelope::Debezium);
+        let why = d.shape(&schemas).expect_err("no after row");
+        assert!(why.contains("no after or before row"), "{why}");
+
+        let d = deriver(
+            "{url: 'sqlite://x', table: t, mode: upsert, key: [id], version: {from: $offset, column: Name}}",
+            Envelope::None,
+        );
+        let why = d
+            .shape(&schemas)
+            .expect_err("a field named as the version column");
+        assert!(why.contains("sink.version.column"), "{why}");
+    }
+}

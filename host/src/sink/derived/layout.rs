@@ -1,0 +1,264 @@
+//! A derived table as its catalog lists it ([`Layout`]), and how one schema's rows fit it
+//! ([`Layout::fit`], [`Fitted::project`]).
+
+use crate::config::ColumnType;
+use crate::map::{DerivedShape, RowOp, SqlValue};
+
+use super::super::Dialect;
+use super::super::dialect::TableSpec;
+
+/// One column as the database's catalog lists it.
+#[derive(Debug, Clone)]
+pub struct CatalogColumn {
+    pub name: String,
+    /// The catalog's spelling of its type (PostgreSQL's `format_type`, MySQL's
+    /// `DATA_TYPE`, SQLite's declared type), lower case.
+    pub sql_type: String,
+    /// Its place in the primary key, from 1; 0 when it is not in it.
+    pub key_position: u32,
+}
+
+/// The primary key's columns of a table, in key order.
+fn primary_key(catalog: &[CatalogColumn]) -> Vec<String> {
+    let mut key: Vec<&CatalogColumn> = catalog.iter().filter(|c| c.key_position > 0).collect();
+    key.sort_by_key(|c| c.key_position);
+    key.into_iter().map(|c| c.name.clone()).collect()
+}
+
+/// A derived table as it stands: its columns and key.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Every column but the version column, in table order.
+    pub catalog: Vec<CatalogColumn>,
+    /// The primary key's columns, in key order.
+    pub key: Vec<String>,
+}
+
+impl Layout {
+    /// The table as its catalog lists it.
+    pub fn of(catalog: Vec<CatalogColumn>) -> Layout {
+        Layout {
+            key: primary_key(&catalog),
+            catalog,
+        }
+    }
+}
+
+/// How one schema's rows are written to one table: the statement's columns, and for
+/// each the shape's column it takes (`None`: NULL).
+#[derive(Debug)]
+pub struct Fitted {
+    pub spec: TableSpec,
+    pub from_shape: Vec<Option<usize>>,
+}
+
+/// Why a schema does not fit a table as it stands.
+#[derive(Debug, PartialEq)]
+pub enum Misfit {
+    /// Fields the table lacks, each optional (or with a default): `evolve: add_columns`
+    /// adds them.
+    Missing(Vec<(String, ColumnType)>),
+    /// A change no evolution takes.
+    Incompatible(String),
+}
+
+/// The portable types a column of catalog type `sql_type` takes, when it is a type sluice
+/// creates (`None` for any other type).
+fn portable_types(dialect: Dialect, sql_type: &str) -> Option<&'static [ColumnType]> {
+    use ColumnType::*;
+    let sql_type = sql_type.trim().to_ascii_lowercase();
+    Some(match dialect {
+        Dialect::Postgres => match sql_type.as_str() {
+            "bigint" => &[Bigint],
+            "integer" => &[Int],
+            "double precision" => &[Double],
+            "numeric" => &[Numeric],
+            "text" => &[Text],
+            "boolean" => &[Bool],
+            "timestamp without time zone" => &[Timestamp],
+            "timestamp with time zone" => &[Timestamptz],
+            "date" => &[Date],
+            "time without time zone" => &[Time],
+            "jsonb" => &[Json],
+            "bytea" => &[Bytes],
+            "uuid" => &[Uuid],
+            _ => return None,
+        },
+        Dialect::MySql => match sql_type.as_str() {
+            "bigint" => &[Bigint],
+            "int" => &[Int],
+            "double" => &[Double],
+            "decimal" => &[Numeric],
+            "varchar" | "text" => &[Text],
+            "tinyint" => &[Bool],
+            "datetime" => &[Timestamp, Timestamptz],
+            "date" => &[Date],
+            "time" => &[Time],
+            // MariaDB's JSON is LONGTEXT with a check.
+            "json" | "longtext" => &[Json, Text],
+            "varbinary" | "longblob" => &[Bytes],
+            "char" => &[Uuid, Text],
+            _ => return None,
+        },
+        Dialect::Sqlite => match sql_type.as_str() {
+            "integer" => &[Bigint, Int, Bool],
+            "real" => &[Double],
+            "numeric" => &[Numeric],
+            "blob" => &[Bytes],
+            "text" => &[Text, Timestamp, Timestamptz, Date, Time, Json, Uuid],
+            _ => return None,
+        },
+    })
+}
+
+/// The type a value of `field` type is written as into a column that takes `takes`: the
+/// field's own, or a wider one; `None` when the column cannot take it.
+fn written_as(field: ColumnType, takes: &[ColumnType]) -> Option<ColumnType> {
+    use ColumnType::*;
+    if takes.contains(&field) {
+        return Some(field);
+    }
+    let wider: &[ColumnType] = match field {
+        Int => &[Bigint, Numeric],
+        Bigint => &[Numeric],
+        _ => &[],
+    };
+    wider.iter().copied().find(|w| takes.contains(w))
+}
+
+impl Layout {
+    /// Fits `shape` to this table: `base` gives its name and version column.
+    pub fn fit(
+        &self,
+        dialect: Dialect,
+        base: &TableSpec,
+        shape: &DerivedShape,
+    ) -> Result<Fitted, Misfit> {
+        let same = |a: &str, b: &str| match dialect {
+            Dialect::Postgres => a == b,
+            _ => a.eq_ignore_ascii_case(b),
+        };
+        let shape_key = shape.key_names();
+        let key_differs = shape_key.len() != self.key.len()
+            || shape_key.iter().zip(&self.key).any(|(a, b)| !same(a, b));
+        if key_differs && !(shape.columns.is_empty() && shape_key.is_empty()) {
+            return Err(Misfit::Incompatible(format!(
+                "the schema's key is ({}), the table's primary key is ({}): a key change",
+                shape_key.join(", "),
+                self.key.join(", ")
+            )));
+        }
+        let mut missing = Vec::new();
+        for (index, column) in shape.columns.iter().enumerate() {
+            if self.catalog.iter().any(|c| same(&c.name, &column.name)) {
+                continue;
+            }
+            if shape.key.contains(&index) {
+                return Err(Misfit::Incompatible(format!(
+                    "key field {} has no column in the table",
+                    column.field
+                )));
+            }
+            if !column.optional {
+                return Err(Misfit::Incompatible(format!(
+                    "field {} ({}) is new and required, without a default: the table has no column {} and rows before it would have none",
+                    column.field,
+                    column.column_type.name(),
+                    column.name
+                )));
+            }
+            missing.push((column.name.clone(), column.column_type));
+        }
+        if !missing.is_empty() {
+            return Err(Misfit::Missing(missing));
+        }
+        let mut columns = Vec::with_capacity(self.catalog.len() + 1);
+        let mut from_shape = Vec::with_capacity(self.catalog.len() + 1);
+        for column in &self.catalog {
+            let found = shape
+                .columns
+                .iter()
+                .position(|c| same(&c.name, &column.name));
+            let takes = portable_types(dialect, &column.sql_type);
+            match (found, takes) {
+                (Some(at), Some(takes)) => {
+                    let field = &shape.columns[at];
+                    let Some(written) = written_as(field.column_type, takes) else {
+                        return Err(Misfit::Incompatible(format!(
+                            "field {} is {} in the schema, and column {} is {}: a type change",
+                            field.field,
+                            field.column_type.name(),
+                            column.name,
+                            column.sql_type
+                        )));
+                    };
+                    columns.push((column.name.clone(), written));
+                    from_shape.push(Some(at));
+                }
+                // A type sluice does not create: the database converts the value.
+                (Some(at), None) => {
+                    columns.push((column.name.clone(), shape.columns[at].column_type));
+                    from_shape.push(Some(at));
+                }
+                // A field that disappeared: NULL from now on.
+                (None, Some(takes)) => {
+                    columns.push((column.name.clone(), takes[0]));
+                    from_shape.push(None);
+                }
+                (None, None) => {}
+            }
+        }
+        let key = self
+            .key
+            .iter()
+            .filter_map(|k| columns.iter().position(|(name, _)| same(name, k)))
+            .collect::<Vec<_>>();
+        if key.len() != self.key.len() {
+            return Err(Misfit::Incompatible(format!(
+                "the table has no column for every key column ({})",
+                self.key.join(", ")
+            )));
+        }
+        let version = base.version.map(|v| {
+            columns.push(base.columns[v].clone());
+            columns.len() - 1
+        });
+        Ok(Fitted {
+            spec: TableSpec {
+                name: base.name.clone(),
+                naming: base.naming.clone(),
+                columns,
+                key,
+                version,
+            },
+            from_shape,
+        })
+    }
+}
+
+impl Fitted {
+    /// `op` (in its shape's columns) in the statement's columns.
+    pub fn project(&self, op: &RowOp) -> RowOp {
+        match op {
+            RowOp::Write(values) => {
+                let data = self.from_shape.len();
+                let mut row: Vec<SqlValue> = self
+                    .from_shape
+                    .iter()
+                    .map(|from| {
+                        from.and_then(|i| values.get(i).cloned())
+                            .unwrap_or(SqlValue::Null)
+                    })
+                    .collect();
+                if self.spec.version.is_some() {
+                    // The mapper writes the version after the shape's columns.
+                    row.push(values.last().cloned().unwrap_or(SqlValue::Null));
+                }
+                debug_assert!(row.len() == data + usize::from(self.spec.version.is_some()));
+                RowOp::Write(row)
+            }
+            // Key values (and the version) in key order, as the table's.
+            other => other.clone(),
+        }
+    }
+}
