@@ -31,7 +31,7 @@ use harness::{Backend, Broker, SluiceProcess, TestDb};
 use sqlx::Connection;
 
 /// The repository's root.
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
@@ -85,14 +85,14 @@ fn py(python: &str, example_script: &str) -> Vec<String> {
     ]
 }
 
-fn run_py(python: &str, example_script: &str, args: &[&str]) -> (bool, String) {
+pub(crate) fn run_py(python: &str, example_script: &str, args: &[&str]) -> (bool, String) {
     let mut line = py(python, example_script);
     line.extend(args.iter().map(|a| a.to_string()));
     let line: Vec<&str> = line.iter().map(String::as_str).collect();
     script(&line, &[])
 }
 
-fn spawn_py(python: &str, example_script: &str, args: &[&str]) -> Child {
+pub(crate) fn spawn_py(python: &str, example_script: &str, args: &[&str]) -> Child {
     let line = py(python, example_script);
     Command::new(&line[0])
         .args(&line[1..])
@@ -103,7 +103,7 @@ fn spawn_py(python: &str, example_script: &str, args: &[&str]) -> Child {
 
 /// A database of its own on the server of `kind` (PostgreSQL or MariaDB), dropped at the
 /// end: the examples' tables have fixed names.
-struct OwnDatabase {
+pub(crate) struct OwnDatabase {
     kind: Backend,
     server_url: String,
     name: String,
@@ -111,7 +111,7 @@ struct OwnDatabase {
 }
 
 impl OwnDatabase {
-    async fn create(kind: Backend) -> OwnDatabase {
+    pub(crate) async fn create(kind: Backend) -> OwnDatabase {
         let server_url = TestDb::new(kind).url;
         let name = harness::unique("example").replace('-', "_");
         execute(kind, &server_url, &format!("CREATE DATABASE {name}")).await;
@@ -127,7 +127,7 @@ impl OwnDatabase {
         }
     }
 
-    async fn drop_now(self) {
+    pub(crate) async fn drop_now(self) {
         execute(
             self.kind,
             &self.server_url,
@@ -157,7 +157,7 @@ async fn execute(kind: Backend, url: &str, sql: &str) {
     }
 }
 
-fn sluice_bin() -> &'static str {
+pub(crate) fn sluice_bin() -> &'static str {
     env!("CARGO_BIN_EXE_sluice")
 }
 

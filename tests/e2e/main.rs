@@ -31,7 +31,9 @@
 //!   often and however many redrives run.
 //! - [`dlq_forgery`]: dead letters that cannot be forged: unsigned letters checked against
 //!   their source records, signed ones (a key rotation too) against their signatures.
-//! - [`examples`]: the scenarios of `examples/` run as their READMEs run them, faults too.
+//! - [`examples`]: the scenarios of `examples/` run as their READMEs run them, faults too;
+//!   [`example_cdc`]: `examples/cdc-replication`, into PostgreSQL and MariaDB through a
+//!   SIGKILL.
 //! - [`error_classes`]: database errors classified as transient, refused or permanent, each
 //!   provoked for real.
 //! - [`fuzz_decode_map`]: property tests of decoding and mapping arbitrary records.
@@ -57,6 +59,7 @@ mod dedup;
 mod dlq_forgery;
 mod dlq_topic;
 mod error_classes;
+mod example_cdc;
 mod examples;
 mod faults;
 mod formats;
