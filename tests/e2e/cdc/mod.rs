@@ -11,6 +11,8 @@
 //!   table ends equal to the history's final state, and a replay changes nothing.
 //! - [`derived`]: columns derived from the row's schema as it changes mid-stream, under
 //!   `evolve: add_columns` and `evolve: none`.
+//! - [`privileges`]: a table the database does not let sluice create fails the task, not
+//!   its records.
 //! - [`property`]: generated histories over a few keys, delivered out of order, some events
 //!   twice, in batches of any size, straight through the mapper and the sink: each table
 //!   ends at the history's final state (proptest shrinks a failing case).
@@ -18,6 +20,7 @@
 mod derived;
 mod events;
 mod history;
+mod privileges;
 mod property;
 
 use std::time::{Duration, Instant};

@@ -1,0 +1,143 @@
+//! A table the database does not let sluice create (PostgreSQL 42501, MariaDB 1142): the
+//! task fails for good, naming the privilege, and nothing is written; no record is
+//! dead-lettered for it (it is not a record's fault). The connecting user may write
+//! sluice's own tables, and may only read the schema (database) the template's tables go
+//! to.
+
+use std::time::Duration;
+
+use sluice::supervisor::Supervisor;
+
+use super::execute;
+use crate::harness::{self, Backend, Broker, TestDb, unique};
+
+/// A Connect JSON value with its schema.
+fn value(uid: u64) -> String {
+    serde_json::json!({
+        "schema": {"type": "struct", "optional": false, "fields": [
+            {"field": "uid", "type": "int64", "optional": false},
+            {"field": "word", "type": "string", "optional": true}
+        ]},
+        "payload": {"uid": uid, "word": format!("w{uid}")}
+    })
+    .to_string()
+}
+
+/// Makes a user that may write sluice's tables but only read `target`; returns its URL.
+async fn user_without_create(db: &TestDb, user: &str, target: &str) -> String {
+    match db.kind {
+        Backend::Postgres => {
+            for sql in [
+                format!("CREATE ROLE {user} LOGIN"),
+                format!("GRANT CREATE, USAGE ON SCHEMA public TO {user}"),
+                format!("GRANT ALL ON ALL TABLES IN SCHEMA public TO {user}"),
+                format!("CREATE SCHEMA {target}"),
+                format!("GRANT USAGE ON SCHEMA {target} TO {user}"),
+            ] {
+                execute(db, &sql).await;
+            }
+            format!("postgres://{user}@127.0.0.1:5432/test")
+        }
+        Backend::MariaDb => {
+            execute(db, &format!("CREATE DATABASE {target}")).await;
+            for host in ["%", "localhost", "127.0.0.1"] {
+                for sql in [
+                    format!("CREATE USER '{user}'@'{host}'"),
+                    format!("GRANT ALL ON test.* TO '{user}'@'{host}'"),
+                    format!("GRANT SELECT ON {target}.* TO '{user}'@'{host}'"),
+                ] {
+                    execute(db, &sql).await;
+                }
+            }
+            format!("mysql://{user}@127.0.0.1:3306/test")
+        }
+        Backend::Sqlite => unreachable!("SQLite has no privileges"),
+    }
+}
+
+async fn drop_user(db: &TestDb, user: &str, target: &str) {
+    match db.kind {
+        Backend::Postgres => {
+            execute(db, &format!("DROP SCHEMA {target} CASCADE")).await;
+            execute(db, &format!("DROP OWNED BY {user}")).await;
+            execute(db, &format!("DROP ROLE {user}")).await;
+        }
+        Backend::MariaDb => {
+            execute(db, &format!("DROP DATABASE {target}")).await;
+            for host in ["%", "localhost", "127.0.0.1"] {
+                execute(db, &format!("DROP USER '{user}'@'{host}'")).await;
+            }
+        }
+        Backend::Sqlite => {}
+    }
+}
+
+async fn create_refused_fails_the_task(kind: Backend) {
+    let broker = Broker::start();
+    let db = TestDb::new(kind);
+    let topic = unique("np_topic");
+    broker.create_topic(&topic, 1).await;
+    harness::produce_values(&broker.bootstrap, &topic, 0..5, value, None).await;
+    let user = unique("np_user");
+    let target = unique("np_target");
+    let url = user_without_create(&db, &user, &target).await;
+    let connector = unique("np");
+    let dead_letters = unique("np_dlq");
+    let yaml = format!(
+        r#"kafka:
+  brokers: "{brokers}"
+connectors:
+  - name: {connector}
+    topics: [{topic}]
+    format: connect_json
+    errors:
+      policy: dlq
+      dlq: {{ table: {dead_letters} }}
+      retry: {{ initial: 100ms, max: 1s, max_elapsed: 5m }}
+    sink:
+      url: "{url}"
+      table: "{{topic}}"
+      schema: {target}
+      mode: upsert
+      key: [uid]
+      create_table: true
+"#,
+        brokers = broker.bootstrap,
+    );
+    let config = sluice::config::load_str(&yaml, &|_| None).expect("a valid config");
+    let supervisor = Supervisor::start(&config, &broker.bootstrap)
+        .await
+        .expect("start");
+    tokio::time::timeout(Duration::from_secs(90), supervisor.all_failed())
+        .await
+        .expect("the task fails for good");
+    let task = supervisor.connectors()[0].view().tasks[0].clone();
+    supervisor.shutdown().await;
+    assert_eq!(task.state, "FAILED", "{task:?}");
+    assert!(!task.transient, "{task:?}");
+    let trace = task.trace.unwrap_or_default();
+    assert!(
+        trace.contains("refused the privilege") && trace.contains("create table"),
+        "{trace}"
+    );
+    // No record was blamed: no dead letter, no offset moved.
+    let letters = format!("SELECT COUNT(*) FROM {dead_letters}");
+    let sql = sqlx::AssertSqlSafe(letters);
+    let dead: i64 = with_pool!(&db, pool => sqlx::query_scalar::<_, i64>(sql)
+        .fetch_one(&pool)
+        .await
+        .expect("count dead letters"));
+    assert_eq!(dead, 0);
+    assert_eq!(super::stored_offset(&db, &connector, &topic, 0).await, None);
+    drop_user(&db, &user, &target).await;
+}
+
+#[test]
+fn create_refused_fails_the_task_postgres() {
+    harness::run_test(create_refused_fails_the_task(Backend::Postgres));
+}
+
+#[test]
+fn create_refused_fails_the_task_mariadb() {
+    harness::run_test(create_refused_fails_the_task(Backend::MariaDb));
+}
