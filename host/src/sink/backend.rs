@@ -213,6 +213,7 @@ pub async fn write_runs<DB>(
     mode: WriteMode,
     runs: &[Run<'_>],
     copy_in: bool,
+    known: &mut super::tombstones::KnownTombstones,
 ) -> Result<(), sqlx::Error>
 where
     DB: Backend,
@@ -222,7 +223,7 @@ where
 {
     for run in runs {
         if table.version.is_some() {
-            write_versioned::<DB>(conn, dialect, table, mode, run, copy_in).await?;
+            write_versioned::<DB>(conn, dialect, table, mode, run, copy_in, known).await?;
             continue;
         }
         write_one::<DB>(conn, dialect, table, mode, run, copy_in).await?;
@@ -270,6 +271,7 @@ async fn write_versioned<DB>(
     mode: WriteMode,
     run: &Run<'_>,
     copy_in: bool,
+    known: &mut super::tombstones::KnownTombstones,
 ) -> Result<(), sqlx::Error>
 where
     DB: Backend,
@@ -280,7 +282,8 @@ where
     use super::tombstones;
     match run {
         Run::Write(rows) => {
-            let kept = tombstones::drop_deleted::<DB>(conn, dialect, table, rows.clone()).await?;
+            let kept =
+                tombstones::drop_deleted::<DB>(conn, dialect, table, rows.clone(), known).await?;
             write_one::<DB>(conn, dialect, table, mode, &Run::Write(kept), copy_in).await
         }
         Run::Delete(keys) => {
@@ -290,13 +293,14 @@ where
                 .iter()
                 .filter_map(|k| Some((Some(&k[..width]), k.get(width)?)))
                 .collect();
-            tombstones::remember::<DB>(conn, dialect, table, &deletes).await
+            tombstones::remember::<DB>(conn, dialect, table, &deletes, known).await
         }
         Run::Truncate(version) => {
             write_one::<DB>(conn, dialect, table, mode, run, copy_in).await?;
             match version {
                 Some(version) => {
-                    tombstones::remember::<DB>(conn, dialect, table, &[(None, version)]).await
+                    tombstones::remember::<DB>(conn, dialect, table, &[(None, version)], known)
+                        .await
                 }
                 None => Ok(()),
             }
