@@ -213,7 +213,6 @@ pub async fn write_runs<DB>(
     mode: WriteMode,
     runs: &[Run<'_>],
     copy_in: bool,
-    known: &mut super::tombstones::KnownTombstones,
 ) -> Result<(), sqlx::Error>
 where
     DB: Backend,
@@ -223,7 +222,7 @@ where
 {
     for run in runs {
         if table.version.is_some() {
-            write_versioned::<DB>(conn, dialect, table, mode, run, copy_in, known).await?;
+            write_versioned::<DB>(conn, dialect, table, mode, run, copy_in).await?;
             continue;
         }
         write_one::<DB>(conn, dialect, table, mode, run, copy_in).await?;
@@ -271,7 +270,6 @@ async fn write_versioned<DB>(
     mode: WriteMode,
     run: &Run<'_>,
     copy_in: bool,
-    known: &mut super::tombstones::KnownTombstones,
 ) -> Result<(), sqlx::Error>
 where
     DB: Backend,
@@ -282,8 +280,7 @@ where
     use super::tombstones;
     match run {
         Run::Write(rows) => {
-            let kept =
-                tombstones::drop_deleted::<DB>(conn, dialect, table, rows.clone(), known).await?;
+            let kept = tombstones::drop_deleted::<DB>(conn, dialect, table, rows.clone()).await?;
             write_one::<DB>(conn, dialect, table, mode, &Run::Write(kept), copy_in).await
         }
         Run::Delete(keys) => {
@@ -293,14 +290,13 @@ where
                 .iter()
                 .filter_map(|k| Some((Some(&k[..width]), k.get(width)?)))
                 .collect();
-            tombstones::remember::<DB>(conn, dialect, table, &deletes, known).await
+            tombstones::remember::<DB>(conn, dialect, table, &deletes).await
         }
         Run::Truncate(version) => {
             write_one::<DB>(conn, dialect, table, mode, run, copy_in).await?;
             match version {
                 Some(version) => {
-                    tombstones::remember::<DB>(conn, dialect, table, &[(None, version)], known)
-                        .await
+                    tombstones::remember::<DB>(conn, dialect, table, &[(None, version)]).await
                 }
                 None => Ok(()),
             }

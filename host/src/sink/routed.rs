@@ -8,7 +8,6 @@
 //! transactions that write the same tables lock them in the same order), each table's
 //! operations in record order.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -18,8 +17,7 @@ use sqlx::{Executor, IntoArguments};
 use super::backend::{self, Backend};
 use super::derived::Layout;
 use super::dialect::TableSpec;
-use super::runs::{Run, runs};
-use super::tombstones::{KnownTombstones, row_key};
+use super::runs::runs;
 use super::{Sink, SinkError};
 use crate::config::{Evolve, WriteMode};
 use crate::failure::FailureClass;
@@ -333,7 +331,6 @@ impl Sink {
         for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     {
         let dedupe = self.mode != WriteMode::Insert;
-        let mut known = KnownTombstones::default();
         if routes.is_empty() {
             let runs = runs(&ops[range], &self.table, self.dialect, dedupe);
             return backend::write_runs::<DB>(
@@ -343,116 +340,71 @@ impl Sink {
                 self.mode,
                 &runs,
                 self.copy_in(),
-                &mut known,
             )
             .await
             .map_err(|e| (self.table.name.clone(), e));
         }
-        // First each table's statements (with derived columns, each stretch of one shape
-        // placed among the table's columns), then one look at the tombstones of every
-        // table's keys, then the writes, table by table.
-        let internal = |table: &str, why: String| {
-            (
-                table.to_string(),
-                sqlx::Error::Protocol(format!("internal error: {why}")),
-            )
-        };
-        let mut pending: Vec<Pending<'_>> = Vec::new();
         for (table, indices) in routes.groups(range) {
             let Some(Some(table)) = tables.get(table) else {
-                return Err(internal(
-                    &routes.tables[table],
-                    "a routed table was not made ready".into(),
+                return Err((
+                    routes.tables[table].to_string(),
+                    sqlx::Error::Protocol(
+                        "internal error: a routed table was not made ready".into(),
+                    ),
                 ));
             };
-            let Some(layout) = &table.layout else {
-                pending.push(Pending {
-                    spec: Cow::Borrowed(&table.spec),
-                    copy_in: table.copy_in,
-                    ops: PendingOps::Borrowed(indices.iter().map(|&i| &ops[i]).collect()),
-                });
+            if let Some(layout) = &table.layout {
+                let stretches = by_shape(routes, &indices).map_err(|why| {
+                    (
+                        table.spec.name.clone(),
+                        sqlx::Error::Protocol(format!("internal error: {why}")),
+                    )
+                })?;
+                for (shape, indices) in stretches {
+                    let fitted = layout
+                        .fit(self.dialect, &table.spec, shape)
+                        .map_err(|misfit| {
+                            (
+                                table.spec.name.clone(),
+                                sqlx::Error::Protocol(format!(
+                                    "internal error: a shape the table was not fitted to: {misfit:?}"
+                                )),
+                            )
+                        })?;
+                    let projected: Vec<RowOp> =
+                        indices.iter().map(|&i| fitted.project(&ops[i])).collect();
+                    let runs = runs(projected.iter(), &fitted.spec, self.dialect, dedupe);
+                    backend::write_runs::<DB>(
+                        conn,
+                        self.dialect,
+                        &fitted.spec,
+                        self.mode,
+                        &runs,
+                        table.copy_in,
+                    )
+                    .await
+                    .map_err(|e| (table.spec.name.clone(), e))?;
+                }
                 continue;
-            };
-            let stretches =
-                by_shape(routes, &indices).map_err(|why| internal(&table.spec.name, why))?;
-            for (shape, indices) in stretches {
-                let fitted = layout
-                    .fit(self.dialect, &table.spec, shape)
-                    .map_err(|misfit| {
-                        internal(
-                            &table.spec.name,
-                            format!("a shape the table was not fitted to: {misfit:?}"),
-                        )
-                    })?;
-                let projected = indices.iter().map(|&i| fitted.project(&ops[i])).collect();
-                pending.push(Pending {
-                    spec: Cow::Owned(fitted.spec),
-                    copy_in: table.copy_in,
-                    ops: PendingOps::Owned(projected),
-                });
             }
-        }
-        let planned: Vec<Vec<Run<'_>>> = pending
-            .iter()
-            .map(|p| runs(p.ops.iter(), &p.spec, self.dialect, dedupe))
-            .collect();
-        let versioned_keys: Vec<(String, String)> = pending
-            .iter()
-            .zip(&planned)
-            .filter(|(p, _)| p.spec.version.is_some())
-            .flat_map(|(p, runs)| {
-                runs.iter()
-                    .filter_map(|run| match run {
-                        Run::Write(rows) => Some(rows),
-                        _ => None,
-                    })
-                    .flatten()
-                    .map(|row| {
-                        let key = p.spec.key.iter().map(|&i| &row[i]);
-                        (p.spec.name.clone(), row_key(self.dialect, &p.spec, key))
-                    })
-            })
-            .collect();
-        known
-            .fetch::<DB>(conn, self.dialect, versioned_keys)
-            .await
-            .map_err(|e| ("sluice_tombstones".to_string(), e))?;
-        for (p, runs) in pending.iter().zip(&planned) {
+            let runs = runs(
+                indices.iter().map(|&i| &ops[i]),
+                &table.spec,
+                self.dialect,
+                dedupe,
+            );
             backend::write_runs::<DB>(
                 conn,
                 self.dialect,
-                &p.spec,
+                &table.spec,
                 self.mode,
-                runs,
-                p.copy_in,
-                &mut known,
+                &runs,
+                table.copy_in,
             )
             .await
-            .map_err(|e| (p.spec.name.clone(), e))?;
+            .map_err(|e| (table.spec.name.clone(), e))?;
         }
         Ok(())
-    }
-}
-
-/// One table's operations (or one stretch of one shape's), ready to be made runs.
-struct Pending<'a> {
-    spec: Cow<'a, TableSpec>,
-    copy_in: bool,
-    ops: PendingOps<'a>,
-}
-
-/// Operations as the batch has them, or placed among a derived table's columns.
-enum PendingOps<'a> {
-    Borrowed(Vec<&'a RowOp>),
-    Owned(Vec<RowOp>),
-}
-
-impl PendingOps<'_> {
-    fn iter(&self) -> Box<dyn Iterator<Item = &RowOp> + '_> {
-        match self {
-            PendingOps::Borrowed(ops) => Box::new(ops.iter().copied()),
-            PendingOps::Owned(ops) => Box::new(ops.iter()),
-        }
     }
 }
 

@@ -73,121 +73,14 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// The tombstones a batch's transaction has looked up or written so far: per table and
-/// `row_key`, the stored version (`None`: no tombstone). Looked up for all of a batch's
-/// tables at once ([`KnownTombstones::fetch`]), one statement serves every table of a
-/// template instead of one each; what a delete of the batch writes is noted, so that a
-/// later run of the batch sees it as the database would.
-#[derive(Debug, Default)]
-pub(super) struct KnownTombstones {
-    /// Per table, per row key.
-    known: std::collections::HashMap<String, std::collections::HashMap<String, Option<String>>>,
-}
-
-impl KnownTombstones {
-    fn get(&self, table: &str, key: &str) -> Option<Option<&String>> {
-        self.known.get(table)?.get(key).map(Option::as_ref)
-    }
-
-    fn knows(&self, table: &str, key: &str) -> bool {
-        self.get(table, key).is_some()
-    }
-
-    fn set(&mut self, table: &str, key: String, version: Option<String>) {
-        match self.known.get_mut(table) {
-            Some(keys) => {
-                keys.insert(key, version);
-            }
-            None => {
-                self.known
-                    .insert(table.to_string(), [(key, version)].into_iter().collect());
-            }
-        }
-    }
-
-    /// Notes a tombstone the transaction wrote (the newer version is kept, as stored).
-    fn note(&mut self, table: &str, key: String, version: &str) {
-        let stored = self.get(table, &key).flatten();
-        if stored.is_none_or(|stored| stored.as_str() < version) {
-            self.set(table, key, Some(version.to_string()));
-        }
-    }
-
-    /// Looks up the tombstones of `wanted` (table name, row key), and of each table's
-    /// truncate, that are not known yet: one statement per chunk, whatever the tables.
-    pub(super) async fn fetch<DB>(
-        &mut self,
-        conn: &mut DB::Connection,
-        dialect: Dialect,
-        wanted: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<(), sqlx::Error>
-    where
-        DB: Backend,
-        DB::Arguments: IntoArguments<DB>,
-        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    {
-        let mut lookup: Vec<(String, String)> = Vec::new();
-        let mut asked = std::collections::HashSet::new();
-        for (table, key) in wanted {
-            let whole = (table.clone(), WHOLE_TABLE.to_string());
-            for pair in [whole, (table, key)] {
-                if !self.knows(&pair.0, &pair.1) && asked.insert(pair.clone()) {
-                    lookup.push(pair);
-                }
-            }
-        }
-        for chunk in lookup.chunks(LOOKUP_CHUNK) {
-            let mut tables: Vec<&str> = chunk.iter().map(|(t, _)| t.as_str()).collect();
-            tables.sort_unstable();
-            tables.dedup();
-            let mut keys: Vec<&str> = chunk.iter().map(|(_, k)| k.as_str()).collect();
-            keys.sort_unstable();
-            keys.dedup();
-            let marks = |from: usize, n: usize| -> String {
-                (0..n)
-                    .map(|i| dialect.param(from + i))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            let sql = format!(
-                "SELECT table_name, row_key, version FROM sluice_tombstones \
-                 WHERE table_name IN ({}) AND row_key IN ({})",
-                marks(1, tables.len()),
-                marks(tables.len() + 1, keys.len())
-            );
-            let mut query = sqlx::query::<DB>(AssertSqlSafe(sql));
-            for text in tables.iter().chain(&keys) {
-                query = DB::bind_value(query, &SqlValue::Text(text.to_string()), ColumnType::Text);
-            }
-            let mut found = std::collections::HashMap::new();
-            for row in query.fetch_all(&mut *conn).await? {
-                if let (Some(table), Some(key), Some(version)) = (
-                    DB::text_at(&row, 0)?,
-                    DB::text_at(&row, 1)?,
-                    DB::text_at(&row, 2)?,
-                ) {
-                    found.insert((table, key), version);
-                }
-            }
-            // A pair of a table and another table's key is no answer: only those asked.
-            for pair in chunk {
-                let version = found.get(pair).cloned();
-                self.set(&pair.0, pair.1.clone(), version);
-            }
-        }
-        Ok(())
-    }
-}
-
 /// `rows` (whole rows, the version at `table.version`) without those whose key has a
 /// tombstone at the same or a newer version, or that a truncate at the same or a newer
-/// version covers. Keys `known` does not hold yet are looked up.
+/// version covers.
 pub(super) async fn drop_deleted<'a, DB>(
     conn: &mut DB::Connection,
     dialect: Dialect,
     table: &TableSpec,
     rows: Vec<&'a [SqlValue]>,
-    known: &mut KnownTombstones,
 ) -> Result<Vec<&'a [SqlValue]>, sqlx::Error>
 where
     DB: Backend,
@@ -201,29 +94,43 @@ where
         .iter()
         .map(|row| row_key(dialect, table, table.key.iter().map(|&i| &row[i])))
         .collect();
-    let unknown: Vec<(String, String)> = keys
-        .iter()
-        .filter(|k| !known.knows(&table.name, k))
-        .map(|k| (table.name.clone(), k.clone()))
-        .collect();
-    if !unknown.is_empty() {
-        known.fetch::<DB>(conn, dialect, unknown).await?;
+    let mut deleted: std::collections::HashMap<String, String> = Default::default();
+    let mut lookup: Vec<&str> = keys.iter().map(String::as_str).collect();
+    lookup.push(WHOLE_TABLE);
+    for chunk in lookup.chunks(LOOKUP_CHUNK) {
+        let marks: Vec<String> = (0..chunk.len()).map(|n| dialect.param(n + 2)).collect();
+        let sql = format!(
+            "SELECT row_key, version FROM sluice_tombstones WHERE table_name = {} AND row_key IN ({})",
+            dialect.param(1),
+            marks.join(", ")
+        );
+        let mut query = sqlx::query::<DB>(AssertSqlSafe(sql));
+        query = DB::bind_value(query, &SqlValue::Text(table.name.clone()), ColumnType::Text);
+        for key in chunk {
+            query = DB::bind_value(query, &SqlValue::Text(key.to_string()), ColumnType::Text);
+        }
+        for row in query.fetch_all(&mut *conn).await? {
+            if let (Some(key), Some(version)) = (DB::text_at(&row, 0)?, DB::text_at(&row, 1)?) {
+                deleted.insert(key, version);
+            }
+        }
     }
-    let whole = known.get(&table.name, WHOLE_TABLE).flatten().cloned();
-    let kept = rows
+    if deleted.is_empty() {
+        return Ok(rows);
+    }
+    let whole = deleted.get(WHOLE_TABLE).cloned();
+    Ok(rows
         .into_iter()
-        .zip(&keys)
+        .zip(keys)
         .filter(|(row, key)| {
             let SqlValue::Text(version) = &row[v] else {
                 return true;
             };
             let newer = |tomb: &String| version > tomb;
-            known.get(&table.name, key).flatten().is_none_or(newer)
-                && whole.as_ref().is_none_or(newer)
+            deleted.get(key).is_none_or(newer) && whole.as_ref().is_none_or(newer)
         })
         .map(|(row, _)| row)
-        .collect();
-    Ok(kept)
+        .collect())
 }
 
 /// Stores the tombstones of deleted keys (`keys`: each key's values, then its version),
@@ -233,7 +140,6 @@ pub(super) async fn remember<DB>(
     dialect: Dialect,
     table: &TableSpec,
     deletes: &[(Option<&[SqlValue]>, &SqlValue)],
-    known: &mut KnownTombstones,
 ) -> Result<(), sqlx::Error>
 where
     DB: Backend,
@@ -269,9 +175,6 @@ where
                 Some(key) => row_key(dialect, table, key.iter()),
                 None => WHOLE_TABLE.to_string(),
             };
-            if let SqlValue::Text(version) = version {
-                known.note(&table.name, row_key.clone(), version);
-            }
             query = DB::bind_value(query, &SqlValue::Text(table.name.clone()), ColumnType::Text);
             query = DB::bind_value(query, &SqlValue::Text(row_key), ColumnType::Text);
             query = DB::bind_value(query, version, ColumnType::Text);
