@@ -62,6 +62,15 @@ pub enum Misfit {
     Incompatible(String),
 }
 
+/// Whether two column names are one column: PostgreSQL compares sluice's quoted names
+/// exactly, MySQL, MariaDB and SQLite without regard to ASCII case.
+pub(super) fn same_name(dialect: Dialect, a: &str, b: &str) -> bool {
+    match dialect {
+        Dialect::Postgres => a == b,
+        _ => a.eq_ignore_ascii_case(b),
+    }
+}
+
 /// The portable types a column of catalog type `sql_type` takes, when it is a type sluice
 /// creates (`None` for any other type).
 fn portable_types(dialect: Dialect, sql_type: &str) -> Option<&'static [ColumnType]> {
@@ -134,10 +143,7 @@ impl Layout {
         base: &TableSpec,
         shape: &DerivedShape,
     ) -> Result<Fitted, Misfit> {
-        let same = |a: &str, b: &str| match dialect {
-            Dialect::Postgres => a == b,
-            _ => a.eq_ignore_ascii_case(b),
-        };
+        let same = |a: &str, b: &str| same_name(dialect, a, b);
         let shape_key = shape.key_names();
         let key_differs = shape_key.len() != self.key.len()
             || shape_key.iter().zip(&self.key).any(|(a, b)| !same(a, b));

@@ -32,6 +32,7 @@ use crate::map::DerivedShape;
 
 mod layout;
 
+use layout::same_name;
 pub use layout::{CatalogColumn, Layout, Misfit};
 
 /// The statement that lists a table's columns with their types.
@@ -111,6 +112,19 @@ fn lock_name(table: &str) -> String {
 }
 
 impl Sink {
+    /// `columns` without `spec`'s version column, which sluice writes itself.
+    fn without_version(
+        &self,
+        spec: &TableSpec,
+        mut columns: Vec<CatalogColumn>,
+    ) -> Vec<CatalogColumn> {
+        if let Some(version) = spec.version {
+            let name = &spec.columns[version].0;
+            columns.retain(|c| !same_name(self.dialect, &c.name, name));
+        }
+        columns
+    }
+
     /// The columns of `spec`'s table, without the version column; empty when it does
     /// not exist.
     pub(super) async fn catalog(&self, spec: &TableSpec) -> Result<Vec<CatalogColumn>, SinkError> {
@@ -123,16 +137,12 @@ impl Sink {
             })?;
             read_catalog::<DB>(&mut conn, sql).await
         });
-        let mut columns = read.map_err(|source| SinkError::Database {
+        let columns = read.map_err(|source| SinkError::Database {
             action: "read the columns of",
             table: spec.name.clone(),
             source,
         })?;
-        if let Some(version) = spec.version {
-            let name = &spec.columns[version].0;
-            columns.retain(|c| !c.name.eq_ignore_ascii_case(name));
-        }
-        Ok(columns)
+        Ok(self.without_version(spec, columns))
     }
 
     /// Reads a derived table; under `create_table` (and `create`), one that does not
@@ -213,12 +223,8 @@ impl Sink {
             }
         };
         let quoted = spec.quoted(dialect);
-        let version_name = spec.version.map(|v| spec.columns[v].0.clone());
         let catalog_sql = catalog_query(dialect, spec);
-        let same = |a: &str, b: &str| match dialect {
-            Dialect::Postgres => a == b,
-            _ => a.eq_ignore_ascii_case(b),
-        };
+        let same = |a: &str, b: &str| same_name(dialect, a, b);
         let alters = |present: &[CatalogColumn]| -> Vec<String> {
             missing
                 .iter()
@@ -241,7 +247,7 @@ impl Sink {
             Dialect::Sqlite => String::new(),
         };
         let transactional = dialect != Dialect::MySql;
-        let mut present = each_pool!(self, pool, DB => {
+        let present = each_pool!(self, pool, DB => {
             let mut checkout = Checkout::<DB>::take(pool).await.map_err(db_error("evolve"))?;
             let conn = &mut *checkout.conn;
             if transactional {
@@ -303,10 +309,7 @@ impl Sink {
             ended.map_err(db_error("evolve"))?;
             present
         });
-        if let Some(version) = version_name {
-            present.retain(|c| !c.name.eq_ignore_ascii_case(&version));
-        }
-        Ok(present)
+        Ok(self.without_version(spec, present))
     }
 
     /// Fits each of `shapes` to the derived table `table`, adding columns under
