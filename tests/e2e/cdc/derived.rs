@@ -286,3 +286,66 @@ async fn evolve_none_fails_the_records_of_a_new_field(kind: Backend) {
     assert!(status.success(), "sluice exited with {status}");
 }
 for_each_database!(evolve_none_fails_the_records_of_a_new_field);
+
+/// A table the process has read is read again before a record is refused: under
+/// `evolve: none` a field the table lacks fails, and once the column is added by hand,
+/// the next record with that field lands without a restart.
+async fn a_column_added_by_hand_is_seen_before_refusing(kind: Backend) {
+    let run = FormatRun::new(kind).await;
+    let config = run.config_with(
+        "connect_json",
+        "      evolve: none",
+        "record_key",
+        "    key_format: connect_json\n    envelope: debezium",
+    );
+    let first = vec![
+        record(
+            1,
+            Some(event(
+                V1,
+                "c",
+                10,
+                Value::Null,
+                json!({"id": 1, "name": "ann"}),
+            )),
+        ),
+        record(
+            2,
+            Some(event(
+                V2,
+                "c",
+                11,
+                Value::Null,
+                json!({"id": 2, "name": "bob", "email": "b@x"}),
+            )),
+        ),
+    ];
+    run.produce(json!({"serializer": "raw"}), first).await;
+    let sluice = run.start(&config);
+    run.wait_for(1, 1, 120, &sluice).await;
+    super::execute(
+        &run.db,
+        &format!("ALTER TABLE {} ADD COLUMN email TEXT", run.table),
+    )
+    .await;
+    let second = vec![record(
+        3,
+        Some(event(
+            V2,
+            "c",
+            12,
+            Value::Null,
+            json!({"id": 3, "name": "cy", "email": "c@x"}),
+        )),
+    )];
+    run.produce(json!({"serializer": "raw"}), second).await;
+    run.wait_for(2, 1, 120, &sluice).await;
+    assert_eq!(
+        run.rows(&[("id", "bigint"), ("name", "text"), ("email", "text")])
+            .await,
+        rows(&[(1, "ann", None), (3, "cy", Some("c@x"))])
+    );
+    let status = sluice.terminate();
+    assert!(status.success(), "sluice exited with {status}");
+}
+for_each_database!(a_column_added_by_hand_is_seen_before_refusing);
