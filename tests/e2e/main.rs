@@ -43,6 +43,8 @@
 //! - [`fuzz_formats`]: arbitrary bytes at every decoder: never a panic.
 //! - [`cdc`]: Debezium and OpenCDC change streams (`envelope`), versioned upserts and
 //!   deletes (`sink.version`): late changes, replays and truncates change nothing they must not.
+//! - [`shared_pools`]: many connectors in one process share a few connections per
+//!   database (`databases.max_connections`); a server that refuses more is waited out.
 //! - [`routing`]: one connector, many topics and tables (`topics_regex`, `sink.table`
 //!   templates, `sink.table_from`): a topic created mid-run picked up, Debezium events routed
 //!   by their source table, bad table names as dead letters, a SIGKILL across tables.
@@ -78,4 +80,5 @@ mod reload_guard;
 mod replay;
 mod routing;
 mod schema;
+mod shared_pools;
 mod shown_config;

@@ -27,6 +27,10 @@
 //!   per million rows (user + system), the share of it spent on the transform threads
 //!   (plugins and mapping), and peak RSS. Rows are counted in the table: holes (records
 //!   the broker skipped, see below) are printed beside the rate.
+//! - `postgres insert json 100 connectors`: 100 connectors in one process, each on a topic
+//!   of a hundredth of the backlog, each writing its own table (many.rs): its rows/s beside
+//!   `postgres insert json 1t` on the same number of records, peak RSS, the connections it
+//!   holds at PostgreSQL and the time to the last connector's first commit.
 //! - Restart to the first commit with a backlog: after SIGTERM, after SIGKILL, and after
 //!   SIGKILL with static membership (`group.instance.id`).
 //!
@@ -49,6 +53,7 @@ mod registry;
 
 mod backlog;
 mod baselines;
+mod many;
 mod process;
 mod report;
 mod runs;
@@ -254,6 +259,14 @@ async fn main() {
         println!("{}: {:.0} rows/s", figure.name, figure.rows_per_s);
         figures.push(figure);
     }
+    let many = if options.wants(many::NAME) {
+        let many = many::many_connectors(&options, &broker, ticks).await;
+        println!("{}: {:.0} rows/s", many.figure.name, many.figure.rows_per_s);
+        figures.push(many.figure.clone());
+        Some(many)
+    } else {
+        None
+    };
     if options.wants("restart") {
         for (i, (signal, static_membership)) in
             [("-TERM", false), ("-KILL", false), ("-KILL", true)]
@@ -297,8 +310,15 @@ async fn main() {
         "postgres upsert json 1t",
         0.8,
     );
-    for comparison in [&avro, &debezium, &many_tables].into_iter().flatten() {
+    let many_connectors = compare(&figures, many::NAME, "postgres insert json 1t", 0.6);
+    for comparison in [&avro, &debezium, &many_tables, &many_connectors]
+        .into_iter()
+        .flatten()
+    {
         println!("\n{comparison}");
+    }
+    if let Some(many) = &many {
+        println!("\n{many}");
     }
 
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench");
@@ -316,6 +336,14 @@ async fn main() {
         "avro_to_json": avro,
         "debezium_to_upsert": debezium,
         "debezium_20_tables_to_upsert": many_tables,
+        "many_connectors_to_one": many_connectors,
+        "many_connectors": many.as_ref().map(|m| serde_json::json!({
+            "connectors": many::CONNECTORS,
+            "committed": m.started,
+            "peak_connections": m.peak_connections,
+            "last_first_commit_s": m.last_first_commit.map(|d| d.as_secs_f64()),
+            "peak_rss_mb": m.figure.peak_rss_mb,
+        })),
     });
     let text = serde_json::to_string_pretty(&report).expect("json");
     for name in [

@@ -112,6 +112,12 @@ pub mod defaults {
     /// `sink.version.remember_deletes`: as long as a compacted topic keeps its tombstones
     /// by default (`delete.retention.ms` is one day; a week leaves room for a replay).
     pub const REMEMBER_DELETES: Duration = Duration::from_secs(7 * 24 * 3600);
+    /// Most connections a process holds to one database (one `sink.url`), shared by all
+    /// its connectors: well below PostgreSQL's default `max_connections` of 100, so that
+    /// several processes and the database's own clients fit beside it.
+    pub const DATABASE_MAX_CONNECTIONS: u32 = 10;
+    /// A database connection unused this long is closed.
+    pub const DATABASE_IDLE: Duration = Duration::from_secs(60);
     /// Consumers of the seek-consumer pool.
     pub const POOL_SIZE: usize = 4;
     /// Longest wait for a consumer of the pool.
@@ -143,6 +149,8 @@ pub mod bounds {
     /// Most consumers of the seek-consumer pool: each is a Kafka client with its own
     /// connections and threads, and the pool's permits are counted in a semaphore.
     pub const POOL_SIZE_MAX: usize = 256;
+    /// Most connections to one database a process may hold.
+    pub const DATABASE_MAX_CONNECTIONS_MAX: u32 = 1000;
     /// Longest Kafka topic name, in bytes (Kafka's own limit).
     pub const TOPIC_NAME_MAX: usize = 249;
 }
@@ -162,6 +170,9 @@ pub struct Config {
     /// reads borrow.
     #[serde(default)]
     pub pool: PoolConfig,
+    /// The connections to each sink database, shared by the connectors that write to it.
+    #[serde(default)]
+    pub databases: DatabasesConfig,
     /// The file as checked, `${VAR}`s resolved: what a reload compares (a rotated password
     /// is a change).
     #[serde(skip)]
@@ -244,6 +255,38 @@ impl Default for PoolConfig {
             size: pool_size_default(),
             borrow_timeout: pool_borrow_timeout_default(),
             idle: pool_idle_default(),
+        }
+    }
+}
+
+/// `databases:` the process's connections to its sink databases. Connectors whose
+/// `sink.url` is the same share one pool of connections; each pool opens a connection only
+/// when a write or a control read needs one, and holds at most `max_connections`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabasesConfig {
+    /// Most connections this process holds to one database (one `sink.url`), for all the
+    /// connectors that write to it: a task with a write in flight holds one, a control
+    /// read or a cleaner one for a moment. More tasks than this wait for a connection.
+    #[serde(default = "database_max_connections_default")]
+    pub max_connections: u32,
+    /// A connection unused this long is closed.
+    #[serde(default = "database_idle_default")]
+    pub idle: HumanDuration,
+}
+
+fn database_max_connections_default() -> u32 {
+    defaults::DATABASE_MAX_CONNECTIONS
+}
+fn database_idle_default() -> HumanDuration {
+    HumanDuration(defaults::DATABASE_IDLE)
+}
+
+impl Default for DatabasesConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: database_max_connections_default(),
+            idle: database_idle_default(),
         }
     }
 }

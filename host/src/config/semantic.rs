@@ -83,6 +83,16 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
     if config.pool.borrow_timeout.0.is_zero() {
         problems.push(Problem::new("pool.borrow_timeout", "must be longer than 0"));
     }
+    if !(1..=bounds::DATABASE_MAX_CONNECTIONS_MAX).contains(&config.databases.max_connections) {
+        problems.push(Problem::new(
+            "databases.max_connections",
+            format!(
+                "{} is not between 1 and {}",
+                config.databases.max_connections,
+                bounds::DATABASE_MAX_CONNECTIONS_MAX
+            ),
+        ));
+    }
     for (index, connector) in config.connectors.iter().enumerate() {
         let at = |rest: &str| format!("connectors[{index}].{rest}");
         if !names.insert(connector.name.as_str()) {

@@ -27,6 +27,7 @@ mod error;
 mod nodelay;
 mod offsets;
 mod pg_copy;
+mod pools;
 mod postgres;
 mod probe;
 mod redriven;
@@ -38,15 +39,10 @@ mod tombstones;
 mod write;
 
 use std::collections::HashMap;
-use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
-use sqlx::{AssertSqlSafe, Executor, MySql, Postgres, Sqlite};
+use sqlx::{AssertSqlSafe, MySql, Postgres, Sqlite};
 
 use crate::config::{ConnectorConfig, DeadLetterDestination, WriteMode, redact_url};
 use crate::dedup::DedupKey;
@@ -56,6 +52,8 @@ pub use delivery::DeliveryRow;
 pub use dialect::{Dialect, TableSpec};
 pub use error::{ErrorClass, SinkError, classify};
 pub use offsets::{Forgotten, OffsetsChange, ResetPoint};
+use pools::Pool;
+pub use pools::{DatabasePools, SharedPool};
 pub use runs::Run;
 
 /// A partition's offset moving forward in a batch's transaction.
@@ -163,16 +161,12 @@ fn without_inputs(batch: &WriteBatch, inputs: &[usize]) -> Option<(Vec<RowOp>, T
     Some((ops, routes))
 }
 
-enum Pool {
-    Postgres(PgPool),
-    MySql(MySqlPool),
-    Sqlite(SqlitePool),
-}
-
 /// A connector's sink: a connection pool and the table it writes. Shared by the
 /// connector's tasks.
 pub struct Sink {
-    pool: Pool,
+    /// The process's pool for the connector's database, shared with the other connectors
+    /// that write there.
+    pool: Arc<SharedPool>,
     dialect: Dialect,
     table: TableSpec,
     mode: WriteMode,
@@ -193,7 +187,7 @@ pub struct Sink {
 /// type: one generic body serves PostgreSQL, MySQL and SQLite.
 macro_rules! each_pool {
     ($self:expr, $pool:ident, $db:ident => $body:expr) => {
-        match &$self.pool {
+        match &$self.pool.pool {
             $crate::sink::Pool::Postgres($pool) => {
                 type $db = ::sqlx::Postgres;
                 $body
@@ -266,9 +260,6 @@ impl<DB: sqlx::Database> Drop for Checkout<DB> {
     }
 }
 
-/// How long a connection or a statement waits for the database before the error is
-/// treated as transient.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest wait for one batch's transaction: a database that stops answering (a host
 /// gone, a network split) must not hold a task forever.
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -276,99 +267,25 @@ pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Sink {
-    /// Connects to the connector's database. Nothing is created yet: see [`Sink::prepare`].
+    /// Connects to the connector's database with a pool of its own (the commands that
+    /// work on one connector). Nothing is created yet: see [`Sink::prepare`].
     pub async fn connect(connector: &ConnectorConfig) -> Result<Self, SinkError> {
+        let pools = DatabasePools::new(&crate::config::DatabasesConfig::default());
+        Self::connect_shared(connector, &pools).await
+    }
+
+    /// Connects to the connector's database through the process's pool for its URL,
+    /// shared with the other connectors that write there. Nothing is created yet: see
+    /// [`Sink::prepare`].
+    pub async fn connect_shared(
+        connector: &ConnectorConfig,
+        pools: &DatabasePools,
+    ) -> Result<Self, SinkError> {
         let url = connector.sink.url.expose();
         let dialect = Dialect::from_url(url).ok_or_else(|| SinkError::UnsupportedUrl {
             url: redact_url(url),
         })?;
-        let connect_error = |source| SinkError::Connect {
-            url: redact_url(url),
-            source,
-        };
-        let connections = connector.tasks + 1;
-        let pool = match dialect {
-            Dialect::Postgres => {
-                let options = PgConnectOptions::from_str(url).map_err(connect_error)?;
-                let peers = nodelay::tcp_peers(
-                    options.get_socket().is_some(),
-                    options.get_host(),
-                    options.get_port(),
-                )
-                .await;
-                Pool::Postgres(
-                    PgPoolOptions::new()
-                        .max_connections(connections)
-                        .acquire_timeout(ACQUIRE_TIMEOUT)
-                        .after_connect(move |_, _| {
-                            nodelay::set_on_connections_to(&peers);
-                            Box::pin(async { Ok(()) })
-                        })
-                        .connect_with(options)
-                        .await
-                        .map_err(connect_error)?,
-                )
-            }
-            Dialect::MySql => {
-                let url = url.replacen("mariadb://", "mysql://", 1);
-                let options = MySqlConnectOptions::from_str(&url).map_err(connect_error)?;
-                let peers = nodelay::tcp_peers(
-                    options.get_socket().is_some(),
-                    options.get_host(),
-                    options.get_port(),
-                )
-                .await;
-                Pool::MySql(
-                    MySqlPoolOptions::new()
-                        .max_connections(connections)
-                        .acquire_timeout(ACQUIRE_TIMEOUT)
-                        // REPEATABLE READ's gap locks make writers of neighbouring keys
-                        // deadlock; the compare-and-set needs no more than READ COMMITTED.
-                        // A server logging statements (binlog_format=STATEMENT) refuses
-                        // writes at READ COMMITTED (error 1665): it keeps its default.
-                        .after_connect(move |conn, _| {
-                            nodelay::set_on_connections_to(&peers);
-                            Box::pin(async move {
-                                let format: Option<String> =
-                                    sqlx::query_scalar("SELECT @@SESSION.binlog_format")
-                                        .fetch_optional(&mut *conn)
-                                        .await
-                                        .ok()
-                                        .flatten();
-                                if format.as_deref() == Some("STATEMENT") {
-                                    return Ok(());
-                                }
-                                conn.execute(
-                                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-                                )
-                                .await
-                                .map(|_| ())
-                            })
-                        })
-                        .connect_with(options)
-                        .await
-                        .map_err(connect_error)?,
-                )
-            }
-            Dialect::Sqlite => {
-                // One writer at a time is all SQLite allows; WAL lets readers (inspect,
-                // the demo's checks) go on. FULL sync: a commit survives power loss.
-                let options = SqliteConnectOptions::from_str(url)
-                    .map_err(connect_error)?
-                    .create_if_missing(true)
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Full)
-                    .busy_timeout(Duration::from_secs(30));
-                Pool::Sqlite(
-                    SqlitePoolOptions::new()
-                        .max_connections(1)
-                        .acquire_timeout(Duration::from_secs(60))
-                        .connect_with(options)
-                        .await
-                        .map_err(connect_error)?,
-                )
-            }
-        };
+        let pool = pools.pool_for(url).await?;
         let mut columns: Vec<_> = connector
             .sink
             .columns()
@@ -457,7 +374,9 @@ impl Sink {
     }
 
     /// Fails when `table` is missing or lacks one of its columns ([`SinkError::TableMismatch`]);
-    /// a lost connection or a lock wait is a transient [`SinkError::Database`] instead.
+    /// a lost connection, a pool timeout or a lock wait is a transient
+    /// [`SinkError::Database`] instead (the check could not run), and a table sluice may not
+    /// read is [`SinkError::NotPermitted`].
     async fn check_columns(&self, table: &TableSpec) -> Result<(), SinkError> {
         self.execute(&self.dialect.probe_table(table))
             .await
@@ -465,6 +384,13 @@ impl Sink {
                 if error::is_transient(&source) {
                     return SinkError::Database {
                         action: "check table",
+                        table: table.name.clone(),
+                        source,
+                    };
+                }
+                if error::is_not_permitted(&source) {
+                    return SinkError::NotPermitted {
+                        action: "read table",
                         table: table.name.clone(),
                         source,
                     };
@@ -534,7 +460,7 @@ impl Sink {
 
     /// Whether `table` takes inserts through `COPY` (see [`Sink::check_copy_in`]).
     async fn takes_copy(&self, table: &TableSpec) -> bool {
-        let Pool::Postgres(pool) = &self.pool else {
+        let Pool::Postgres(pool) = &self.pool.pool else {
             return false;
         };
         if !postgres::copy_enabled() {
@@ -604,7 +530,7 @@ impl Sink {
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
         let sql = AssertSqlSafe(sql.to_string());
-        match &self.pool {
+        match &self.pool.pool {
             Pool::Postgres(p) => sqlx::query::<Postgres>(sql).execute(p).await.map(|_| ()),
             Pool::MySql(p) => sqlx::query::<MySql>(sql).execute(p).await.map(|_| ()),
             Pool::Sqlite(p) => sqlx::query::<Sqlite>(sql).execute(p).await.map(|_| ()),
@@ -643,12 +569,9 @@ impl Sink {
         self.execute(sql).await.map_err(self.db_error("execute"))
     }
 
-    /// Closes the pool, waiting for connections in use.
+    /// Done with the database: the last sink using the process's pool for it closes the
+    /// pool, waiting for connections in use; the others leave it open.
     pub async fn close(&self) {
-        match &self.pool {
-            Pool::Postgres(p) => p.close().await,
-            Pool::MySql(p) => p.close().await,
-            Pool::Sqlite(p) => p.close().await,
-        }
+        SharedPool::release(&self.pool).await;
     }
 }

@@ -85,7 +85,7 @@ impl Sink {
     /// Forgets the stored offsets of `topic` (`sluice offsets reset`).
     pub async fn reset_offsets(&self, topic: &str) -> Result<u64, SinkError> {
         let sql = self.dialect.delete_offsets();
-        let result = match &self.pool {
+        let result = match &self.pool.pool {
             Pool::Postgres(p) => {
                 backend::delete_offsets::<Postgres>(p, sql, &self.connector, topic).await
             }

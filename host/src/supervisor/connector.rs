@@ -55,6 +55,8 @@ pub struct Context {
     pub engine: Option<sluice_transform::TransformEngine>,
     /// The seek-consumer pool (`inspect`, `dry-run`, the admin API's record reads).
     pub pool: Arc<crate::pool::ConsumerPool>,
+    /// The process's connections to its sink databases, one pool per URL.
+    pub databases: Arc<crate::sink::DatabasePools>,
     /// This process in status and heartbeats (`SLUICE_WORKER_ID`, or host and port).
     pub worker_id: String,
 }
@@ -210,7 +212,7 @@ impl Runner {
     /// Connects the sink, prepares its tables, and what the tasks share.
     async fn connect(&mut self) -> Connect {
         let config = &self.config;
-        let sink = match Sink::connect(config).await {
+        let sink = match Sink::connect_shared(config, &self.context.databases).await {
             Ok(sink) => sink,
             Err(e) if e.is_transient() => return Connect::Waiting(e.to_string()),
             Err(e) => return Connect::Failed(e.to_string()),

@@ -21,6 +21,7 @@ pub use handle::{
 use crate::config::{Config, ConnectorConfig};
 use crate::metrics::Metrics;
 use crate::pool::ConsumerPool;
+use crate::sink::DatabasePools;
 
 /// Why the supervisor could not start.
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +138,7 @@ impl Supervisor {
             brokers: brokers.to_string(),
             engine: new_engine(config, None)?,
             pool: ConsumerPool::new(&config.kafka, brokers, &config.pool, &metrics),
+            databases: DatabasePools::new(&config.databases),
             worker_id,
         });
         let connectors = config
@@ -328,11 +330,19 @@ impl Supervisor {
         } else {
             ConsumerPool::new(&config.kafka, brokers, &config.pool, &self.metrics)
         };
+        // The database pools follow their settings: connectors that restart or start take
+        // new pools when they changed; the others keep theirs until they stop.
+        let databases = if *old_context.databases.settings() == config.databases {
+            old_context.databases.clone()
+        } else {
+            DatabasePools::new(&config.databases)
+        };
         let context = Arc::new(Context {
             kafka: config.kafka.clone(),
             brokers: brokers.to_string(),
             engine: new_engine(&config, old_context.engine.clone())?,
             pool,
+            databases,
             worker_id: old_context.worker_id.clone(),
         });
         let old = self.connectors();

@@ -141,3 +141,60 @@ fn create_refused_fails_the_task_postgres() {
 fn create_refused_fails_the_task_mariadb() {
     harness::run_test(create_refused_fails_the_task(Backend::MariaDb));
 }
+
+/// A table the database does not let sluice read (PostgreSQL 42501 on the column check):
+/// the connector fails naming the privilege, not a missing table.
+async fn read_refused_names_the_privilege(kind: Backend) {
+    let broker = Broker::start();
+    let db = TestDb::new(kind);
+    let topic = unique("np_topic");
+    broker.create_topic(&topic, 1).await;
+    let user = unique("np_user");
+    let target = unique("np_target");
+    let url = user_without_create(&db, &user, &target).await;
+    // Made by the administrator, unreadable by the user.
+    let table = format!("{target}.words");
+    execute(
+        &db,
+        &format!("CREATE TABLE {table} (uid BIGINT PRIMARY KEY, word TEXT)"),
+    )
+    .await;
+    let connector = unique("np");
+    let yaml = format!(
+        r#"kafka:
+  brokers: "{brokers}"
+connectors:
+  - name: {connector}
+    topics: [{topic}]
+    sink:
+      url: "{url}"
+      table: {table}
+      mode: upsert
+      key: [uid]
+      columns:
+        uid: {{ from: /uid, type: bigint }}
+        word: {{ from: /word, type: text }}
+"#,
+        brokers = broker.bootstrap,
+    );
+    let config = sluice::config::load_str(&yaml, &|_| None).expect("a valid config");
+    let supervisor = Supervisor::start(&config, &broker.bootstrap)
+        .await
+        .expect("start");
+    tokio::time::timeout(Duration::from_secs(90), supervisor.all_failed())
+        .await
+        .expect("the connector fails for good");
+    let view = supervisor.connectors()[0].view();
+    supervisor.shutdown().await;
+    let trace = view.trace.unwrap_or_default();
+    assert!(
+        trace.contains("refused the privilege") && !trace.contains("is missing"),
+        "{trace}"
+    );
+    drop_user(&db, &user, &target).await;
+}
+
+#[test]
+fn read_refused_names_the_privilege_postgres() {
+    harness::run_test(read_refused_names_the_privilege(Backend::Postgres));
+}

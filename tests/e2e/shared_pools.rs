@@ -1,0 +1,194 @@
+//! Many connectors in one process share one pool of connections per database
+//! (`databases.max_connections`): they all drain, exactly once, and the process never
+//! holds more connections than the setting allows. A database that refuses more
+//! connections is waited out, never taken for a missing table.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+use crate::harness::{self, Backend, Broker, Scenario, SluiceProcess, TestDb, unique};
+
+const PARTITIONS: i32 = 2;
+
+/// The scenarios' connectors in one file, with `databases: { max_connections }`; each
+/// connector writes through `url`.
+fn combined_yaml(brokers: &str, scenarios: &[Scenario], url: &TestDb, max: u32) -> String {
+    let mut yaml = scenarios[0].yaml(brokers, url);
+    for scenario in &scenarios[1..] {
+        let text = scenario.yaml(brokers, url);
+        let (_, connectors) = text
+            .split_once("connectors:\n")
+            .expect("a connectors section");
+        yaml.push_str(connectors);
+    }
+    yaml.push_str(&format!("databases:\n  max_connections: {max}\n"));
+    yaml
+}
+
+/// `db` reached through another URL.
+fn with_url(db: &TestDb, url: String) -> TestDb {
+    let mut other = TestDb::new(db.kind);
+    other.url = url;
+    other
+}
+
+/// PostgreSQL: the URL with `application_name`, so that the process's connections can be
+/// told apart from every other test's in `pg_stat_activity`.
+fn named(db: &TestDb, name: &str) -> TestDb {
+    let separator = if db.url.contains('?') { '&' } else { '?' };
+    with_url(db, format!("{}{separator}application_name={name}", db.url))
+}
+
+/// Samples, every 50 ms until `stop`, how many connections carry `application_name`, and
+/// keeps the largest count.
+fn count_connections(
+    db: &TestDb,
+    application_name: &str,
+    stop: Arc<AtomicBool>,
+) -> (Arc<AtomicI64>, tokio::task::JoinHandle<()>) {
+    let peak = Arc::new(AtomicI64::new(0));
+    let (url, name, seen) = (db.url.clone(), application_name.to_string(), peak.clone());
+    let sampler = tokio::spawn(async move {
+        let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+        while !stop.load(Ordering::Relaxed) {
+            let count: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            )
+            .bind(&name)
+            .fetch_one(&pool)
+            .await
+            .expect("pg_stat_activity");
+            seen.fetch_max(count, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        pool.close().await;
+    });
+    (peak, sampler)
+}
+
+/// 12 connectors of 2 tasks each (24 tasks, which had 36 connections of their own before)
+/// share at most 3 connections, and every one of them delivers all its records once.
+async fn many_connectors_share_a_few_connections(kind: Backend) {
+    const CONNECTORS: usize = 12;
+    const RECORDS: u64 = 400;
+    const MAX: u32 = 3;
+    let broker = Broker::start();
+    let db = TestDb::new(kind);
+    let application_name = unique("pools");
+    let through = match kind {
+        Backend::Postgres => named(&db, &application_name),
+        _ => with_url(&db, db.url.clone()),
+    };
+    let scenarios: Vec<Scenario> = (0..CONNECTORS).map(|_| Scenario::new(2)).collect();
+    for scenario in &scenarios {
+        broker.create_topic(&scenario.topic, PARTITIONS).await;
+        broker.produce(&scenario.topic, 0..RECORDS).await;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("connectors.yaml");
+    std::fs::write(
+        &config,
+        combined_yaml(&broker.bootstrap, &scenarios, &through, MAX),
+    )
+    .expect("write config");
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampled = (kind == Backend::Postgres)
+        .then(|| count_connections(&db, &application_name, stop.clone()));
+    let sluice = SluiceProcess::start(&config);
+    for scenario in &scenarios {
+        let stats = scenario
+            .wait_for_rows(
+                &broker.bootstrap,
+                &db,
+                RECORDS as i64,
+                Duration::from_secs(120),
+            )
+            .await;
+        harness::assert_exactly(stats, RECORDS as i64);
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some((peak, sampler)) = sampled {
+        sampler.await.expect("sampler");
+        let peak = peak.load(Ordering::Relaxed);
+        assert!(
+            (1..=MAX as i64).contains(&peak),
+            "the process held {peak} connections at once; databases.max_connections is {MAX}"
+        );
+    }
+    drop(sluice);
+}
+
+for_each_database!(many_connectors_share_a_few_connections);
+
+/// PostgreSQL refuses every connection of the process for a while (its role's
+/// `CONNECTION LIMIT 0`: SQLSTATE 53300, as a server at its `max_connections` answers):
+/// the connectors wait, saying why, and once connections are allowed again they deliver
+/// everything. None fails, and none is told its table is missing.
+async fn connections_refused_by_the_server_are_waited_out(kind: Backend) {
+    const RECORDS: u64 = 200;
+    let broker = Broker::start();
+    let db = TestDb::new(kind);
+    let role = unique("pools_role");
+    for sql in [
+        format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 0"),
+        format!("GRANT CREATE, USAGE ON SCHEMA public TO {role}"),
+        format!("GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}"),
+        // The test's own counts create the tables when they come first.
+        format!("ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON TABLES TO {role}"),
+    ] {
+        crate::cdc::execute(&db, &sql).await;
+    }
+    let limited = with_url(&db, format!("postgres://{role}@127.0.0.1:5432/test"));
+    let scenarios: Vec<Scenario> = (0..2).map(|_| Scenario::new(2)).collect();
+    for scenario in &scenarios {
+        broker.create_topic(&scenario.topic, PARTITIONS).await;
+        broker.produce(&scenario.topic, 0..RECORDS).await;
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("connectors.yaml");
+    std::fs::write(
+        &config,
+        combined_yaml(&broker.bootstrap, &scenarios, &limited, 3),
+    )
+    .expect("write config");
+    let sluice = SluiceProcess::start(&config);
+    let log = || std::fs::read_to_string(&sluice.log).unwrap_or_default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !log().contains("too many connections") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refused connection reported:\n{}",
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    crate::cdc::execute(&db, &format!("ALTER ROLE {role} CONNECTION LIMIT 3")).await;
+    for scenario in &scenarios {
+        let stats = scenario
+            .wait_for_rows(
+                &broker.bootstrap,
+                &db,
+                RECORDS as i64,
+                Duration::from_secs(120),
+            )
+            .await;
+        harness::assert_exactly(stats, RECORDS as i64);
+    }
+    let text = log();
+    assert!(
+        !text.contains("is missing or lacks") && !text.contains("FAILED"),
+        "a refused connection was taken for something else:\n{text}"
+    );
+    drop(sluice);
+    // The tables made by the role and the default privileges go with it.
+    crate::cdc::execute(&db, &format!("DROP OWNED BY {role}")).await;
+    crate::cdc::execute(
+        &db,
+        &format!("ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON TABLES FROM {role}"),
+    )
+    .await;
+    crate::cdc::execute(&db, &format!("DROP ROLE {role}")).await;
+}
+
+for_each_database!(connections_refused_by_the_server_are_waited_out: postgres = Postgres);
