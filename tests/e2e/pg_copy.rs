@@ -1,8 +1,10 @@
 //! PostgreSQL's inserts go through `COPY` (`host/src/sink/pg_copy.rs`), its upserts through
-//! `UNNEST`: every column type at its edges reads back as written by either, text with
-//! COPY's own special characters included; a table made by hand with other types than
-//! sluice's takes the rows, and refuses the values it refused before, one row at a time.
-//! No broker needed.
+//! `COPY` while their keys are new and `UNNEST … ON CONFLICT` otherwise: every column type
+//! at its edges reads back as written by either, text with COPY's own special characters
+//! included; upserts of present keys update them, of new ones insert them, and a table
+//! whose key is not its plain unique index is never written by COPY; a table made by hand
+//! with other types than sluice's takes the rows, and refuses the values it refused
+//! before, one row at a time. No broker needed.
 
 use crate::harness;
 
@@ -108,8 +110,9 @@ fn every_column_type_reads_back_as_written() {
                 .await
                 .expect("sink");
             sink.prepare().await.expect("prepare");
-            // Inserts into the table sluice made go through COPY; upserts through UNNEST.
-            assert_eq!(sink.writes_with_copy(), mode == "insert");
+            // Inserts into the table sluice made go through COPY, and upserts try it first
+            // (keys 2 and 3 are there: these upserts end with ON CONFLICT).
+            assert!(sink.writes_with_copy(), "{mode}");
             let mut ops: Vec<RowOp> = keys
                 .iter()
                 .map(|&k| RowOp::Write(row(k, &format!("{AWKWARD} {mode} {k}"), 0.1)))
@@ -279,7 +282,7 @@ fn a_copy_cancelled_while_waiting_leaves_no_broken_connection_behind() {
             "the COPY should wait on the lock: {waiting:?}"
         );
         other.rollback().await.expect("rollback");
-        // The pool holds two connections: enough writes to use each of them again.
+        // Enough writes to take every connection the pool holds again.
         for k in 0..6 {
             sink.write(&WriteBatch {
                 ops: vec![RowOp::Write(row(1000 + k, "after", 1.0))],
@@ -363,5 +366,108 @@ fn copy_only_where_the_table_takes_it() {
         assert_eq!(rows, vec![(1, true), (2, true), (3, true)]);
         run(format!("DROP VIEW {view}")).await;
         run(format!("DROP TABLE {table}")).await;
+    });
+}
+
+/// Upserts by optimistic COPY: runs of new keys are inserted, a run that meets present keys
+/// falls back to `ON CONFLICT` (present keys updated, new ones inserted, nothing twice),
+/// while runs keep meeting present keys too, and a refused row is found alone. A key that
+/// is not exactly one of the table's unique, immediate indexes (a deferrable primary key,
+/// a unique index over more columns) never takes COPY: a present key could not be relied
+/// on to stop it.
+#[test]
+fn upserts_copy_new_keys_and_fall_back_on_present_ones() {
+    harness::run_test(async {
+        let db = TestDb::new(Backend::Postgres);
+        let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+        let table = harness::unique("copy_upsert");
+        let sink = Sink::connect(&connector(&table, "upsert", &db.url, true))
+            .await
+            .expect("sink");
+        sink.prepare().await.expect("prepare");
+        assert!(sink.writes_with_copy());
+        let write = |keys: std::ops::Range<i64>, text: &'static str| {
+            let sink = &sink;
+            async move {
+                sink.write(&WriteBatch {
+                    ops: keys.map(|k| RowOp::Write(row(k, text, 1.0))).collect(),
+                    ..WriteBatch::default()
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{text}: {e}"));
+            }
+        };
+        write(0..100, "first").await;
+        write(100..200, "second").await;
+        // Half present, half new, in several runs in a row (COPY tried, then skipped).
+        for (n, from) in [50i64, 150, 190, 240, 290].into_iter().enumerate() {
+            write(from..from + 100, ["a", "b", "c", "d", "e"][n]).await;
+        }
+        let rows: Vec<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT c_bigint, c_text FROM {table} ORDER BY c_bigint"
+        )))
+        .fetch_all(&pool)
+        .await
+        .expect("rows");
+        assert_eq!(rows.len(), 390, "keys 0..390, each once");
+        let text_of = |k: usize| rows[k].1.as_str();
+        assert_eq!(
+            [0, 49, 50, 149, 150, 189, 190, 239, 240, 289, 290, 389].map(text_of),
+            [
+                "first", "first", "a", "a", "b", "b", "c", "c", "d", "d", "e", "e"
+            ]
+        );
+        // A refused row (text with a NUL byte) among new keys is found alone.
+        let mut bad = row(1000, "x", 1.0);
+        bad[4] = SqlValue::Text("nul \u{0} byte".into());
+        let ops = vec![
+            RowOp::Write(row(999, "fine", 1.0)),
+            RowOp::Write(bad),
+            RowOp::Write(row(1001, "fine", 1.0)),
+        ];
+        let refused = sink
+            .find_refused(&ops, &Default::default())
+            .await
+            .expect("probe");
+        assert_eq!(
+            refused.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            vec![1],
+            "{refused:?}"
+        );
+        sink.close().await;
+
+        for (name, ddl) in [
+            (
+                "deferrable primary key",
+                "c_bigint BIGINT PRIMARY KEY DEFERRABLE INITIALLY IMMEDIATE",
+            ),
+            (
+                "unique index over the key and more",
+                "c_bigint BIGINT, UNIQUE (c_bigint, c_int)",
+            ),
+        ] {
+            let other = harness::unique("copy_upsert_hand");
+            let columns = "c_int INTEGER, c_double DOUBLE PRECISION, c_numeric NUMERIC, \
+                c_text TEXT, c_bool BOOLEAN, c_timestamp TIMESTAMP, c_timestamptz TIMESTAMPTZ, \
+                c_date DATE, c_json JSONB, c_bytes BYTEA, c_uuid UUID";
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "CREATE TABLE {other} ({columns}, {ddl})"
+            )))
+            .execute(&pool)
+            .await
+            .expect("create");
+            let sink = Sink::connect(&connector(&other, "upsert", &db.url, false))
+                .await
+                .expect("sink");
+            sink.prepare().await.expect("prepare");
+            assert!(!sink.writes_with_copy(), "{name}");
+            sink.close().await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {other}")))
+                .execute(&pool)
+                .await;
+        }
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
+            .execute(&pool)
+            .await;
     });
 }

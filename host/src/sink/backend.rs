@@ -8,6 +8,7 @@ use sqlx::{
 };
 
 use super::dialect::{Dialect, TableSpec, timestamp_text};
+use super::pg_copy::CopyIn;
 use super::{OffsetAdvance, Run, SinkError};
 use crate::config::{ColumnType, WriteMode};
 use crate::map::SqlValue;
@@ -203,16 +204,16 @@ where
     Ok(())
 }
 
-/// Writes runs in order: PostgreSQL with `COPY` for inserts where `copy_in` (the table
-/// takes it: `Sink::prepare`) and one `UNNEST` statement per run otherwise, MySQL and
-/// SQLite with multi-row `VALUES`.
+/// Writes runs in order: PostgreSQL with `COPY` for inserts and upserts where `copy_in`
+/// says the table takes it (`Sink::prepare`) and one `UNNEST` statement per run otherwise,
+/// MySQL and SQLite with multi-row `VALUES`.
 pub async fn write_runs<DB>(
     conn: &mut DB::Connection,
     dialect: Dialect,
     table: &TableSpec,
     mode: WriteMode,
     runs: &[Run<'_>],
-    copy_in: bool,
+    copy_in: &CopyIn,
 ) -> Result<(), sqlx::Error>
 where
     DB: Backend,
@@ -237,7 +238,7 @@ async fn write_one<DB>(
     table: &TableSpec,
     mode: WriteMode,
     run: &Run<'_>,
-    copy_in: bool,
+    copy_in: &CopyIn,
 ) -> Result<(), sqlx::Error>
 where
     DB: Backend,
@@ -269,7 +270,7 @@ async fn write_versioned<DB>(
     table: &TableSpec,
     mode: WriteMode,
     run: &Run<'_>,
-    copy_in: bool,
+    copy_in: &CopyIn,
 ) -> Result<(), sqlx::Error>
 where
     DB: Backend,

@@ -52,6 +52,7 @@ pub use delivery::DeliveryRow;
 pub use dialect::{Dialect, TableSpec};
 pub use error::{ErrorClass, SinkError, classify};
 pub use offsets::{Forgotten, OffsetsChange, ResetPoint};
+pub use pg_copy::CopyIn;
 use pools::Pool;
 pub use pools::{DatabasePools, SharedPool};
 pub use runs::Run;
@@ -176,8 +177,8 @@ pub struct Sink {
     create_table: bool,
     /// The dead-letter table, when `errors.dlq.table` is set.
     dead_letter_table: Option<TableSpec>,
-    /// PostgreSQL: the table takes inserts through `COPY` (checked by `prepare`).
-    copy_in: std::sync::atomic::AtomicBool,
+    /// PostgreSQL: how the table takes rows through `COPY` (decided by `prepare`).
+    copy_in: std::sync::OnceLock<CopyIn>,
     /// With a table template: the tables records go to, each made ready on first use
     /// (`table` then holds only their columns, key and version).
     routing: Option<routed::Routing>,
@@ -321,7 +322,7 @@ impl Sink {
                 Some(DeadLetterDestination::Table(name)) => Some(dead_letters::table_spec(name)),
                 _ => None,
             },
-            copy_in: std::sync::atomic::AtomicBool::new(false),
+            copy_in: std::sync::OnceLock::new(),
             routing: (connector.sink.table_template().is_some()
                 || connector.sink.derives_columns())
             .then(|| routed::Routing {
@@ -367,9 +368,7 @@ impl Sink {
             return Ok(());
         }
         self.check_columns(&self.table).await?;
-        if self.dialect == Dialect::Postgres && self.mode == WriteMode::Insert {
-            self.check_copy_in().await;
-        }
+        let _ = self.copy_in.set(self.copy_choice(&self.table).await);
         Ok(())
     }
 
@@ -435,30 +434,85 @@ impl Sink {
         }
     }
 
-    /// Whether inserts go through `COPY` (PostgreSQL, into a table that takes it; known
-    /// after [`Sink::prepare`]).
+    /// Whether inserts, or upserts of keys not in the table yet, go through `COPY`
+    /// (PostgreSQL, into a table that takes it; known after [`Sink::prepare`]).
     pub fn writes_with_copy(&self) -> bool {
-        self.copy_in()
+        let copy = self.copy_in();
+        copy.inserts || copy.upserts
     }
 
-    fn copy_in(&self) -> bool {
-        self.copy_in.load(std::sync::atomic::Ordering::Relaxed)
+    fn copy_in(&self) -> &CopyIn {
+        self.copy_in.get().unwrap_or(&pg_copy::NO_COPY)
     }
 
-    /// PostgreSQL: inserts go through `COPY` only into a table that takes it as it takes
-    /// an `INSERT`: a plain or partitioned table (COPY refuses views, and bypasses rules),
-    /// without row-level security (COPY FROM refuses it), whose configured columns have
-    /// exactly sluice's types (COPY parses each value with the column's input function,
-    /// where `UNNEST` assigned it with a cast: a double into an integer column, a UTC
-    /// instant into a `timestamp` would land otherwise). Any other table, or a catalog
-    /// that cannot be read, is written with `UNNEST`, as before `COPY`.
-    async fn check_copy_in(&self) {
-        let takes = self.takes_copy(&self.table).await;
-        self.copy_in
-            .store(takes, std::sync::atomic::Ordering::Relaxed);
+    /// How `table` takes rows through `COPY`. PostgreSQL only, and only into a table that
+    /// takes it as it takes an `INSERT` ([`Sink::takes_copy`]): inserts always; upserts
+    /// (tried first, `pg_copy.rs`) when the key's columns are exactly those of one of the
+    /// table's unique indexes that is checked at once (not deferred), has no predicate and
+    /// no expression: the arbiter that `ON CONFLICT` names, so that a key already present
+    /// can only end the `COPY` with a unique violation.
+    async fn copy_choice(&self, table: &TableSpec) -> CopyIn {
+        if self.dialect != Dialect::Postgres {
+            return CopyIn::none();
+        }
+        match self.mode {
+            WriteMode::Insert => CopyIn::new(self.takes_copy(table).await, false),
+            WriteMode::Upsert if postgres::upsert_copy_enabled() => {
+                let takes = self.takes_copy(table).await && self.key_is_arbiter(table).await;
+                CopyIn::new(false, takes)
+            }
+            _ => CopyIn::none(),
+        }
     }
 
-    /// Whether `table` takes inserts through `COPY` (see [`Sink::check_copy_in`]).
+    /// Whether the key's columns are exactly those of a unique, immediate, plain index of
+    /// `table` (see [`Sink::copy_choice`]).
+    async fn key_is_arbiter(&self, table: &TableSpec) -> bool {
+        let Pool::Postgres(pool) = &self.pool.pool else {
+            return false;
+        };
+        let key: Vec<String> = table
+            .key
+            .iter()
+            .map(|&i| table.columns[i].0.clone())
+            .collect();
+        if key.is_empty() {
+            return false;
+        }
+        let found: Result<bool, sqlx::Error> = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_index i \
+             WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indimmediate \
+             AND i.indpred IS NULL AND i.indexprs IS NULL \
+             AND (SELECT array_agg(a.attname::text ORDER BY a.attname::text) FROM pg_attribute a \
+                  WHERE a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)) \
+                 = (SELECT array_agg(k ORDER BY k) FROM unnest($2::text[]) AS k))",
+        )
+        .bind(table.quoted(Dialect::Postgres))
+        .bind(&key)
+        .fetch_one(pool)
+        .await;
+        match found {
+            Ok(true) => true,
+            Ok(false) => {
+                tracing::info!(connector = %self.connector, table = %table.name, key = ?key,
+                    "upserts go through INSERT … ON CONFLICT, not COPY: the key is not the columns of one of the table's unique indexes checked at once");
+                false
+            }
+            Err(error) => {
+                tracing::info!(connector = %self.connector, table = %table.name, %error,
+                    "upserts go through INSERT … ON CONFLICT, not COPY: the catalog cannot be read");
+                false
+            }
+        }
+    }
+
+    /// Whether `table` takes rows through `COPY` as it takes an `INSERT`: a plain or
+    /// partitioned table (COPY refuses views, and bypasses rules), without row-level
+    /// security (COPY FROM refuses it), whose configured columns have exactly sluice's
+    /// types (COPY parses each value with the column's input function, where `UNNEST`
+    /// assigned it with a cast: a double into an integer column, a UTC instant into a
+    /// `timestamp` would land otherwise). Any other table, or a catalog that cannot be
+    /// read, is written with `UNNEST`, as before `COPY`.
     async fn takes_copy(&self, table: &TableSpec) -> bool {
         let Pool::Postgres(pool) = &self.pool.pool else {
             return false;

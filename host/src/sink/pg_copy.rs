@@ -8,14 +8,28 @@
 //! a `text`) takes the rows as it took them through `UNNEST`'s casts, and refuses the same
 //! values with the same errors. Binary COPY would need each column's exact type.
 //!
-//! Upserts, updates and deletes stay with `UNNEST` (`postgres.rs`). A `COPY` into a
-//! session's staging table followed by one `INSERT … SELECT … ON CONFLICT` was measured
-//! for upserts and was slower than `UNNEST … ON CONFLICT` (222–228k rows/s against
-//! 244–256k, docs/performance.md), so it is not kept.
+//! **Upserts are optimistic.** A batch's upserts are already one row per key, so when none
+//! of their keys is in the table yet (a first load, a snapshot, new entities), inserting
+//! them is exactly what `INSERT … ON CONFLICT` would do, and `COPY` does it at insert
+//! speed. [`upsert_if_all_new`] takes a savepoint and `COPY`s the run straight into the
+//! table; a key already there makes the key's unique index refuse it (23505), the run is
+//! rolled back to the savepoint and written with `UNNEST … ON CONFLICT` (`postgres.rs`),
+//! which is never put on a record. While runs keep meeting present keys, [`CopyIn`] skips
+//! the attempt for longer and longer (up to [`MAX_SKIP`] runs), so a table of present
+//! keys pays one wasted `COPY` in that many runs. Only where the key is the table's own
+//! unique, immediately checked index (the arbiter `ON CONFLICT` names), so that a present
+//! key can only end in 23505 and never in a second row. Versioned upserts take it too: a
+//! row whose key is absent is written whatever its version, by either statement.
+//!
+//! Updates and deletes stay with `UNNEST`. A `COPY` into a session's staging table
+//! followed by one `INSERT … SELECT … ON CONFLICT` was measured for upserts and was slower
+//! than `UNNEST … ON CONFLICT` (222–228k rows/s against 244–256k, docs/performance.md), so
+//! it is not kept.
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-use sqlx::PgConnection;
+use sqlx::{Executor, PgConnection};
 
 use super::dialect::{Dialect, TableSpec, timestamp_text};
 use crate::config::ColumnType;
@@ -23,6 +37,112 @@ use crate::map::SqlValue;
 
 /// COPY data is sent in pieces of about this size, so a large batch is not held twice.
 const SEND_CHUNK: usize = 1 << 20;
+
+/// Most runs an upsert writes with `ON CONFLICT` before it tries `COPY` again.
+pub(super) const MAX_SKIP: u32 = 64;
+
+/// The savepoint around an optimistic `COPY`.
+const SAVEPOINT: &str = "sluice_optimistic_copy";
+
+/// No `COPY` at all, to lend where a table has no [`CopyIn`] of its own (its counters are
+/// never touched: it takes no upserts).
+pub(super) static NO_COPY: CopyIn = CopyIn::none();
+
+/// How a table takes runs of rows through `COPY`: decided from the catalog when the table
+/// is made ready, and, for upserts, what recent runs met.
+#[derive(Debug, Default)]
+pub struct CopyIn {
+    /// Inserts go through `COPY`.
+    pub(super) inserts: bool,
+    /// Upserts try `COPY` first: the key is the table's unique, immediate index.
+    pub(super) upserts: bool,
+    /// Upsert runs still to write with `ON CONFLICT` before `COPY` is tried again.
+    skip: AtomicU32,
+    /// Optimistic `COPY`s in a row that met a present key.
+    conflicts: AtomicU32,
+}
+
+impl CopyIn {
+    /// No `COPY` at all (MySQL, SQLite, a table that does not take it).
+    pub(super) const fn none() -> CopyIn {
+        CopyIn::new(false, false)
+    }
+
+    pub(super) const fn new(inserts: bool, upserts: bool) -> Self {
+        CopyIn {
+            inserts,
+            upserts,
+            skip: AtomicU32::new(0),
+            conflicts: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether this upsert run tries `COPY` (counts a skipped run down).
+    pub(super) fn try_upsert(&self) -> bool {
+        self.upserts
+            && self
+                .skip
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_err()
+    }
+
+    /// An optimistic `COPY` wrote its run: the next run tries again.
+    fn copied(&self) {
+        self.conflicts.store(0, Ordering::Relaxed);
+    }
+
+    /// An optimistic `COPY` met a present key: skip the next 2, 4, … up to [`MAX_SKIP`]
+    /// runs.
+    fn conflicted(&self) {
+        let conflicts = self
+            .conflicts
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        let skip = 1u32
+            .checked_shl(conflicts.min(31))
+            .unwrap_or(MAX_SKIP)
+            .min(MAX_SKIP);
+        self.skip.store(skip, Ordering::Relaxed);
+    }
+}
+
+/// Upserts `rows` (one per key) with one `COPY` when none of their keys is in the table:
+/// true when it did; false, with nothing written, when a key was there (the caller writes
+/// them with `ON CONFLICT`). Any other error is the statement's, as from an `INSERT`.
+pub async fn upsert_if_all_new(
+    conn: &mut PgConnection,
+    table: &TableSpec,
+    rows: &[&[SqlValue]],
+    copy_in: &CopyIn,
+) -> Result<bool, sqlx::Error> {
+    conn.execute(sqlx::AssertSqlSafe(format!("SAVEPOINT {SAVEPOINT}")))
+        .await?;
+    match insert(conn, table, rows).await {
+        Ok(()) => {
+            conn.execute(sqlx::AssertSqlSafe(format!(
+                "RELEASE SAVEPOINT {SAVEPOINT}"
+            )))
+            .await?;
+            copy_in.copied();
+            Ok(true)
+        }
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+            conn.execute(sqlx::AssertSqlSafe(format!(
+                "ROLLBACK TO SAVEPOINT {SAVEPOINT}"
+            )))
+            .await?;
+            conn.execute(sqlx::AssertSqlSafe(format!(
+                "RELEASE SAVEPOINT {SAVEPOINT}"
+            )))
+            .await?;
+            copy_in.conflicted();
+            tracing::debug!(table = %table.name, rows = rows.len(),
+                "a key of the run is in the table already: written with ON CONFLICT");
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
 
 /// Inserts `rows` with one `COPY` into the table.
 pub async fn insert(
@@ -208,6 +328,26 @@ mod tests {
             assert_eq!(text.parse::<f64>().expect("parses"), v, "{text}");
         }
         assert_eq!(encoded(SqlValue::Int(3), ColumnType::Double), "3e0");
+    }
+
+    #[test]
+    fn upserts_skip_copy_longer_while_runs_meet_present_keys() {
+        let copy = CopyIn::new(false, true);
+        assert!(copy.try_upsert(), "the first run tries COPY");
+        let mut skipped = Vec::new();
+        for _ in 0..8 {
+            copy.conflicted();
+            let mut n = 0;
+            while !copy.try_upsert() {
+                n += 1;
+            }
+            skipped.push(n);
+        }
+        assert_eq!(skipped, [2, 4, 8, 16, 32, 64, 64, 64]);
+        copy.copied();
+        copy.conflicted();
+        assert!(!copy.try_upsert() && !copy.try_upsert() && copy.try_upsert());
+        assert!(!CopyIn::new(true, false).try_upsert(), "no upserts by COPY");
     }
 
     #[test]

@@ -4,11 +4,14 @@
 //!
 //! `SLUICE_PG_WRITE=unnest` in the environment writes inserts with `UNNEST` too: the way
 //! sluice wrote them before `COPY`, kept for comparing the two (`scripts/bench.sh`).
+//! `SLUICE_PG_UPSERT=unnest` writes upserts with `UNNEST … ON CONFLICT` alone, without the
+//! optimistic `COPY` (`pg_copy.rs`), for the same comparison.
 
 use sqlx::{AssertSqlSafe, PgConnection, Postgres};
 
 use super::Run;
 use super::dialect::{Dialect, TableSpec, timestamp_text};
+use super::pg_copy::CopyIn;
 use crate::config::{ColumnType, WriteMode};
 use crate::map::SqlValue;
 
@@ -88,18 +91,33 @@ pub(super) fn copy_enabled() -> bool {
     *COPY.get_or_init(|| std::env::var("SLUICE_PG_WRITE").as_deref() != Ok("unnest"))
 }
 
-/// Writes one run: inserts with `COPY`, the rest in one `UNNEST` statement.
+/// Whether upserts may try `COPY` first (unless `SLUICE_PG_UPSERT=unnest`).
+pub(super) fn upsert_copy_enabled() -> bool {
+    static COPY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *COPY.get_or_init(|| {
+        copy_enabled() && std::env::var("SLUICE_PG_UPSERT").as_deref() != Ok("unnest")
+    })
+}
+
+/// Writes one run: inserts with `COPY`, upserts of keys not in the table yet with `COPY`
+/// (`pg_copy::upsert_if_all_new`), the rest in one `UNNEST` statement.
 pub async fn write_run(
     conn: &mut PgConnection,
     table: &TableSpec,
     mode: WriteMode,
     run: &Run<'_>,
-    copy_in: bool,
+    copy_in: &CopyIn,
 ) -> Result<(), sqlx::Error> {
     match (run, mode) {
         (Run::Write(rows), _) if rows.is_empty() => Ok(()),
-        (Run::Write(rows), WriteMode::Insert) if copy_in && copy_enabled() => {
+        (Run::Write(rows), WriteMode::Insert) if copy_in.inserts && copy_enabled() => {
             super::pg_copy::insert(conn, table, rows).await
+        }
+        (Run::Write(rows), WriteMode::Upsert) if copy_in.try_upsert() => {
+            if super::pg_copy::upsert_if_all_new(conn, table, rows, copy_in).await? {
+                return Ok(());
+            }
+            write_unnest(conn, table, mode, run).await
         }
         _ => write_unnest(conn, table, mode, run).await,
     }

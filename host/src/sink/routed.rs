@@ -17,6 +17,7 @@ use sqlx::{Executor, IntoArguments};
 use super::backend::{self, Backend};
 use super::derived::Layout;
 use super::dialect::TableSpec;
+use super::pg_copy::CopyIn;
 use super::runs::runs;
 use super::{Sink, SinkError};
 use crate::config::{Evolve, WriteMode};
@@ -27,8 +28,8 @@ use crate::map::{DerivedShape, RowOp, TableRoutes};
 #[derive(Debug)]
 pub struct ReadyTable {
     pub spec: TableSpec,
-    /// PostgreSQL: inserts go through `COPY`.
-    pub copy_in: bool,
+    /// PostgreSQL: how the table takes rows through `COPY`.
+    pub copy_in: CopyIn,
     /// With derived columns: the table's columns and key as they stand.
     pub layout: Option<Layout>,
 }
@@ -275,15 +276,12 @@ impl Sink {
             .iter()
             .find_map(|(_, s)| layout.fit(self.dialect, &spec, s).ok())
         {
-            Some(fitted) => {
-                self.dialect == super::Dialect::Postgres
-                    && self.mode == WriteMode::Insert
-                    && self.takes_copy(&fitted.spec).await
-            }
-            None => false,
+            Some(fitted) => self.copy_choice(&fitted.spec).await,
+            None => CopyIn::none(),
         };
         tracing::info!(connector = %self.connector, table = %spec.name,
-            columns = layout.catalog.len(), copy_in, "table ready (columns from the records' schemas)");
+            columns = layout.catalog.len(), copy_inserts = copy_in.inserts,
+            copy_upserts = copy_in.upserts, "table ready (columns from the records' schemas)");
         let table = Arc::new(ReadyTable {
             spec,
             copy_in,
@@ -303,10 +301,9 @@ impl Sink {
             self.create(&spec).await?;
         }
         self.check_columns(&spec).await?;
-        let copy_in = self.dialect == super::Dialect::Postgres
-            && self.mode == WriteMode::Insert
-            && self.takes_copy(&spec).await;
-        tracing::info!(connector = %self.connector, table = %spec.name, copy_in, "table ready");
+        let copy_in = self.copy_choice(&spec).await;
+        tracing::info!(connector = %self.connector, table = %spec.name,
+            copy_inserts = copy_in.inserts, copy_upserts = copy_in.upserts, "table ready");
         Ok(ReadyTable {
             spec,
             copy_in,
@@ -380,7 +377,7 @@ impl Sink {
                         &fitted.spec,
                         self.mode,
                         &runs,
-                        table.copy_in,
+                        &table.copy_in,
                     )
                     .await
                     .map_err(|e| (table.spec.name.clone(), e))?;
@@ -399,7 +396,7 @@ impl Sink {
                 &table.spec,
                 self.mode,
                 &runs,
-                table.copy_in,
+                &table.copy_in,
             )
             .await
             .map_err(|e| (table.spec.name.clone(), e))?;

@@ -224,9 +224,16 @@ impl Sink {
         if !rows.is_empty() {
             let runs = [Run::Write(rows.iter().map(Vec::as_slice).collect())];
             // Upsert: an at-least-once redelivery stores the same dead letter again.
-            backend::write_runs::<DB>(conn, self.dialect, table, WriteMode::Upsert, &runs, false)
-                .await
-                .map_err(dlq_error("write dead letters"))?;
+            backend::write_runs::<DB>(
+                conn,
+                self.dialect,
+                table,
+                WriteMode::Upsert,
+                &runs,
+                &super::pg_copy::NO_COPY,
+            )
+            .await
+            .map_err(dlq_error("write dead letters"))?;
         }
         Ok(written)
     }
