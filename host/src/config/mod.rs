@@ -21,6 +21,7 @@ mod scrub;
 mod secret;
 mod semantic;
 mod sink;
+mod sink_checks;
 pub mod units;
 mod yaml;
 

@@ -1,0 +1,178 @@
+//! The checks of a connector's sink that its JSON Schema cannot express: derived columns
+//! (`sink.columns` left out, `key: record_key`, `sink.derive`, `sink.evolve`) and change
+//! events (`envelope`, `sink.version`, `sink.on_truncate`). Called from
+//! [`super::semantic`].
+
+use std::collections::HashSet;
+
+use super::ConnectorConfig;
+use super::WriteMode;
+use super::problem::Problem;
+use super::semantic::valid_identifier;
+
+/// Derived columns (`sink.columns` left out), `key: record_key`, `sink.derive` and
+/// `sink.evolve`: each needs a schema to read, and works only where columns are derived.
+pub(super) fn derive_problems(
+    connector: &ConnectorConfig,
+    at: &dyn Fn(&str) -> String,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let sink = &connector.sink;
+    if !sink.derives_columns() {
+        if sink.key == super::SinkKey::RecordKey {
+            problems.push(Problem::new(
+                at("sink.key"),
+                "key: record_key takes the key from the record key's schema, with columns derived from the value's schema: leave sink.columns out, or name the key columns ([id])",
+            ));
+        }
+        if !sink.derive.is_empty() {
+            problems.push(Problem::new(
+                at("sink.derive"),
+                "derive adjusts columns derived from the value's schema: it needs sink.columns left out",
+            ));
+        }
+        if sink.evolve != super::Evolve::None {
+            problems.push(Problem::new(
+                at("sink.evolve"),
+                "evolve adds columns derived from the value's schema: it needs sink.columns left out",
+            ));
+        }
+        return problems;
+    }
+    if !connector.format.decodes() {
+        problems.push(Problem::new(
+            at("sink.columns"),
+            format!(
+                "left out, the columns come from each value's schema, and format {} carries none: use avro, protobuf, json_schema or connect_json, or list the columns",
+                connector.format.name()
+            ),
+        ));
+    }
+    if !connector.transforms.is_empty() {
+        problems.push(Problem::new(
+            at("sink.columns"),
+            "left out, the columns come from each value's schema, which no longer describes a transform's output: list the columns",
+        ));
+    }
+    if sink.key == super::SinkKey::RecordKey
+        && !connector.key_format.as_ref().is_some_and(|f| f.decodes())
+    {
+        problems.push(Problem::new(
+            at("sink.key"),
+            "key: record_key reads the key's schema: set key_format to avro, protobuf, json_schema or connect_json",
+        ));
+    }
+    let mut targets = HashSet::new();
+    for (field, column) in &sink.derive.rename {
+        if !valid_identifier(column) {
+            problems.push(Problem::new(
+                at(&format!("sink.derive.rename.{field}")),
+                "a column name is letters, digits and _, not starting with a digit",
+            ));
+        }
+        if !targets.insert(column.to_ascii_lowercase()) {
+            problems.push(Problem::new(
+                at(&format!("sink.derive.rename.{field}")),
+                format!(
+                    "\"{column}\" is the new name of two fields (column names are case-insensitive)"
+                ),
+            ));
+        }
+    }
+    for field in &sink.derive.include {
+        if sink.derive.exclude.contains(field) {
+            problems.push(Problem::new(
+                at("sink.derive.exclude"),
+                format!("\"{field}\" is both included and excluded"),
+            ));
+        }
+    }
+    problems
+}
+
+/// `envelope`, `sink.version` and `sink.on_truncate`: a change event is written by key, a
+/// version comes from a place the record has.
+pub(super) fn envelope_problems(
+    connector: &ConnectorConfig,
+    at: &dyn Fn(&str) -> String,
+) -> Vec<Problem> {
+    use super::Envelope;
+    let mut problems = Vec::new();
+    let sink = &connector.sink;
+    let envelope = connector.envelope;
+    if envelope != Envelope::None {
+        if sink.mode != WriteMode::Upsert {
+            problems.push(Problem::new(
+                at("sink.mode"),
+                format!(
+                    "envelope: {} writes each change by key: it needs mode: upsert (and sink.key)",
+                    envelope.name()
+                ),
+            ));
+        }
+        if connector.format.mapped() != super::Format::Json {
+            problems.push(Problem::new(
+                at("envelope"),
+                format!(
+                    "envelope: {} reads a JSON document: use format json, connect_json, avro, protobuf or json_schema",
+                    envelope.name()
+                ),
+            ));
+        }
+    }
+    if sink.on_truncate != super::OnTruncate::Fail && envelope != Envelope::Debezium {
+        problems.push(Problem::new(
+            at("sink.on_truncate"),
+            "only a Debezium change event truncates a table: on_truncate needs envelope: debezium",
+        ));
+    }
+    if let Some(version) = &sink.version {
+        if sink.mode != WriteMode::Upsert {
+            problems.push(Problem::new(
+                at("sink.version"),
+                "versions make upserts and deletes conditional: sink.version needs mode: upsert",
+            ));
+        }
+        match version.from.as_str() {
+            "$offset" | "$timestamp" => {}
+            "$position" if envelope == Envelope::Debezium => {}
+            "$position" => problems.push(Problem::new(
+                at("sink.version.from"),
+                "$position is a Debezium change event's source position: it needs envelope: debezium; use $offset, $timestamp or a JSON pointer",
+            )),
+            pointer if pointer.starts_with('/') => {}
+            other => problems.push(Problem::new(
+                at("sink.version.from"),
+                format!(
+                    "\"{other}\" is not a version source: write $position, $offset, $timestamp or a JSON pointer such as /source/lsn"
+                ),
+            )),
+        }
+        if version.remember_deletes.0.is_zero() {
+            problems.push(Problem::new(
+                at("sink.version.remember_deletes"),
+                "must be more than 0: a delete must be remembered at least as long as a replay may reach back",
+            ));
+        }
+    }
+    // The version column in effect (under envelope: debezium, the default one too). MySQL
+    // and SQLite take column names without regard to case.
+    if let Some(version) = sink.versioning(envelope) {
+        if version.column.is_empty() {
+            problems.push(Problem::new(at("sink.version.column"), "names no column"));
+        } else if sink
+            .columns()
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case(&version.column))
+        {
+            problems.push(Problem::new(
+                at("sink.version.column"),
+                format!(
+                    "\"{}\" is one of sink.columns: sluice writes the version column itself (sink.version.column, default _sluice_version); name another column",
+                    version.column
+                ),
+            ));
+        }
+    }
+    problems
+}
