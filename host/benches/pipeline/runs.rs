@@ -31,6 +31,8 @@ pub(crate) struct Run {
     pub(crate) env: Vec<(&'static str, &'static str)>,
     /// More `kafka.properties`, indented for the scenario's YAML.
     pub(crate) kafka: String,
+    /// More `sink:` keys, indented for the scenario's YAML.
+    pub(crate) sink: String,
     pub(crate) max_records: usize,
 }
 
@@ -65,6 +67,7 @@ pub(crate) fn matrix() -> Vec<Run> {
                         keys_present: false,
                         env: Vec::new(),
                         kafka: String::new(),
+                        sink: String::new(),
                         max_records: 5000,
                     });
                 }
@@ -83,6 +86,7 @@ pub(crate) fn matrix() -> Vec<Run> {
         keys_present: false,
         env: Vec::new(),
         kafka: String::new(),
+        sink: String::new(),
         max_records: 5000,
     };
     // Upserts of keys all in the table already: the optimistic COPY meets them and falls
@@ -133,6 +137,13 @@ pub(crate) fn matrix() -> Vec<Run> {
         ..base(
             "lever: postgres upsert word_parse 1t, keys present, ON CONFLICT not optimistic COPY",
             "upsert",
+        )
+    });
+    runs.push(Run {
+        sink: "      synchronous_commit: off\n".into(),
+        ..base(
+            "lever: postgres insert word_parse 1t, synchronous_commit off",
+            "insert",
         )
     });
     runs.push(Run {
@@ -218,6 +229,7 @@ pub(crate) fn scenario(run: &Run, index: usize, topic: &str, registry: Option<&s
     scenario.key = "[uid]";
     scenario.max_records = run.max_records;
     scenario.extra_kafka = run.kafka.clone();
+    scenario.extra_sink = run.sink.clone();
     if run.avro {
         let registry = registry.expect("an Avro run has a registry");
         // `kafka.schema_registry`, after the scenario's kafka properties.
@@ -436,6 +448,7 @@ pub(crate) async fn restart_to_first_commit(
         } else {
             String::new()
         },
+        sink: String::new(),
         max_records: 5000,
     };
     let db = TestDb::new(Backend::Postgres);

@@ -429,3 +429,44 @@ fn routing_settings_are_checked_with_their_paths() {
         ]
     );
 }
+
+#[test]
+fn synchronous_commit_off_is_postgres_and_exactly_once_only() {
+    let postgres = GOOD.replace("sqlite://words.db", "postgres://app@localhost/test");
+    let off = postgres.replace(
+        "      mode: upsert",
+        "      mode: upsert\n      synchronous_commit: off",
+    );
+    let config = load_str(&off, &no_env).expect("valid");
+    assert_eq!(
+        config.connectors[0].sink.synchronous_commit,
+        super::SynchronousCommit::Off
+    );
+    let on = load_str(&postgres, &no_env).expect("valid");
+    assert_eq!(
+        on.connectors[0].sink.synchronous_commit,
+        super::SynchronousCommit::On
+    );
+    let sqlite = GOOD.replace(
+        "      mode: upsert",
+        "      mode: upsert\n      synchronous_commit: off",
+    );
+    assert!(
+        problems(&sqlite)
+            .iter()
+            .any(|p| p.contains("sink.synchronous_commit") && p.contains("another database")),
+        "{:?}",
+        problems(&sqlite)
+    );
+    let at_least_once = off.replace(
+        "    sink:",
+        "    delivery: { guarantee: at_least_once }\n    sink:",
+    );
+    assert!(
+        problems(&at_least_once)
+            .iter()
+            .any(|p| p.contains("exactly_once")),
+        "{:?}",
+        problems(&at_least_once)
+    );
+}

@@ -245,6 +245,7 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
         }
         problems.extend(errors_problems(connector, &at));
         problems.extend(sink_checks::envelope_problems(connector, &at));
+        problems.extend(sink_checks::synchronous_commit_problems(connector, &at));
         if connector.schema.is_some() && connector.format.mapped() != super::Format::Json {
             problems.push(Problem::new(
                 at("schema"),

@@ -58,6 +58,23 @@ pub struct SinkConfig {
     /// What a truncate event (`op: t` under `envelope: debezium`) does to the table.
     #[serde(default)]
     pub on_truncate: OnTruncate,
+    /// PostgreSQL, `exactly_once` only: `off` commits each batch without waiting for its
+    /// write-ahead log to reach disk (`SET LOCAL synchronous_commit = off`). A database
+    /// crash may then lose the last commits, rows and offsets together, and they are
+    /// read again: exactly-once holds for the table, not for what sluice did outside it.
+    #[serde(default)]
+    pub synchronous_commit: SynchronousCommit,
+}
+
+/// `sink.synchronous_commit`: whether a batch's commit waits for the database's disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SynchronousCommit {
+    /// The commit returns once the database has the transaction on disk (the default).
+    #[default]
+    On,
+    /// PostgreSQL's `synchronous_commit = off` for the batch's transaction.
+    Off,
 }
 
 impl SinkConfig {

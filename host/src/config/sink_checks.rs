@@ -176,3 +176,30 @@ pub(super) fn envelope_problems(
     }
     problems
 }
+
+/// `sink.synchronous_commit: off`: PostgreSQL only, and only where the offsets are in the
+/// same transaction as the rows (`exactly_once`), so that a commit the database loses takes
+/// both with it.
+pub(super) fn synchronous_commit_problems(
+    connector: &ConnectorConfig,
+    at: &dyn Fn(&str) -> String,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if connector.sink.synchronous_commit != super::SynchronousCommit::Off {
+        return problems;
+    }
+    let url = connector.sink.url.expose();
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        problems.push(Problem::new(
+            at("sink.synchronous_commit"),
+            "off is PostgreSQL's synchronous_commit: this sink is another database; leave it out",
+        ));
+    }
+    if connector.delivery.guarantee != super::Guarantee::ExactlyOnce {
+        problems.push(Problem::new(
+            at("sink.synchronous_commit"),
+            "off needs delivery.guarantee: exactly_once: under at_least_once the offsets are committed to Kafka, and a commit the database loses after Kafka has its offsets loses its rows for good",
+        ));
+    }
+    problems
+}

@@ -177,6 +177,9 @@ pub struct Sink {
     create_table: bool,
     /// The dead-letter table, when `errors.dlq.table` is set.
     dead_letter_table: Option<TableSpec>,
+    /// PostgreSQL with `sink.synchronous_commit: off`: each batch's transaction commits
+    /// without waiting for the write-ahead log to reach disk.
+    asynchronous_commit: bool,
     /// PostgreSQL: how the table takes rows through `COPY` (decided by `prepare`).
     copy_in: std::sync::OnceLock<CopyIn>,
     /// With a table template: the tables records go to, each made ready on first use
@@ -236,6 +239,8 @@ fn pg_type_name(column_type: crate::config::ColumnType) -> &'static str {
 pub(crate) struct Checkout<DB: sqlx::Database> {
     pub(crate) conn: sqlx::pool::PoolConnection<DB>,
     completed: bool,
+    /// A writer's permit (see [`SharedPool::writers`]), held as long as the connection.
+    _writer: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl<DB: sqlx::Database> Checkout<DB> {
@@ -243,6 +248,27 @@ impl<DB: sqlx::Database> Checkout<DB> {
         Ok(Checkout {
             conn: pool.acquire().await?,
             completed: false,
+            _writer: None,
+        })
+    }
+
+    /// A connection for a batch's transaction (or a probe of one): first a writer's
+    /// permit of `shared`, waited for as long as a connection is.
+    pub(crate) async fn take_for_write(
+        shared: &SharedPool,
+        pool: &sqlx::Pool<DB>,
+    ) -> Result<Self, sqlx::Error> {
+        let permit = tokio::time::timeout(
+            pool.options().get_acquire_timeout(),
+            shared.writers.clone().acquire_owned(),
+        )
+        .await
+        .map_err(|_| sqlx::Error::PoolTimedOut)?
+        .map_err(|_| sqlx::Error::PoolClosed)?;
+        Ok(Checkout {
+            conn: pool.acquire().await?,
+            completed: false,
+            _writer: Some(permit),
         })
     }
 
@@ -323,6 +349,8 @@ impl Sink {
                 _ => None,
             },
             copy_in: std::sync::OnceLock::new(),
+            asynchronous_commit: dialect == Dialect::Postgres
+                && connector.sink.synchronous_commit == crate::config::SynchronousCommit::Off,
             routing: (connector.sink.table_template().is_some()
                 || connector.sink.derives_columns())
             .then(|| routed::Routing {
@@ -480,12 +508,20 @@ impl Sink {
             return false;
         }
         let found: Result<bool, sqlx::Error> = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_index i \
-             WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indimmediate \
-             AND i.indpred IS NULL AND i.indexprs IS NULL \
-             AND (SELECT array_agg(a.attname::text ORDER BY a.attname::text) FROM pg_attribute a \
-                  WHERE a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)) \
-                 = (SELECT array_agg(k ORDER BY k) FROM unnest($2::text[]) AS k))",
+            // The index's own key columns (indnkeyatts: not its INCLUDE columns), usable
+            // (valid, ready, live: not one CREATE INDEX CONCURRENTLY is still building),
+            // and no deferrable unique index on the same columns (ON CONFLICT would take
+            // it as an arbiter too, and refuse).
+            "WITH k AS (SELECT array_agg(x ORDER BY x) AS cols FROM unnest($2::text[]) AS x), \
+             idx AS (SELECT i.indimmediate, i.indisvalid AND i.indisready AND i.indislive AS usable, \
+                 (SELECT array_agg(a.attname::text ORDER BY a.attname::text) FROM pg_attribute a \
+                  WHERE a.attrelid = i.indrelid \
+                    AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1])) AS cols \
+               FROM pg_index i \
+               WHERE i.indrelid = to_regclass($1) AND i.indisunique \
+                 AND i.indpred IS NULL AND i.indexprs IS NULL) \
+             SELECT EXISTS (SELECT 1 FROM idx, k WHERE idx.cols = k.cols AND idx.indimmediate AND idx.usable) \
+                AND NOT EXISTS (SELECT 1 FROM idx, k WHERE idx.cols = k.cols AND NOT idx.indimmediate)",
         )
         .bind(table.quoted(Dialect::Postgres))
         .bind(&key)

@@ -38,6 +38,12 @@ use crate::map::SqlValue;
 /// COPY data is sent in pieces of about this size, so a large batch is not held twice.
 const SEND_CHUNK: usize = 1 << 20;
 
+/// Fewest rows of an upsert run that tries `COPY`: a shorter one saves less than the
+/// savepoint's round trips cost. It also bounds the subtransactions of one batch's
+/// transaction (each successful `COPY` is one, and PostgreSQL caches 64 per transaction
+/// before other sessions' snapshots slow down): at most 50 with batches of 5,000.
+pub(super) const MIN_ROWS: usize = 100;
+
 /// Most runs an upsert writes with `ON CONFLICT` before it tries `COPY` again.
 pub(super) const MAX_SKIP: u32 = 64;
 

@@ -9,8 +9,10 @@
 //! connection for the length of one batch's transaction, so connectors take turns on the
 //! same few connections. A connection unused for `databases.idle` is closed.
 //!
-//! No work of the sink holds a connection while it waits for a second one from the same
-//! pool (a table is made ready before the batch's transaction, not inside it), so tasks
+//! Writes take at most all but one of the connections ([`SharedPool::writers`]): the one
+//! left is for the connectors' control reads and heartbeats, which give up after a few
+//! seconds. No work of the sink holds a connection while it waits for a second one from
+//! the same pool (a table is made ready before the batch's transaction, not inside it), so tasks
 //! that outnumber the connections wait their turn and never deadlock.
 //!
 //! [`DatabasePools`] hands out [`SharedPool`]s: the registry keeps only weak references, so
@@ -70,6 +72,11 @@ impl Pool {
 /// them is closed ([`SharedPool::release`]) or dropped.
 pub struct SharedPool {
     pub(crate) pool: Pool,
+    /// Permits for the batches' transactions (and the refused-row probes): one
+    /// connection fewer than the pool holds, so that the control reads, heartbeats and
+    /// target changes of every connector always find one (they give up after a few
+    /// seconds, where a write waits its turn).
+    pub(crate) writers: Arc<tokio::sync::Semaphore>,
 }
 
 impl SharedPool {
@@ -123,8 +130,16 @@ impl DatabasePools {
         {
             return Ok(shared);
         }
+        let pool = open(url, &self.settings).await?;
+        let connections = match pool {
+            Pool::Sqlite(_) => 1,
+            _ => self.settings.max_connections as usize,
+        };
         let shared = Arc::new(SharedPool {
-            pool: open(url, &self.settings).await?,
+            pool,
+            writers: Arc::new(tokio::sync::Semaphore::new(
+                connections.saturating_sub(1).max(1),
+            )),
         });
         *slot = Arc::downgrade(&shared);
         Ok(shared)

@@ -113,7 +113,9 @@ pub async fn write_run(
         (Run::Write(rows), WriteMode::Insert) if copy_in.inserts && copy_enabled() => {
             super::pg_copy::insert(conn, table, rows).await
         }
-        (Run::Write(rows), WriteMode::Upsert) if copy_in.try_upsert() => {
+        (Run::Write(rows), WriteMode::Upsert)
+            if rows.len() >= super::pg_copy::MIN_ROWS && copy_in.try_upsert() =>
+        {
             if super::pg_copy::upsert_if_all_new(conn, table, rows, copy_in).await? {
                 return Ok(());
             }

@@ -55,7 +55,7 @@ impl Sink {
             each_pool!(self, pool, DB => {
                 // Closed rather than given back if the probe is cancelled midway (see
                 // `Checkout`).
-                let mut checkout = super::Checkout::take(pool).await.map_err(self.db_error("begin"))?;
+                let mut checkout = super::Checkout::take_for_write(&self.pool, pool).await.map_err(self.db_error("begin"))?;
                 let outcome = async {
                 let conn: &mut <DB as sqlx::Database>::Connection = &mut checkout.conn;
                 let mut tx = sqlx::Connection::begin_with(conn, self.dialect.begin())

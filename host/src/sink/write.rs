@@ -46,13 +46,23 @@ impl Sink {
         tables: &[Option<Arc<ReadyTable>>],
     ) -> Result<Written, SinkError> {
         each_pool!(self, pool, DB => {
-            let mut checkout = Checkout::take(pool).await.map_err(self.db_error("begin"))?;
+            let mut checkout = Checkout::take_for_write(&self.pool, pool).await.map_err(self.db_error("begin"))?;
             let result = async {
                 let conn: &mut <DB as sqlx::Database>::Connection = &mut checkout.conn;
                 let mut tx = conn
                     .begin_with(self.dialect.begin())
                     .await
                     .map_err(self.db_error("begin"))?;
+                if self.asynchronous_commit {
+                    // sink.synchronous_commit: off (PostgreSQL, exactly_once: checked by
+                    // validate). For this transaction only.
+                    sqlx::query::<DB>(sqlx::AssertSqlSafe(
+                        "SET LOCAL synchronous_commit = off".to_string(),
+                    ))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(self.db_error("begin"))?;
+                }
                 let mut written = self.write_in::<DB>(&mut tx, batch, tables).await?;
                 let committing = std::time::Instant::now();
                 tx.commit().await.map_err(self.db_error("commit"))?;

@@ -499,6 +499,8 @@ pub struct Scenario {
     pub delivery_extra: String,
     /// More connector keys (an `errors:` block, say), indented 4 spaces, or empty.
     pub extra_connector: String,
+    /// More `sink:` keys, indented 6 spaces, each line ending in a newline, or empty.
+    pub extra_sink: String,
     /// The sink's `mode` and `key`: `upsert` on `[uid]`, or `insert` on `[]` (no primary
     /// key: a record written twice is two rows, so duplicates show in the counts).
     pub mode: &'static str,
@@ -519,6 +521,7 @@ impl Scenario {
             guarantee: "exactly_once",
             delivery_extra: String::new(),
             extra_connector: String::new(),
+            extra_sink: String::new(),
             mode: "upsert",
             key: "[uid]",
         }
@@ -554,7 +557,8 @@ connectors:
         src_partition: {{ from: $partition, type: int }}
         src_offset: {{ from: $offset, type: bigint }}
       create_table: true
-"#,
+{extra_sink}"#,
+            extra_sink = self.extra_sink,
             extra = self.extra_kafka,
             transforms = self.transforms,
             guarantee = self.guarantee,
