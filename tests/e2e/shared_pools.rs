@@ -26,6 +26,31 @@ fn combined_yaml(brokers: &str, scenarios: &[Scenario], url: &TestDb, max: u32) 
     yaml
 }
 
+/// `count` scenarios of `tasks` tasks, each with a topic of `records` records.
+async fn connectors(broker: &Broker, count: usize, tasks: u32, records: u64) -> Vec<Scenario> {
+    let scenarios: Vec<Scenario> = (0..count).map(|_| Scenario::new(tasks)).collect();
+    for scenario in &scenarios {
+        broker.create_topic(&scenario.topic, PARTITIONS).await;
+        broker.produce(&scenario.topic, 0..records).await;
+    }
+    scenarios
+}
+
+/// Every scenario's table holds exactly the ids `0..records`, within 120 s.
+async fn assert_all_delivered(broker: &Broker, db: &TestDb, scenarios: &[Scenario], records: u64) {
+    for scenario in scenarios {
+        let stats = scenario
+            .wait_for_rows(
+                &broker.bootstrap,
+                db,
+                records as i64,
+                Duration::from_secs(120),
+            )
+            .await;
+        harness::assert_exactly(stats, records as i64);
+    }
+}
+
 /// `db` reached through another URL.
 fn with_url(db: &TestDb, url: String) -> TestDb {
     let mut other = TestDb::new(db.kind);
@@ -80,11 +105,7 @@ async fn many_connectors_share_a_few_connections(kind: Backend) {
         Backend::Postgres => named(&db, &application_name),
         _ => with_url(&db, db.url.clone()),
     };
-    let scenarios: Vec<Scenario> = (0..CONNECTORS).map(|_| Scenario::new(2)).collect();
-    for scenario in &scenarios {
-        broker.create_topic(&scenario.topic, PARTITIONS).await;
-        broker.produce(&scenario.topic, 0..RECORDS).await;
-    }
+    let scenarios = connectors(&broker, CONNECTORS, 2, RECORDS).await;
     let dir = tempfile::tempdir().expect("dir");
     let config = dir.path().join("connectors.yaml");
     std::fs::write(
@@ -96,17 +117,7 @@ async fn many_connectors_share_a_few_connections(kind: Backend) {
     let sampled = (kind == Backend::Postgres)
         .then(|| count_connections(&db, &application_name, stop.clone()));
     let sluice = SluiceProcess::start(&config);
-    for scenario in &scenarios {
-        let stats = scenario
-            .wait_for_rows(
-                &broker.bootstrap,
-                &db,
-                RECORDS as i64,
-                Duration::from_secs(120),
-            )
-            .await;
-        harness::assert_exactly(stats, RECORDS as i64);
-    }
+    assert_all_delivered(&broker, &db, &scenarios, RECORDS).await;
     stop.store(true, Ordering::Relaxed);
     if let Some((peak, sampler)) = sampled {
         sampler.await.expect("sampler");
@@ -140,11 +151,7 @@ async fn connections_refused_by_the_server_are_waited_out(kind: Backend) {
         crate::cdc::execute(&db, &sql).await;
     }
     let limited = with_url(&db, format!("postgres://{role}@127.0.0.1:5432/test"));
-    let scenarios: Vec<Scenario> = (0..2).map(|_| Scenario::new(2)).collect();
-    for scenario in &scenarios {
-        broker.create_topic(&scenario.topic, PARTITIONS).await;
-        broker.produce(&scenario.topic, 0..RECORDS).await;
-    }
+    let scenarios = connectors(&broker, 2, 2, RECORDS).await;
     let dir = tempfile::tempdir().expect("dir");
     let config = dir.path().join("connectors.yaml");
     std::fs::write(
@@ -164,17 +171,7 @@ async fn connections_refused_by_the_server_are_waited_out(kind: Backend) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     crate::cdc::execute(&db, &format!("ALTER ROLE {role} CONNECTION LIMIT 3")).await;
-    for scenario in &scenarios {
-        let stats = scenario
-            .wait_for_rows(
-                &broker.bootstrap,
-                &db,
-                RECORDS as i64,
-                Duration::from_secs(120),
-            )
-            .await;
-        harness::assert_exactly(stats, RECORDS as i64);
-    }
+    assert_all_delivered(&broker, &db, &scenarios, RECORDS).await;
     let text = log();
     assert!(
         !text.contains("is missing or lacks") && !text.contains("FAILED"),
