@@ -19,9 +19,10 @@
 //!   `postgres upsert debezium 20 tables 1t` (the same events from 20 source tables, one
 //!   connector writing 20 tables through `table: "…_{source.table}"`) beside it too.
 //! - Baselines: `psql \copy` of the same rows into the same table shape (with and without
-//!   its primary key): the sink's limit; a bare librdkafka drain of the topic: the
-//!   source's limit; a per-row `INSERT` consumer that commits offsets to Kafka, the shape
-//!   of the pipelines in the field articles.
+//!   its primary key): the sink's limit; a bare librdkafka drain of the topic with sluice's
+//!   own fetch settings, timed from its first record: the source's limit (`×drain`); a
+//!   per-row `INSERT` consumer that commits offsets to Kafka, the shape of the pipelines in
+//!   the field articles.
 //! - For each: rows/s (from the first commit to the last row: the drain, without the
 //!   start), the ratio to COPY with the primary key, the CPU seconds of the sluice process
 //!   per million rows (user + system), the share of it spent on the transform threads
@@ -211,12 +212,9 @@ async fn main() {
     let copy_rate = copy_keyed.rows_per_s;
     figures.push(copy_keyed);
     figures.push(psql_copy(&postgres.url, &csv, n, false));
-    figures.push(bare_drain(
-        &broker.bootstrap,
-        &json_topic,
-        options.partitions,
-        n,
-    ));
+    let drain = bare_drain(&broker.bootstrap, &json_topic, options.partitions, n);
+    let drain_rate = drain.rows_per_s;
+    figures.push(drain);
     if options.wants("per-row") {
         figures.push(
             per_row_insert(
@@ -289,6 +287,7 @@ async fn main() {
     for f in &mut figures {
         if f.kind != "restart" {
             f.ratio_to_copy = Some(f.rows_per_s / copy_rate.max(1e-9));
+            f.ratio_to_drain = Some(f.rows_per_s / drain_rate.max(1e-9));
         }
     }
     print_table(&figures);

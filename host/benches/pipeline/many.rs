@@ -159,6 +159,7 @@ pub(crate) async fn many_connectors(
             rows_per_s_after_quarter: None,
             rss_mb_at_quarters: Vec::new(),
             ratio_to_copy: None,
+            ratio_to_drain: None,
             cpu_s_per_million: Some(
                 (usage.cpu_seconds - cpu_at_first) / (drained.max(1) as f64) * 1e6,
             ),

@@ -22,6 +22,9 @@ pub(crate) struct Figure {
     pub(crate) rows_per_s_after_quarter: Option<f64>,
     /// rows_per_s / COPY's (PostgreSQL, same table with its primary key, same run).
     pub(crate) ratio_to_copy: Option<f64>,
+    /// rows_per_s / the bare librdkafka drain's records/s (same run): how close sluice
+    /// comes to the source's pace.
+    pub(crate) ratio_to_drain: Option<f64>,
     /// CPU seconds (user + system) of the sluice process per million rows.
     pub(crate) cpu_s_per_million: Option<f64>,
     /// The share of that CPU spent on the tasks' transform threads.
@@ -50,6 +53,7 @@ impl Figure {
             seconds: elapsed.as_secs_f64(),
             rows_per_s: rows as f64 / elapsed.as_secs_f64().max(1e-9),
             ratio_to_copy: None,
+            ratio_to_drain: None,
             cpu_s_per_million: None,
             transform_cpu_share: None,
             peak_rss_mb: None,
@@ -62,8 +66,17 @@ impl Figure {
 
 pub(crate) fn print_table(figures: &[Figure]) {
     println!(
-        "\n{:<70} {:>8} {:>8} {:>6} {:>8} {:>7} {:>16} {:>6} {:>7}",
-        "run", "rows/s", ">25%", "×COPY", "CPU s/M", "xform%", "RSS MB ¼ ½ ¾ 1", "holes", "seconds"
+        "\n{:<70} {:>8} {:>8} {:>6} {:>7} {:>8} {:>7} {:>16} {:>6} {:>7}",
+        "run",
+        "rows/s",
+        ">25%",
+        "×COPY",
+        "×drain",
+        "CPU s/M",
+        "xform%",
+        "RSS MB ¼ ½ ¾ 1",
+        "holes",
+        "seconds"
     );
     for f in figures {
         let opt = |v: Option<f64>, digits: usize| {
@@ -84,11 +97,12 @@ pub(crate) fn print_table(figures: &[Figure]) {
                 .join(" ")
         };
         println!(
-            "{:<70} {:>8} {:>8} {:>6} {:>8} {:>7} {:>16} {:>6} {:>7.2}",
+            "{:<70} {:>8} {:>8} {:>6} {:>7} {:>8} {:>7} {:>16} {:>6} {:>7.2}",
             f.name,
             rate,
             opt(f.rows_per_s_after_quarter, 0),
             opt(f.ratio_to_copy, 2),
+            opt(f.ratio_to_drain, 2),
             opt(f.cpu_s_per_million, 2),
             opt(f.transform_cpu_share.map(|s| s * 100.0), 1),
             rss,

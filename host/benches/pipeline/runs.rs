@@ -405,6 +405,7 @@ pub(crate) async fn run_sluice(
         }),
         rss_mb_at_quarters: rss,
         ratio_to_copy: None,
+        ratio_to_drain: None,
         // Over the drain, like the rate: the start (plugin compilation, connections, the
         // group join) is in the note.
         cpu_s_per_million: Some((cpu - at_first.cpu_seconds) / (drained.max(1) as f64) * 1e6),
@@ -503,6 +504,7 @@ pub(crate) async fn restart_to_first_commit(
         seconds: elapsed.as_secs_f64(),
         rows_per_s: 0.0,
         ratio_to_copy: None,
+        ratio_to_drain: None,
         cpu_s_per_million: None,
         transform_cpu_share: None,
         peak_rss_mb: None,
