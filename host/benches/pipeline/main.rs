@@ -28,6 +28,8 @@
 //!   per million rows (user + system), the share of it spent on the transform threads
 //!   (plugins and mapping), and peak RSS. Rows are counted in the table: holes (records
 //!   the broker skipped, see below) are printed beside the rate.
+//! - `postgres insert word_parse 2 processes × 1t`: two `sluice run` processes in one
+//!   group, one task each (CPU and RSS summed over both), beside the 1-task and 2-task runs.
 //! - `postgres insert json 100 connectors`: 100 connectors in one process, each on a topic
 //!   of a hundredth of the backlog, each writing its own table (many.rs): its rows/s beside
 //!   `postgres insert json 1t` on the same number of records, peak RSS, the connections it

@@ -27,6 +27,8 @@ pub(crate) struct Run {
     pub(crate) tasks: u32,
     /// Every key is in the table before the run (an upsert that updates every row).
     pub(crate) keys_present: bool,
+    /// `sluice run` processes in one group, each with the run's tasks.
+    pub(crate) processes: u32,
     /// Environment of the process (a lever's switch).
     pub(crate) env: Vec<(&'static str, &'static str)>,
     /// More `kafka.properties`, indented for the scenario's YAML.
@@ -65,6 +67,7 @@ pub(crate) fn matrix() -> Vec<Run> {
                         many_tables: false,
                         tasks,
                         keys_present: false,
+                        processes: 1,
                         env: Vec::new(),
                         kafka: String::new(),
                         sink: String::new(),
@@ -84,6 +87,7 @@ pub(crate) fn matrix() -> Vec<Run> {
         many_tables: false,
         tasks: 1,
         keys_present: false,
+        processes: 1,
         env: Vec::new(),
         kafka: String::new(),
         sink: String::new(),
@@ -138,6 +142,11 @@ pub(crate) fn matrix() -> Vec<Run> {
             "lever: postgres upsert word_parse 1t, keys present, ON CONFLICT not optimistic COPY",
             "upsert",
         )
+    });
+    // Two processes in one group, one task each: scaling out by processes.
+    runs.push(Run {
+        processes: 2,
+        ..base("postgres insert word_parse 2 processes × 1t", "insert")
     });
     runs.push(Run {
         sink: "      synchronous_commit: off\n".into(),
@@ -310,7 +319,30 @@ fn tables_of(run: &Run, scenario: &Scenario) -> Vec<String> {
         .collect()
 }
 
-/// Drains the backlog with one sluice process.
+/// The admin listener's address in the scenario's YAML.
+fn scenario_admin_listen(scenario: &Scenario) -> Option<String> {
+    scenario
+        .extra_kafka
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("listen: "))
+        .map(str::to_string)
+}
+
+/// What `/proc` says of several processes together: CPU and RSS summed (peak RSS too: the
+/// most they could have held at once).
+fn sum_use(pids: &[u32], ticks: f64) -> ProcessUse {
+    let mut sum = ProcessUse::default();
+    for &pid in pids {
+        let one = process_use(pid, ticks);
+        sum.cpu_seconds += one.cpu_seconds;
+        sum.transform_cpu_seconds += one.transform_cpu_seconds;
+        sum.rss_mb += one.rss_mb;
+        sum.peak_rss_mb += one.peak_rss_mb;
+    }
+    sum
+}
+
+/// Drains the backlog with one sluice process (or `run.processes` in one group).
 pub(crate) async fn run_sluice(
     options: &Options,
     broker: &Broker,
@@ -339,8 +371,20 @@ pub(crate) async fn run_sluice(
         .expect("keys present");
     }
 
-    let process = Process::start(&options.sluice, &config_path, &run.env);
-    let pid = process.child.id();
+    let mut processes = vec![Process::start(&options.sluice, &config_path, &run.env)];
+    for extra in 1..run.processes {
+        // The same connector in one group; each process its own admin port.
+        let text = std::fs::read_to_string(&config_path).expect("config");
+        let text = match scenario_admin_listen(&scenario) {
+            Some(listen) => text.replace(&listen, &format!("127.0.0.1:{}", harness::free_port())),
+            None => text,
+        };
+        let other = dir.path().join(format!("process-{extra}.yaml"));
+        std::fs::write(&other, text).expect("config");
+        processes.push(Process::start(&options.sluice, &other, &run.env));
+    }
+    let pids: Vec<u32> = processes.iter().map(|p| p.child.id()).collect();
+    let usage_of = |ticks: f64| sum_use(&pids, ticks);
     let started = Instant::now();
     let mut first: Option<(Instant, u64, ProcessUse)> = None;
     let mut progress = (Instant::now(), 0u64);
@@ -353,24 +397,28 @@ pub(crate) async fn run_sluice(
         if done > progress.1 {
             progress = (Instant::now(), done);
             while rss.len() < 4 && done >= n * (rss.len() as u64 + 1) / 4 {
-                rss.push(process_use(pid, ticks).rss_mb);
+                rss.push(usage_of(ticks).rss_mb);
             }
             if quarter.is_none() && done >= n / 4 {
                 quarter = Some(progress);
             }
         }
         if done > 0 && first.is_none() {
-            first = Some((Instant::now(), done, process_use(pid, ticks)));
+            first = Some((Instant::now(), done, usage_of(ticks)));
         }
         if done >= n || progress.0.elapsed() > Duration::from_secs(30) {
             break;
         }
     }
     let end = progress.0;
-    let usage = process_use(pid, ticks);
+    let usage = usage_of(ticks);
     let stages = stage_times(&scenario);
-    process.signal("-TERM");
-    process.wait(Duration::from_secs(30));
+    for process in &processes {
+        process.signal("-TERM");
+    }
+    for process in processes {
+        process.wait(Duration::from_secs(30));
+    }
     let (mut rows, mut distinct) = (0, 0);
     for table in tables_of(run, &scenario) {
         let counts = sink
@@ -443,6 +491,7 @@ pub(crate) async fn restart_to_first_commit(
         many_tables: false,
         tasks: 1,
         keys_present: false,
+        processes: 1,
         env: Vec::new(),
         kafka: if static_membership {
             format!("    group.instance.id: {}\n", harness::unique("bench"))
