@@ -471,3 +471,87 @@ fn upserts_copy_new_keys_and_fall_back_on_present_ones() {
             .await;
     });
 }
+
+/// Which statement wrote each run, seen from inside PostgreSQL: a statement-level trigger
+/// logs each `INSERT` and `UPDATE` statement on the table with the transaction's
+/// `synchronous_commit`. An upsert through `COPY` is one INSERT statement; through
+/// `ON CONFLICT … DO UPDATE` it is an INSERT and an UPDATE statement. So: a run below
+/// `MIN_ROWS` (100) goes to `ON CONFLICT`, a run of new keys to `COPY`, a run meeting
+/// present keys to `ON CONFLICT` after its `COPY` is rolled back (the failed `COPY` logs
+/// nothing); and `sink.synchronous_commit: off` is the setting of every batch's
+/// transaction.
+#[test]
+fn which_statement_wrote_each_run_and_with_which_commit() {
+    harness::run_test(async {
+        let db = TestDb::new(Backend::Postgres);
+        let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+        let table = harness::unique("copy_seen");
+        let log = format!("{table}_log");
+        let mut config = connector(&table, "upsert", &db.url, true);
+        config.sink.synchronous_commit = config::SynchronousCommit::Off;
+        let sink = Sink::connect(&config).await.expect("sink");
+        sink.prepare().await.expect("prepare");
+        for sql in [
+            format!("CREATE TABLE {log} (op TEXT, sync TEXT)"),
+            format!(
+                "CREATE FUNCTION {log}_f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 INSERT INTO {log} VALUES (TG_OP, current_setting('synchronous_commit')); \
+                 RETURN NULL; END $$"
+            ),
+            format!(
+                "CREATE TRIGGER {log}_t AFTER INSERT OR UPDATE ON {table} \
+                 FOR EACH STATEMENT EXECUTE FUNCTION {log}_f()"
+            ),
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&pool)
+                .await
+                .expect("setup");
+        }
+        let write = |keys: std::ops::Range<i64>| {
+            let sink = &sink;
+            async move {
+                sink.write(&WriteBatch {
+                    ops: keys.map(|k| RowOp::Write(row(k, "x", 1.0))).collect(),
+                    ..WriteBatch::default()
+                })
+                .await
+                .expect("write");
+            }
+        };
+        let seen = || async {
+            sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(format!(
+                "SELECT op, sync FROM {log} ORDER BY op"
+            )))
+            .fetch_all(&pool)
+            .await
+            .expect("log")
+        };
+        let ops = |rows: &[(String, String)]| {
+            let count = |op: &str| rows.iter().filter(|(o, _)| o == op).count();
+            (count("INSERT"), count("UPDATE"))
+        };
+        write(5000..5050).await;
+        assert_eq!(ops(&seen().await), (1, 1), "50 rows: ON CONFLICT");
+        write(0..150).await;
+        assert_eq!(ops(&seen().await), (2, 1), "150 new keys: one COPY");
+        write(100..250).await;
+        assert_eq!(ops(&seen().await), (3, 2), "present keys: ON CONFLICT");
+        let rows = seen().await;
+        assert!(rows.iter().all(|(_, sync)| sync == "off"), "{rows:?}");
+        let count: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+                .fetch_one(&pool)
+                .await
+                .expect("count");
+        assert_eq!(count, 300);
+        sink.close().await;
+        for sql in [
+            format!("DROP TABLE {table}"),
+            format!("DROP TABLE {log}"),
+            format!("DROP FUNCTION {log}_f()"),
+        ] {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await;
+        }
+    });
+}
