@@ -189,3 +189,57 @@ async fn connections_refused_by_the_server_are_waited_out(kind: Backend) {
 }
 
 for_each_database!(connections_refused_by_the_server_are_waited_out: postgres = Postgres);
+
+/// Writes never take a pool's last connection: with `max_connections: 2` and two batches
+/// stuck on row locks another session holds, the control read (a connector's target,
+/// read every 2 s and given up after 3 s) still gets a connection at once; the second
+/// batch waits for the first instead. Without the writers' permit both batches would
+/// hold both connections, and the control read would wait for them.
+async fn writes_leave_the_last_connection_to_control_reads(kind: Backend) {
+    use sluice::sink::{DatabasePools, Sink, WriteBatch};
+    let db = TestDb::new(kind);
+    let scenario = Scenario::new(1);
+    let config = scenario.config("127.0.0.1:9", &db);
+    let pools = DatabasePools::new(&sluice::config::DatabasesConfig {
+        max_connections: 2,
+        ..Default::default()
+    });
+    let sink = Sink::connect_shared(&config.connectors[0], &pools)
+        .await
+        .expect("sink");
+    sink.prepare().await.expect("prepare");
+    // Another session holds keys 1 and 2.
+    let other = sqlx::PgPool::connect(&db.url).await.expect("connect");
+    let mut holder = other.begin().await.expect("begin");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {} (uid, word) VALUES (1, 'held'), (2, 'held')",
+        scenario.table
+    )))
+    .execute(&mut *holder)
+    .await
+    .expect("hold keys");
+    let batch = |uid: i64| WriteBatch {
+        ops: vec![harness::scenario_row(uid)],
+        ..WriteBatch::default()
+    };
+    let (one, two) = (batch(1), batch(2));
+    let writes = async { tokio::join!(sink.write(&one), sink.write(&two)) };
+    let control = async {
+        // Both writes have started and wait on the locks (or the permit).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let read = tokio::time::timeout(Duration::from_secs(2), sink.read_control()).await;
+        holder.rollback().await.expect("release the keys");
+        read
+    };
+    let ((first, second), read) = tokio::join!(writes, control);
+    assert!(
+        matches!(read, Ok(Ok(_))),
+        "the control read found no connection while two writes waited: {read:?}"
+    );
+    first.expect("first write");
+    second.expect("second write");
+    sink.close().await;
+    other.close().await;
+}
+
+for_each_database!(writes_leave_the_last_connection_to_control_reads: postgres = Postgres);
