@@ -330,18 +330,6 @@ for_each_database!(the_admin_api_operates_a_connector: postgres = Postgres, sqli
 
 /// A file with the connectors of `scenarios`, each on its database, the first carrying the
 /// admin section.
-fn combined_yaml(brokers: &str, scenarios: &[(&Scenario, &TestDb)]) -> String {
-    let mut yaml = scenarios[0].0.yaml(brokers, scenarios[0].1);
-    for (scenario, db) in &scenarios[1..] {
-        let text = scenario.yaml(brokers, db);
-        let (_, connectors) = text
-            .split_once("connectors:\n")
-            .expect("a connectors section");
-        yaml.push_str(connectors);
-    }
-    yaml
-}
-
 fn write_config(dir: &Path, yaml: &str) -> PathBuf {
     let path = dir.join("connectors.yaml");
     std::fs::write(&path, yaml).expect("write config");
@@ -365,7 +353,7 @@ async fn a_connector_whose_database_is_down_leaves_the_others_running(db: Backen
     let dir = tempfile::tempdir().expect("dir");
     let config = write_config(
         dir.path(),
-        &combined_yaml(
+        &harness::combined_yaml(
             &broker.bootstrap,
             &[(&first, &down), (&healthy, &healthy_db)],
         ),
@@ -471,7 +459,7 @@ async fn a_reload_touches_only_the_changed_connector(db: Backend) {
     let dir = tempfile::tempdir().expect("dir");
     let config = write_config(
         dir.path(),
-        &combined_yaml(&broker.bootstrap, &[(&a, &db), (&b, &db)]),
+        &harness::combined_yaml(&broker.bootstrap, &[(&a, &db), (&b, &db)]),
     );
     broker.produce(&a.topic, 0..1000).await;
     broker.produce(&b.topic, 0..1000).await;
@@ -507,7 +495,7 @@ async fn a_reload_touches_only_the_changed_connector(db: Backend) {
     };
     std::fs::write(
         &config,
-        combined_yaml(&broker.bootstrap, &[(&changed, &db), (&b, &db)]),
+        harness::combined_yaml(&broker.bootstrap, &[(&changed, &db), (&b, &db)]),
     )
     .expect("write");
     let (code, body) = send(port, Method::POST, "/reload", None).await;
@@ -578,7 +566,7 @@ async fn an_operator_brings_a_failed_task_back(db: Backend) {
     let dir = tempfile::tempdir().expect("dir");
     let config = write_config(
         dir.path(),
-        &combined_yaml(&broker.bootstrap, &[(&failing, &db), (&healthy, &db)]),
+        &harness::combined_yaml(&broker.bootstrap, &[(&failing, &db), (&healthy, &db)]),
     );
     broker
         .produce_with(&failing.topic, 0..1000, |uid| {

@@ -11,19 +11,11 @@ use crate::harness::{self, Backend, Broker, Scenario, SluiceProcess, TestDb, uni
 
 const PARTITIONS: i32 = 2;
 
-/// The scenarios' connectors in one file, with `databases: { max_connections }`; each
-/// connector writes through `url`.
+/// The scenarios' connectors in one file, each writing through `url`, with
+/// `databases: { max_connections: max }`.
 fn combined_yaml(brokers: &str, scenarios: &[Scenario], url: &TestDb, max: u32) -> String {
-    let mut yaml = scenarios[0].yaml(brokers, url);
-    for scenario in &scenarios[1..] {
-        let text = scenario.yaml(brokers, url);
-        let (_, connectors) = text
-            .split_once("connectors:\n")
-            .expect("a connectors section");
-        yaml.push_str(connectors);
-    }
-    yaml.push_str(&format!("databases:\n  max_connections: {max}\n"));
-    yaml
+    let pairs: Vec<(&Scenario, &TestDb)> = scenarios.iter().map(|s| (s, url)).collect();
+    harness::combined_yaml(brokers, &pairs) + &format!("databases:\n  max_connections: {max}\n")
 }
 
 /// `count` scenarios of `tasks` tasks, each with a topic of `records` records.
@@ -49,20 +41,6 @@ async fn assert_all_delivered(broker: &Broker, db: &TestDb, scenarios: &[Scenari
             .await;
         harness::assert_exactly(stats, records as i64);
     }
-}
-
-/// `db` reached through another URL.
-fn with_url(db: &TestDb, url: String) -> TestDb {
-    let mut other = TestDb::new(db.kind);
-    other.url = url;
-    other
-}
-
-/// PostgreSQL: the URL with `application_name`, so that the process's connections can be
-/// told apart from every other test's in `pg_stat_activity`.
-fn named(db: &TestDb, name: &str) -> TestDb {
-    let separator = if db.url.contains('?') { '&' } else { '?' };
-    with_url(db, format!("{}{separator}application_name={name}", db.url))
 }
 
 /// Samples, every 50 ms until `stop`, how many connections carry `application_name`, and
@@ -102,8 +80,8 @@ async fn many_connectors_share_a_few_connections(kind: Backend) {
     let db = TestDb::new(kind);
     let application_name = unique("pools");
     let through = match kind {
-        Backend::Postgres => named(&db, &application_name),
-        _ => with_url(&db, db.url.clone()),
+        Backend::Postgres => db.with_application_name(&application_name),
+        _ => db.with_url(db.url.clone()),
     };
     let scenarios = connectors(&broker, CONNECTORS, 2, RECORDS).await;
     let dir = tempfile::tempdir().expect("dir");
@@ -150,7 +128,7 @@ async fn connections_refused_by_the_server_are_waited_out(kind: Backend) {
     ] {
         crate::cdc::execute(&db, &sql).await;
     }
-    let limited = with_url(&db, format!("postgres://{role}@127.0.0.1:5432/test"));
+    let limited = db.with_url(format!("postgres://{role}@127.0.0.1:5432/test"));
     let scenarios = connectors(&broker, 2, 2, RECORDS).await;
     let dir = tempfile::tempdir().expect("dir");
     let config = dir.path().join("connectors.yaml");

@@ -62,18 +62,9 @@ pub(crate) async fn many_connectors(
     let db = TestDb::new(Backend::Postgres);
     // The process's connections carry a name of their own, told apart from the bench's.
     let application_name = format!("{prefix}_sluice");
-    let mut named = TestDb::new(Backend::Postgres);
-    named.url = format!(
-        "{}{}application_name={application_name}",
-        db.url,
-        if db.url.contains('?') { '&' } else { '?' }
-    );
-    let mut yaml = scenarios[0].yaml(&broker.bootstrap, &named);
-    for scenario in &scenarios[1..] {
-        let text = scenario.yaml(&broker.bootstrap, &named);
-        let (_, connectors) = text.split_once("connectors:\n").expect("connectors");
-        yaml.push_str(connectors);
-    }
+    let named = db.with_application_name(&application_name);
+    let pairs: Vec<(&Scenario, &TestDb)> = scenarios.iter().map(|s| (s, &named)).collect();
+    let yaml = harness::combined_yaml(&broker.bootstrap, &pairs);
     let dir = tempfile::tempdir().expect("dir");
     let config_path = dir.path().join("many.yaml");
     std::fs::write(&config_path, &yaml).expect("write config");

@@ -467,6 +467,23 @@ impl TestDb {
         }
     }
 
+    /// The same database under another URL (another user, say). For SQLite, `url` names
+    /// a file this value does not own.
+    pub fn with_url(&self, url: String) -> TestDb {
+        TestDb {
+            kind: self.kind,
+            url,
+            _dir: None,
+        }
+    }
+
+    /// PostgreSQL: the URL with `application_name=name`, so that a process's connections
+    /// can be told apart in `pg_stat_activity`.
+    pub fn with_application_name(&self, name: &str) -> TestDb {
+        let separator = if self.url.contains('?') { '&' } else { '?' };
+        self.with_url(format!("{}{separator}application_name={name}", self.url))
+    }
+
     /// `host:port` of the database server.
     pub fn server(&self) -> String {
         proxy::url_authority(&self.url)
@@ -480,6 +497,20 @@ impl TestDb {
             Backend::Sqlite => "sqlite",
         }
     }
+}
+
+/// The scenarios' connectors in one file, each writing to its database; the top-level
+/// sections (`kafka`, an `admin` in the first's `extra_kafka`) are the first scenario's.
+pub fn combined_yaml(brokers: &str, scenarios: &[(&Scenario, &TestDb)]) -> String {
+    let mut yaml = scenarios[0].0.yaml(brokers, scenarios[0].1);
+    for (scenario, db) in &scenarios[1..] {
+        let text = scenario.yaml(brokers, db);
+        let (_, connectors) = text
+            .split_once("connectors:\n")
+            .expect("a connectors section");
+        yaml.push_str(connectors);
+    }
+    yaml
 }
 
 /// A connectors.yaml for one word-event connector.
