@@ -115,25 +115,8 @@ pub(crate) async fn many_connectors(
     let usage = process_use(pid, ticks);
     process.signal("-TERM");
     process.wait(Duration::from_secs(30));
-    let (mut rows, mut distinct) = (0, 0);
-    for scenario in &scenarios {
-        if let Ok(counts) = sink
-            .query_integers(
-                format!(
-                    "SELECT COUNT(*), COUNT(DISTINCT uid) FROM {}",
-                    scenario.table
-                ),
-                2,
-            )
-            .await
-        {
-            rows += counts[0].unwrap_or(0) as u64;
-            distinct += counts[1].unwrap_or(0) as u64;
-        }
-        let _ = sink
-            .execute_statement(&format!("DROP TABLE IF EXISTS {}", scenario.table))
-            .await;
-    }
+    let tables: Vec<String> = scenarios.iter().map(|s| s.table.clone()).collect();
+    let (rows, distinct) = crate::runs::count_and_drop(&sink, &tables).await;
     sink.close().await;
     let (first_at, first_done, cpu_at_first) = first.unwrap_or((end, 0, usage.cpu_seconds));
     let drain = end.saturating_duration_since(first_at);

@@ -319,6 +319,29 @@ fn tables_of(run: &Run, scenario: &Scenario) -> Vec<String> {
         .collect()
 }
 
+/// The rows a run wrote to `tables` (a present key's row from before has offset -1, and is
+/// not counted) and their distinct uids (each uid is in one table only); then the tables
+/// are dropped. A table that cannot be read counts nothing (a run that never made it).
+pub(crate) async fn count_and_drop(sink: &Sink, tables: &[String]) -> (u64, u64) {
+    let (mut rows, mut distinct) = (0, 0);
+    for table in tables {
+        if let Ok(counts) = sink
+            .query_integers(
+                format!("SELECT COUNT(*), COUNT(DISTINCT uid) FROM {table} WHERE src_offset >= 0"),
+                2,
+            )
+            .await
+        {
+            rows += counts[0].unwrap_or(0) as u64;
+            distinct += counts[1].unwrap_or(0) as u64;
+        }
+        let _ = sink
+            .execute_statement(&format!("DROP TABLE IF EXISTS {table}"))
+            .await;
+    }
+    (rows, distinct)
+}
+
 /// The admin listener's address in the scenario's YAML.
 fn scenario_admin_listen(scenario: &Scenario) -> Option<String> {
     scenario
@@ -419,21 +442,7 @@ pub(crate) async fn run_sluice(
     for process in processes {
         process.wait(Duration::from_secs(30));
     }
-    let (mut rows, mut distinct) = (0, 0);
-    for table in tables_of(run, &scenario) {
-        let counts = sink
-            .query_integers(
-                // Rows the run wrote (a present key's row from before has offset -1).
-                format!("SELECT COUNT(*), COUNT(DISTINCT uid) FROM {table} WHERE src_offset >= 0"),
-                2,
-            )
-            .await
-            .expect("count");
-        rows += counts[0].unwrap_or(0) as u64;
-        // Each uid is in one table only.
-        distinct += counts[1].unwrap_or(0) as u64;
-        let _ = sink.execute_statement(&format!("DROP TABLE {table}")).await;
-    }
+    let (rows, distinct) = count_and_drop(&sink, &tables_of(run, &scenario)).await;
     sink.close().await;
     let (first_at, first_done, at_first) = first.unwrap_or((end, 0, usage));
     let drain = end.saturating_duration_since(first_at);
