@@ -55,6 +55,21 @@ async fn user_without_create(db: &TestDb, user: &str, target: &str) -> String {
     }
 }
 
+/// Runs the file's one connector in this process until it, or each of its tasks, has
+/// failed for good (at most 90 s), and returns what it showed then.
+async fn run_until_failed(yaml: &str, broker: &Broker) -> sluice::supervisor::ConnectorView {
+    let config = sluice::config::load_str(yaml, &|_| None).expect("a valid config");
+    let supervisor = Supervisor::start(&config, &broker.bootstrap)
+        .await
+        .expect("start");
+    tokio::time::timeout(Duration::from_secs(90), supervisor.all_failed())
+        .await
+        .expect("it fails for good");
+    let view = supervisor.connectors()[0].view();
+    supervisor.shutdown().await;
+    view
+}
+
 async fn drop_user(db: &TestDb, user: &str, target: &str) {
     match db.kind {
         Backend::Postgres => {
@@ -104,15 +119,7 @@ connectors:
 "#,
         brokers = broker.bootstrap,
     );
-    let config = sluice::config::load_str(&yaml, &|_| None).expect("a valid config");
-    let supervisor = Supervisor::start(&config, &broker.bootstrap)
-        .await
-        .expect("start");
-    tokio::time::timeout(Duration::from_secs(90), supervisor.all_failed())
-        .await
-        .expect("the task fails for good");
-    let task = supervisor.connectors()[0].view().tasks[0].clone();
-    supervisor.shutdown().await;
+    let task = run_until_failed(&yaml, &broker).await.tasks[0].clone();
     assert_eq!(task.state, "FAILED", "{task:?}");
     assert!(!task.transient, "{task:?}");
     let trace = task.trace.unwrap_or_default();
@@ -177,15 +184,7 @@ connectors:
 "#,
         brokers = broker.bootstrap,
     );
-    let config = sluice::config::load_str(&yaml, &|_| None).expect("a valid config");
-    let supervisor = Supervisor::start(&config, &broker.bootstrap)
-        .await
-        .expect("start");
-    tokio::time::timeout(Duration::from_secs(90), supervisor.all_failed())
-        .await
-        .expect("the connector fails for good");
-    let view = supervisor.connectors()[0].view();
-    supervisor.shutdown().await;
+    let view = run_until_failed(&yaml, &broker).await;
     let trace = view.trace.unwrap_or_default();
     assert!(
         trace.contains("refused the privilege") && !trace.contains("is missing"),
