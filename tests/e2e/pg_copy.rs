@@ -76,6 +76,23 @@ async fn read_back(pool: &sqlx::PgPool, table: &str, key: i64) -> Vec<Option<Str
         .collect()
 }
 
+/// Rows in `table`.
+async fn count(pool: &sqlx::PgPool, table: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+        .fetch_one(pool)
+        .await
+        .expect("count")
+}
+
+/// The indices of `ops` the database refuses, found by the sink's probe.
+async fn refused_at(sink: &Sink, ops: &[RowOp]) -> Vec<usize> {
+    let refused = sink
+        .find_refused(ops, &Default::default())
+        .await
+        .expect("probe");
+    refused.iter().map(|(i, _)| *i).collect()
+}
+
 fn expected(key: i64, text: &str, double: &str) -> Vec<Option<String>> {
     [
         key.to_string().as_str(),
@@ -149,20 +166,16 @@ fn every_column_type_reads_back_as_written() {
             assert_eq!(read_back(&pool, &table, 100).await, none);
             if mode == "insert" {
                 // Inserting the same keys again is refused, row by row.
-                let refused = sink
-                    .find_refused(&[RowOp::Write(row(1, "again", 0.5))], &Default::default())
-                    .await
-                    .expect("probe");
-                assert_eq!(refused.len(), 1, "{refused:?}");
+                let again = [RowOp::Write(row(1, "again", 0.5))];
+                assert_eq!(refused_at(&sink, &again).await, vec![0]);
             }
             sink.close().await;
         }
-        let count: i64 =
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
-                .fetch_one(&pool)
-                .await
-                .expect("count");
-        assert_eq!(count, 7, "keys 1..4, 100 and the two extremes, each once");
+        assert_eq!(
+            count(&pool, &table).await,
+            7,
+            "keys 1..4, 100 and the two extremes, each once"
+        );
         let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
             .execute(&pool)
             .await;
@@ -217,15 +230,7 @@ fn a_table_made_by_hand_takes_the_rows_and_refuses_what_does_not_fit() {
                 RowOp::Write(fitting(base + 5, "far too long for twelve")),
                 RowOp::Write(fitting(base + 6, "fits too")),
             ];
-            let refused = sink
-                .find_refused(&ops, &Default::default())
-                .await
-                .expect("probe");
-            assert_eq!(
-                refused.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-                vec![1],
-                "{mode}: {refused:?}"
-            );
+            assert_eq!(refused_at(&sink, &ops).await, vec![1], "{mode}");
             sink.close().await;
         }
         let rows: Vec<(i32, String, String, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -425,15 +430,7 @@ fn upserts_copy_new_keys_and_fall_back_on_present_ones() {
             RowOp::Write(bad),
             RowOp::Write(row(1001, "fine", 1.0)),
         ];
-        let refused = sink
-            .find_refused(&ops, &Default::default())
-            .await
-            .expect("probe");
-        assert_eq!(
-            refused.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-            vec![1],
-            "{refused:?}"
-        );
+        assert_eq!(refused_at(&sink, &ops).await, vec![1]);
         sink.close().await;
 
         for (name, ddl) in [
@@ -539,12 +536,7 @@ fn which_statement_wrote_each_run_and_with_which_commit() {
         assert_eq!(ops(&seen().await), (3, 2), "present keys: ON CONFLICT");
         let rows = seen().await;
         assert!(rows.iter().all(|(_, sync)| sync == "off"), "{rows:?}");
-        let count: i64 =
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
-                .fetch_one(&pool)
-                .await
-                .expect("count");
-        assert_eq!(count, 300);
+        assert_eq!(count(&pool, &table).await, 300);
         sink.close().await;
         for sql in [
             format!("DROP TABLE {table}"),
