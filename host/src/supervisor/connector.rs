@@ -78,6 +78,7 @@ pub(super) struct Runner {
     pub(super) context: Arc<Context>,
     pub(super) config: Arc<ConnectorConfig>,
     pub(super) metrics: Arc<ConnectorMetrics>,
+    pub(super) history: Arc<super::history::History>,
     pub(super) commands: mpsc::UnboundedReceiver<Command>,
     pub(super) view: watch::Sender<ConnectorView>,
     /// What the operator asked for (as last read or set).
@@ -169,6 +170,11 @@ impl Runner {
             }
             self.check_tasks();
             self.metrics.rows_per_second();
+            self.history.offer(super::history::Counters {
+                rows_written: self.metrics.rows_written.get(),
+                records_committed: self.metrics.committed.get(),
+                records_consumed: self.metrics.consumed_total(),
+            });
             if self.sync_due() {
                 self.sync().await;
             }

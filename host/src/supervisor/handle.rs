@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch};
 
 use super::connector::{Context, Runner};
+use super::history::History;
 use crate::config::ConnectorConfig;
 use crate::metrics::ConnectorMetrics;
 use crate::sink::Sink;
@@ -78,6 +79,17 @@ pub struct ConnectorView {
     pub sink: Option<Arc<Sink>>,
     /// Heartbeats of the connector's tasks in other processes, as last read.
     pub others: Vec<TaskRow>,
+    /// The last error this process saw on the connector or one of its tasks, kept after
+    /// it cleared (the status page shows it with its time).
+    pub last_error: Option<LastError>,
+}
+
+/// An error of the connector or of a task, and when it first appeared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastError {
+    pub message: String,
+    /// Milliseconds since the epoch (this process's clock).
+    pub at_ms: i64,
 }
 
 impl ConnectorView {
@@ -89,6 +101,7 @@ impl ConnectorView {
             started: false,
             sink: None,
             others: Vec::new(),
+            last_error: None,
         }
     }
 
@@ -108,6 +121,8 @@ pub struct ConnectorHandle {
     pub name: String,
     pub config: Arc<ConnectorConfig>,
     pub metrics: Arc<ConnectorMetrics>,
+    /// Its throughput over the last minutes (the status page's chart).
+    pub history: Arc<History>,
     /// What a reload compares: the connector's section, its plugins' contents, the
     /// `kafka:` section.
     pub(super) fingerprint: String,
@@ -127,10 +142,12 @@ impl ConnectorHandle {
         let (commands, receiver) = mpsc::unbounded_channel();
         let (view_tx, view) = watch::channel(ConnectorView::new());
         let span = tracing::error_span!("connector", connector = %config.name);
+        let history = Arc::new(History::new());
         let runner = Runner {
             context,
             config: config.clone(),
             metrics: metrics.clone(),
+            history: history.clone(),
             commands: receiver,
             view: view_tx,
             target: Target::Running,
@@ -151,6 +168,7 @@ impl ConnectorHandle {
             name: config.name.clone(),
             config,
             metrics,
+            history,
             fingerprint,
             commands,
             view,

@@ -7,6 +7,7 @@ mod changes;
 pub mod connector;
 mod handle;
 mod handover;
+pub mod history;
 mod sync;
 
 use std::collections::hash_map::DefaultHasher;
@@ -15,7 +16,7 @@ use std::sync::{Arc, RwLock};
 
 pub use connector::Context;
 pub use handle::{
-    Command, ConnectorHandle, ConnectorState, ConnectorView, TaskView, kc_task_state,
+    Command, ConnectorHandle, ConnectorState, ConnectorView, LastError, TaskView, kc_task_state,
 };
 
 use crate::config::{Config, ConnectorConfig};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::connector::{CONTROL_INTERVAL, HEARTBEAT_STALE, Runner, SYNC_TIMEOUT};
-use super::handle::{ConnectorState, ConnectorView, TaskView, kc_task_state};
+use super::handle::{ConnectorState, ConnectorView, LastError, TaskView, kc_task_state};
 use crate::sink::Sink;
 use crate::sink::control::{ControlRow, Target, now_ms};
 use crate::task::TaskState;
@@ -152,6 +152,19 @@ impl Runner {
         for task in &tasks {
             self.metrics.set_task_state(task.id, task.state);
         }
+        let error = current_error(state, trace.as_deref(), &tasks);
+        let last_error = {
+            let previous = self.view.borrow();
+            match (error, &previous.last_error) {
+                // The same error still: it keeps the time it first appeared.
+                (Some(message), Some(old)) if old.message == message => Some(old.clone()),
+                (Some(message), _) => Some(LastError {
+                    message,
+                    at_ms: now_ms(),
+                }),
+                (None, old) => old.clone(),
+            }
+        };
         let view = ConnectorView {
             state,
             trace,
@@ -159,6 +172,7 @@ impl Runner {
             started: true,
             sink: self.sink.clone(),
             others: self.others.clone(),
+            last_error,
         };
         self.view.send_if_modified(|old| {
             let changed = old.state != view.state
@@ -166,9 +180,74 @@ impl Runner {
                 || old.tasks != view.tasks
                 || old.started != view.started
                 || old.others != view.others
+                || old.last_error != view.last_error
                 || old.sink.is_some() != view.sink.is_some();
             *old = view;
             changed
         });
+    }
+}
+
+/// The error the connector shows now, if any: its own (failed, or waiting for its
+/// database), else the first failed or restarting task's. The traces of a connector that
+/// is only starting or connecting are no errors.
+fn current_error(state: ConnectorState, trace: Option<&str>, tasks: &[TaskView]) -> Option<String> {
+    let own = trace.filter(|t| match state {
+        ConnectorState::Failed => true,
+        ConnectorState::Unassigned => !matches!(*t, "starting" | "connecting"),
+        _ => false,
+    });
+    own.map(str::to_string).or_else(|| {
+        tasks.iter().find_map(|t| {
+            t.trace
+                .as_ref()
+                .map(|trace| format!("task {}: {trace}", t.id))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: usize, state: &'static str, trace: Option<&str>) -> TaskView {
+        TaskView {
+            id,
+            state,
+            trace: trace.map(String::from),
+            transient: false,
+        }
+    }
+
+    #[test]
+    fn the_current_error_is_the_connectors_else_the_first_tasks() {
+        let running = [task(0, "RUNNING", None), task(1, "RUNNING", None)];
+        assert_eq!(current_error(ConnectorState::Running, None, &running), None);
+        for quiet in ["starting", "connecting"] {
+            assert_eq!(
+                current_error(ConnectorState::Unassigned, Some(quiet), &running),
+                None
+            );
+        }
+        assert_eq!(
+            current_error(
+                ConnectorState::Unassigned,
+                Some("waiting for the database: refused"),
+                &running
+            ),
+            Some("waiting for the database: refused".into())
+        );
+        let failing = [
+            task(0, "RUNNING", None),
+            task(1, "RESTARTING", Some("deadlock")),
+        ];
+        assert_eq!(
+            current_error(ConnectorState::Running, None, &failing),
+            Some("task 1: deadlock".into())
+        );
+        assert_eq!(
+            current_error(ConnectorState::Failed, Some("no such table"), &failing),
+            Some("no such table".into())
+        );
     }
 }
