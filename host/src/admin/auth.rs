@@ -4,7 +4,8 @@
 //!   host (`localhost`, `127.x.x.x`, `[::1]`): a web page that rebinds its own name to
 //!   127.0.0.1 (DNS rebinding) sends its own name, and is refused;
 //!
-//! and to every route but `/healthz` and `/readyz`:
+//! and to every route but `/healthz`, `/readyz` and the status page (`/`, its script and
+//! styles, which hold no data):
 //!
 //! - with `admin.token` and/or `admin.read_token`, a request carries
 //!   `Authorization: Bearer <token>` (the scheme in any case, RFC 9110 §11.1): the token
@@ -12,6 +13,10 @@
 //! - without a token, a call that changes something (any method but `GET`, `HEAD`,
 //!   `OPTIONS`) carries `X-Sluice-Request: 1`, a header a browser does not send
 //!   cross-site without the server's consent (which this server never gives).
+//!
+//! Every answer that passed the token check says what its caller may do in
+//! [`ACCESS_HEADER`]: `all`, `read` (the read token) or `open` (no token configured), so
+//! that the status page hides the buttons a read token cannot use.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
@@ -23,6 +28,9 @@ use crate::config::Secret;
 
 /// The header that a state-changing call without a token carries.
 pub const REQUEST_HEADER: &str = "x-sluice-request";
+
+/// The answer's header that tells what the caller's token allows: `all`, `read`, `open`.
+pub const ACCESS_HEADER: &str = "x-sluice-access";
 
 /// The tokens a server checks, replaced in place by a reload that changes only them.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -130,10 +138,11 @@ pub(super) async fn authorize(
 ) -> Response {
     let tokens = state.tokens.read().map(|t| t.clone()).unwrap_or_default();
     let method = request.method().clone();
+    let mut allowed = "open";
     if tokens.any() {
         match access(&tokens, request.headers()) {
-            Access::All => {}
-            Access::ReadOnly if reads_only(&method) => {}
+            Access::All => allowed = "all",
+            Access::ReadOnly if reads_only(&method) => allowed = "read",
             Access::ReadOnly => {
                 return error(
                     StatusCode::FORBIDDEN,
@@ -165,7 +174,12 @@ pub(super) async fn authorize(
             ),
         );
     }
-    next.run(request).await
+    let mut response = next.run(request).await;
+    response.headers_mut().insert(
+        header::HeaderName::from_static(ACCESS_HEADER),
+        header::HeaderValue::from_static(allowed),
+    );
+    response
 }
 
 /// Compares without stopping at the first difference (the time taken does not tell how

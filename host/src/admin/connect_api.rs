@@ -1,6 +1,7 @@
 //! The endpoints under `/connectors`, in Kafka Connect's paths, JSON and status codes.
-//! Where sluice knows more than Kafka Connect says (lag, rows per second), it adds fields;
-//! Kafka Connect's clients ignore them.
+//! Where sluice knows more than Kafka Connect says (lag, rows per second, counters, the
+//! last error, its plugins' calls: [`super::figures`]), it adds fields; Kafka Connect's
+//! clients ignore them.
 //!
 //! Control acts on the connector in every process: pause, resume, stop and restart are
 //! written to the connector's sink database, which every process reads every few
@@ -28,6 +29,7 @@ pub(super) fn routes() -> Router<AdminState> {
         .route("/connectors/{name}", get(info))
         .route("/connectors/{name}/config", get(config))
         .route("/connectors/{name}/status", get(status))
+        .route("/connectors/{name}/history", get(super::figures::history))
         .route("/connectors/{name}/tasks", get(tasks))
         .route("/connectors/{name}/tasks/{task}/status", get(task_status))
         .route("/connectors/{name}/pause", put(pause))
@@ -67,7 +69,7 @@ fn unknown(name: &str) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, format!("Connector {name} not found"))
 }
 
-fn find(state: &AdminState, name: &str) -> Result<Arc<ConnectorHandle>, ApiError> {
+pub(super) fn find(state: &AdminState, name: &str) -> Result<Arc<ConnectorHandle>, ApiError> {
     state
         .supervisor
         .connector(name)
@@ -87,11 +89,12 @@ async fn list(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Res
         let names: Vec<&str> = connectors.iter().map(|c| c.name.as_str()).collect();
         return Json(names).into_response();
     }
+    let plugins = super::figures::plugin_calls(&state);
     let mut out = serde_json::Map::new();
     for connector in &connectors {
         let mut entry = serde_json::Map::new();
         if expand.contains(&"status") {
-            entry.insert("status".into(), status_body(&state, connector));
+            entry.insert("status".into(), status_with(&state, connector, &plugins));
         }
         if expand.contains(&"info") {
             entry.insert("info".into(), info_body(&state, connector));
@@ -152,6 +155,16 @@ async fn tasks(State(state): State<AdminState>, Path(name): Path<String>) -> Res
 /// The status of a connector: this process's tasks as they are now, the other processes'
 /// from their last heartbeats (stale ones `UNASSIGNED`), and sluice's own figures.
 pub fn status_body(state: &AdminState, connector: &ConnectorHandle) -> Value {
+    status_with(state, connector, &super::figures::plugin_calls(state))
+}
+
+/// [`status_body`] with the plugins' calls already read (an answer about many connectors
+/// reads them once).
+fn status_with(
+    state: &AdminState,
+    connector: &ConnectorHandle,
+    plugins: &super::plugin_calls::AllPluginCalls,
+) -> Value {
     let view = connector.view();
     let worker = state.supervisor.worker_id();
     let mut connector_state = json!({"state": view.state.name(), "worker_id": worker});
@@ -181,27 +194,16 @@ pub fn status_body(state: &AdminState, connector: &ConnectorHandle) -> Value {
         }
         tasks.push(entry);
     }
-    let metrics = &connector.metrics;
-    let lags: Vec<Value> = metrics
-        .lags()
-        .into_iter()
-        .map(|(task, topic, partition, lag)| {
-            json!({"task": task, "topic": topic, "partition": partition, "lag": lag})
-        })
-        .collect();
-    json!({
+    let mut body = json!({
         "name": connector.name,
         "connector": connector_state,
         "tasks": tasks,
         "type": "sink",
-        "lag": metrics.total_lag(),
-        "partitions": lags,
-        "rows_per_second": (metrics.rows_per_second() * 10.0).round() / 10.0,
-        "records_consumed": metrics.consumed_total(),
-        "records_committed": metrics.committed.get(),
-        "rows_written": metrics.rows_written.get(),
-        "dead_letters": metrics.dead_letters.get(),
-    })
+    });
+    if let Some(body) = body.as_object_mut() {
+        super::figures::add(body, connector, plugins);
+    }
+    body
 }
 
 /// `GET /connectors/{name}/status`.

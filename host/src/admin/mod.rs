@@ -2,7 +2,11 @@
 //! (so that operators' scripts and UIs carry over), Prometheus metrics, health and
 //! readiness, and reload. Started when `connectors.yaml` has `admin: { listen: … }`.
 //!
-//! - [`connect_api`]: the endpoints under `/connectors`, in Kafka Connect's shapes.
+//! - [`connect_api`]: the endpoints under `/connectors`, in Kafka Connect's shapes;
+//!   [`figures`]: what sluice adds to their status, and each connector's recent
+//!   throughput (`/connectors/{name}/history`), with [`plugin_calls`] read from the metrics.
+//! - [`status_page`]: `GET /`, the status page (HTML, script and styles inside the
+//!   binary, without the token; its data comes from the API, with it).
 //! - [`records`]: records and dry runs through the seek-consumer pool, of the topics
 //!   [`topics`] allows.
 //! - [`auth`]: tokens, the read token, the `Host` check and the header that keeps web
@@ -17,9 +21,12 @@
 pub mod auth;
 pub mod client;
 pub mod connect_api;
+pub mod figures;
 pub mod metrics_listener;
+pub mod plugin_calls;
 pub mod records;
 pub mod serve;
+pub mod status_page;
 pub mod tls;
 pub mod topics;
 
@@ -357,6 +364,7 @@ pub fn router(state: AdminState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(status_page::routes())
         .merge(guarded)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
@@ -420,9 +428,11 @@ async fn readyz(State(state): State<AdminState>) -> Response {
 }
 
 async fn metrics(State(state): State<AdminState>) -> Response {
+    let metrics = state.supervisor.metrics();
+    metrics.set_ready(state.supervisor.ready().is_ok());
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-        state.supervisor.metrics().render(),
+        metrics.render(),
     )
         .into_response()
 }
