@@ -8,9 +8,19 @@
 # ConfigMap carries (sluice validate, which refuses a token shorter than 16 bytes). The two
 # linters come from PyPI into a virtual environment under target/. On the shipped manifests
 # it then checks its own checks: copies with one fault each (a literal token, no
-# NetworkPolicy, an open admin port, metrics scraped on the admin port, …) must fail them.
+# NetworkPolicy, an open admin port, metrics scraped on the admin port, a PrometheusRule
+# that drifted, an alert rule that fires on a paused connector, …) must fail them.
+#
+# The alert rules (deploy/prometheus) go through promtool (Debian's `prometheus` package,
+# which scripts/setup.sh --tests installs): `check rules`, and `test rules` with their unit
+# tests; the PrometheusRule of components/prometheus-rule must carry the same groups, and
+# renders as a component over the base. The Grafana dashboard (deploy/grafana/sluice.json)
+# must parse and take its datasource from a variable (file provisioning ignores
+# `__inputs`). tests/e2e/dashboards checks their metric names against a real scrape.
 #
 # Usage: scripts/check-deploy.sh [MANIFEST_DIR]   (default: deploy/kubernetes)
+# CHECK_DEPLOY_RULES=DIR checks the alerts.yaml and alerts_test.yaml of DIR instead of
+# deploy/prometheus (the script's own self-checks use it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 self="$PWD/scripts/check-deploy.sh"
@@ -252,6 +262,96 @@ if problems:
     sys.exit(1)
 PY
 
+rules="${CHECK_DEPLOY_RULES:-deploy/prometheus}"
+log "alert rules ($rules): promtool check and unit tests"
+if ! command -v promtool >/dev/null 2>&1; then
+  log "promtool is not installed (Debian's prometheus package): run scripts/setup.sh --tests"
+  exit 1
+fi
+promtool check rules "$rules/alerts.yaml"
+# promtool resolves rule_files against the test file's directory.
+promtool test rules "$rules/alerts_test.yaml"
+
+log "the PrometheusRule component carries alerts.yaml's groups; the Grafana dashboard"
+"$venv/bin/python" - "$rules/alerts.yaml" "$kube/components/prometheus-rule" deploy/grafana/sluice.json <<'PY'
+import json, os, sys
+import yaml
+
+alerts_path, component, dashboard_path = sys.argv[1:4]
+problems = []
+fail = problems.append
+
+with open(alerts_path) as f:
+    groups = (yaml.safe_load(f) or {}).get("groups")
+rule_path = os.path.join(component, "prometheusrule.yaml")
+try:
+    with open(os.path.join(component, "kustomization.yaml")) as f:
+        kustomization = yaml.safe_load(f) or {}
+    with open(rule_path) as f:
+        rule = yaml.safe_load(f) or {}
+except OSError as e:
+    fail(f"the PrometheusRule component: {e}")
+    kustomization, rule = {}, {}
+if kustomization and kustomization.get("kind") != "Component":
+    fail(f"{component}/kustomization.yaml: kind must be Component (outside the base: not every cluster has the operator's CRDs)")
+if kustomization and "prometheusrule.yaml" not in (kustomization.get("resources") or []):
+    fail(f"{component}/kustomization.yaml: prometheusrule.yaml is not in resources")
+if rule:
+    if rule.get("kind") != "PrometheusRule" or rule.get("apiVersion") != "monitoring.coreos.com/v1":
+        fail(f"{rule_path}: not a monitoring.coreos.com/v1 PrometheusRule")
+    if (rule.get("spec") or {}).get("groups") != groups:
+        fail(f"{rule_path}: spec.groups differs from {alerts_path}'s groups; copy them over")
+
+for group in groups or []:
+    for r in group.get("rules") or []:
+        url = (r.get("annotations") or {}).get("runbook_url", "")
+        anchor = url.partition("/docs/operations.md#")[2]
+        if not anchor:
+            fail(f"{alerts_path}: {r.get('alert')} has no runbook_url into docs/operations.md")
+        elif not os.path.exists("docs/operations.md") or f"### {r.get('alert')}\n" not in open("docs/operations.md").read() or anchor != r.get("alert", "").lower():
+            fail(f"{alerts_path}: {r.get('alert')}'s runbook_url #{anchor} has no section '### {r.get('alert')}' in docs/operations.md")
+
+try:
+    with open(dashboard_path) as f:
+        dashboard = json.load(f)
+except (OSError, ValueError) as e:
+    fail(f"{dashboard_path}: {e}")
+    dashboard = {}
+if dashboard:
+    if "__inputs" in dashboard:
+        fail(f"{dashboard_path}: __inputs (file provisioning ignores it): take the datasource from a variable")
+    variables = {v.get("name"): v for v in (dashboard.get("templating") or {}).get("list") or []}
+    source = variables.get("datasource") or {}
+    if source.get("type") != "datasource" or source.get("query") != "prometheus":
+        fail(f"{dashboard_path}: no datasource variable (type datasource, query prometheus)")
+    for name in ("instance", "connector"):
+        if (variables.get(name) or {}).get("type") != "query":
+            fail(f"{dashboard_path}: no {name} variable")
+
+    def panels(items):
+        for p in items:
+            yield p
+            yield from panels(p.get("panels") or [])
+
+    ids = []
+    for p in panels(dashboard.get("panels") or []):
+        ids.append(p.get("id"))
+        if p.get("type") == "row":
+            continue
+        for t in [p] + (p.get("targets") or []):
+            uid = (t.get("datasource") or {}).get("uid")
+            if uid != "${datasource}":
+                fail(f"{dashboard_path}: panel {p.get('title')!r} uses datasource {uid!r}, not ${{datasource}}")
+        if not any(t.get("expr") for t in p.get("targets") or []):
+            fail(f"{dashboard_path}: panel {p.get('title')!r} has no query")
+    if len(ids) != len(set(ids)):
+        fail(f"{dashboard_path}: panel ids repeat")
+
+for p in problems:
+    print(f"check-deploy: {p}", file=sys.stderr)
+sys.exit(1 if problems else 0)
+PY
+
 log "the kustomization, rendered"
 if command -v kubectl >/dev/null 2>&1; then
   mkdir "$work/kube"
@@ -279,6 +379,28 @@ problems += [f"Secret {r} has no SLUICE_ADMIN_TOKEN" for r in refs
              if r in secrets and "SLUICE_ADMIN_TOKEN" not in (secrets[r].get("data") or {})]
 if not any(d["kind"] == "NetworkPolicy" for d in docs):
     problems.append("the rendering has no NetworkPolicy")
+for p in problems:
+    print(f"check-deploy: {p}", file=sys.stderr)
+sys.exit(1 if problems else 0)
+PY
+  # The PrometheusRule component over the base, as an operator's overlay adds it.
+  log "the base with the prometheus-rule component, rendered"
+  mkdir "$work/overlay"
+  printf 'resources: [../kube]\ncomponents: [../kube/components/prometheus-rule]\n' > "$work/overlay/kustomization.yaml"
+  kubectl kustomize "$work/overlay" > "$work/with-rules.yaml"
+  "$venv/bin/python" - "$work/with-rules.yaml" "$rules/alerts.yaml" <<'PY'
+import sys
+import yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+groups = yaml.safe_load(open(sys.argv[2]))["groups"]
+rules = [d for d in docs if d["kind"] == "PrometheusRule"]
+problems = []
+if len(rules) != 1:
+    problems.append(f"the base with the prometheus-rule component renders {len(rules)} PrometheusRules, not 1")
+elif rules[0]["spec"]["groups"] != groups:
+    problems.append("the rendered PrometheusRule's groups differ from alerts.yaml's")
+if not any(d["kind"] == "Deployment" for d in docs):
+    problems.append("the base with the prometheus-rule component renders no Deployment")
 for p in problems:
     print(f"check-deploy: {p}", file=sys.stderr)
 sys.exit(1 if problems else 0)
@@ -359,5 +481,20 @@ if [ -z "${1:-}" ]; then
     "perl -0pi -e 's/(path: \/healthz\n +port: )metrics/\$1admin/' deployment.yaml"
   mutant no-metrics-listener "admin.metrics_listen is missing" \
     "perl -0pi -e 's/ +metrics_listen: .*\n//' configmap.yaml"
+  mutant prometheusrule-drifted "spec.groups differs from" \
+    "perl -0pi -e 's/for: 10m/for: 30m/' components/prometheus-rule/prometheusrule.yaml"
+  # An alert rule that pages for a paused connector must fail its unit tests.
+  dir="$mutants/rule-fires-when-paused"
+  mkdir -p "$dir/rules"
+  cp -r deploy/prometheus/. "$dir/rules/"
+  perl -0pi -e 's/\n +unless on \(connector, instance\)\n.*STOPPED.*\n/\n/' "$dir/rules/alerts.yaml"
+  if CHECK_DEPLOY_RULES="$dir/rules" "$self" "$kube" >"$dir.log" 2>&1; then
+    log "the rules with fault 'rule-fires-when-paused' passed the checks ($dir.log)"
+    exit 1
+  fi
+  if ! grep -qF "alertname: SluiceNoCommit" "$dir.log"; then
+    log "the rules with fault 'rule-fires-when-paused' failed, but not in SluiceNoCommit's unit test ($dir.log)"
+    exit 1
+  fi
 fi
 log "ok"
