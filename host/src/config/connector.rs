@@ -525,6 +525,17 @@ pub enum OnGap {
     Ignore,
 }
 
+impl OnGap {
+    /// The name as `connectors.yaml` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnGap::Warn => "warn",
+            OnGap::Fail => "fail",
+            OnGap::Ignore => "ignore",
+        }
+    }
+}
+
 /// Delivery guarantee.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]

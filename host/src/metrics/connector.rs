@@ -31,10 +31,11 @@ impl Metrics {
             duplicates: self.duplicates.get_or_create_owned(&label),
             batches: self.batches.get_or_create_owned(&label),
             conflicts: self.conflicts.get_or_create_owned(&label),
-            offset_gaps: self.offset_gaps.get_or_create_owned(&label),
+            offset_gaps: Counter::default(),
             offset_resets: self.offset_resets.get_or_create_owned(&label),
             offsets_skipped: self.offsets_skipped.get_or_create_owned(&label),
             batch_records: self.batch_records.get_or_create_owned(&label),
+            record_latency: self.record_latency.get_or_create_owned(&label),
             consumed: Counter::default(),
             lags: Mutex::default(),
             samples: Mutex::default(),
@@ -69,13 +70,15 @@ pub struct ConnectorMetrics {
     pub conflicts: Counter,
     /// Times a partition's next record came with a higher offset than the one after the
     /// previous record: compaction and transaction markers do that, and so does a broker
-    /// that skips records.
+    /// that skips records. All policies (the registered counters are by policy:
+    /// [`ConnectorMetrics::offset_gap`]).
     pub offset_gaps: Counter,
     /// Partitions moved by `delivery.on_offset_out_of_range: earliest` or `latest`.
     pub offset_resets: Counter,
     /// Offsets passed over by such resets (records the log no longer had, or never gave).
     pub offsets_skipped: Counter,
     batch_records: Histogram,
+    record_latency: Histogram,
     /// Records read by all tasks (the per-task counters are the registered ones).
     consumed: Counter,
     /// Each held partition's lag, by (task, topic, partition), for the status API.
@@ -188,6 +191,40 @@ impl ConnectorMetrics {
     /// A committed batch of `records`.
     pub fn observe_batch(&self, records: u64) {
         self.batch_records.observe(records as f64);
+    }
+
+    /// Records committed now: the time from each one's Kafka timestamp (milliseconds since
+    /// the Unix epoch) to now. A timestamp ahead of this host's clock counts as zero.
+    pub fn observe_latency(&self, timestamps: &[i64]) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        for &timestamp in timestamps {
+            let millis = now.saturating_sub(timestamp).max(0);
+            self.record_latency.observe(millis as f64 / 1000.0);
+        }
+    }
+
+    fn gap_label(&self, policy: &str) -> GapLabel {
+        GapLabel {
+            connector: self.connector.clone(),
+            policy: policy.to_string(),
+        }
+    }
+
+    /// Creates the gap counter of `policy` (`delivery.on_offset_gap`) at 0, so that the
+    /// first gap shows as an increase.
+    pub fn gap_policy(&self, policy: &str) {
+        self.all.offset_gaps.get_or_create(&self.gap_label(policy));
+    }
+
+    /// A partition's offsets jumped, under `policy` (`delivery.on_offset_gap`).
+    pub fn offset_gap(&self, policy: &str) {
+        self.offset_gaps.inc();
+        self.all
+            .offset_gaps
+            .get_or_create(&self.gap_label(policy))
+            .inc();
     }
 
     /// A transient failure retried, for `reason` (database, stored_offsets, …).

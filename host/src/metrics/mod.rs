@@ -17,6 +17,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 mod connector;
+mod process;
 mod schema_registry;
 #[cfg(test)]
 mod tests;
@@ -84,6 +85,13 @@ struct StateLabel {
     state: String,
 }
 
+/// An offset gap's counter: the connector's `delivery.on_offset_gap` when it was counted.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GapLabel {
+    connector: String,
+    policy: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClusterLabel {
     cluster: String,
@@ -115,6 +123,11 @@ fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
+fn latency_histogram() -> Histogram {
+    // 5 ms .. about 44 minutes: a pipeline keeping up, and one catching up on a backlog.
+    Histogram::new(exponential_buckets(0.005, 2.0, 20))
+}
+
 fn records_histogram() -> Histogram {
     // 1 .. about 1M records.
     Histogram::new(exponential_buckets(1.0, 4.0, 11))
@@ -123,6 +136,10 @@ fn records_histogram() -> Histogram {
 /// Every metric family of the process.
 pub struct Metrics {
     registry: Registry,
+    /// `process_*`, the Prometheus client conventions: no `sluice_` prefix.
+    process: Registry,
+    ready: Gauge,
+    record_latency: HistogramFamily<ConnectorLabel>,
     consumed: Family<TaskLabel, Counter>,
     rows_written: Family<ConnectorLabel, Counter>,
     filtered: Family<ConnectorLabel, Counter>,
@@ -136,7 +153,7 @@ pub struct Metrics {
     batch_records: HistogramFamily<ConnectorLabel>,
     retries: Family<ReasonLabel, Counter>,
     conflicts: Family<ConnectorLabel, Counter>,
-    offset_gaps: Family<ConnectorLabel, Counter>,
+    offset_gaps: Family<GapLabel, Counter>,
     offset_resets: Family<ConnectorLabel, Counter>,
     offsets_skipped: Family<ConnectorLabel, Counter>,
     rebalances: Family<TaskLabel, Counter>,
@@ -233,6 +250,20 @@ impl Metrics {
                     seconds_histogram as fn() -> Histogram
                 )
             ),
+            record_latency: register!(
+                r,
+                "record_latency_seconds",
+                "Time from each record's Kafka timestamp to the commit of its batch (records without a timestamp are left out)",
+                HistogramFamily::<ConnectorLabel>::new_with_constructor(
+                    latency_histogram as fn() -> Histogram
+                )
+            ),
+            ready: register!(
+                r,
+                "ready",
+                "1 when the process is ready (every connector made its first attempt to start, as /readyz answers), 0 before; set at each scrape",
+                Gauge::default()
+            ),
             batch_records: register!(
                 r,
                 "batch_records",
@@ -256,7 +287,7 @@ impl Metrics {
             offset_gaps: register!(
                 r,
                 "offset_gaps",
-                "Times a partition's offsets jumped (compaction, transaction markers, or a broker that skipped records)",
+                "Times a partition's offsets jumped (compaction, transaction markers, or a broker that skipped records), by the connector's delivery.on_offset_gap: warn, fail or ignore",
                 Family::default()
             ),
             offset_resets: register!(
@@ -328,6 +359,7 @@ impl Metrics {
                 Family::default()
             ),
             registry,
+            process: process::registry(),
         }
         .with_schema_registry()
     }
@@ -355,11 +387,19 @@ impl Metrics {
         }
     }
 
+    /// Sets `sluice_ready`: whether the process is ready, as `/readyz` would answer now.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
     /// The text exposition of every metric (OpenMetrics; see [`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.process);
+        let _ = encode_eof(&mut out);
         out
     }
 }

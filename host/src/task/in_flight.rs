@@ -73,6 +73,8 @@ pub(super) struct InFlight {
     pub(super) job: Arc<Job>,
     /// Records the batch covers (written, deleted or skipped).
     pub(super) records: u64,
+    /// The Kafka timestamps of its records (those that have one).
+    pub(super) timestamps: Vec<i64>,
     pub(super) skipped: u64,
     /// Records a transform dropped.
     pub(super) filtered: u64,
@@ -274,6 +276,10 @@ impl Shared {
             .inc_by(delivered.duplicates.len() as u64);
         if let Some(failure) = delivered.fatal {
             inner.fatal = Some(TaskError::Record(failure));
+        } else {
+            // A batch cut short by `errors.policy: fail` committed only part of its
+            // records, and which part its timestamps do not say: it is left out.
+            self.metrics.observe_latency(&flight.timestamps);
         }
         for advance in &delivered.offsets {
             if let Some(state) = inner

@@ -240,6 +240,7 @@ impl Shared {
         metrics: Arc<ConnectorMetrics>,
         runtime: Handle,
     ) -> Self {
+        metrics.gap_policy(spec.connector.delivery.on_offset_gap.name());
         Shared {
             inner: Mutex::new(Inner {
                 partitions: HashMap::new(),

@@ -383,7 +383,7 @@ impl Shared {
         expected: i64,
         got: i64,
     ) -> Result<(), TaskError> {
-        self.metrics.offset_gaps.inc();
+        self.metrics.offset_gap(self.on_gap.name());
         let missing = got - expected;
         // A transaction's commit marker takes one offset the client never sees.
         let fail = self.on_gap == OnGap::Fail && missing > 1;

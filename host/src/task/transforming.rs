@@ -143,6 +143,9 @@ pub(super) struct Transforming {
     pub(super) last: HashMap<Partition, i64>,
     /// Records in the batch.
     pub(super) records: u64,
+    /// The Kafka timestamps of its records (those that have one), for
+    /// `sluice_record_latency_seconds` at commit.
+    pub(super) timestamps: Vec<i64>,
     /// Partitions that moved since the batch was cut: the result is stale for them.
     pub(super) stale: Vec<Partition>,
     /// The worker's answer, waiting for the write before it to settle.
@@ -195,6 +198,7 @@ impl Actor {
             *entry = (*entry).max(record.offset);
         }
         let consumed = records.len() as u64;
+        let timestamps = records.iter().filter_map(|i| i.record.timestamp).collect();
         let Some(worker) = self.worker.as_ref() else {
             return Err(TaskError::Sink(SinkError::Internal(
                 "batch submitted before the task started".into(),
@@ -204,6 +208,7 @@ impl Actor {
         inner.transforming = Some(Transforming {
             last,
             records: consumed,
+            timestamps,
             stale: Vec::new(),
             ready: None,
         });
@@ -316,6 +321,7 @@ impl Actor {
         let Some(Transforming {
             last,
             records: consumed,
+            timestamps,
             ready: Some(mut prepared),
             ..
         }) = inner.transforming.take()
@@ -372,6 +378,7 @@ impl Actor {
             handle,
             job,
             records: consumed,
+            timestamps,
             skipped,
             filtered,
             started: Instant::now(),
