@@ -215,7 +215,10 @@ impl ConnectorMetrics {
     /// Creates the gap counter of `policy` (`delivery.on_offset_gap`) at 0, so that the
     /// first gap shows as an increase.
     pub fn gap_policy(&self, policy: &str) {
-        self.all.offset_gaps.get_or_create(&self.gap_label(policy));
+        let _ = self
+            .all
+            .offset_gaps
+            .get_or_create_owned(&self.gap_label(policy));
     }
 
     /// A partition's offsets jumped, under `policy` (`delivery.on_offset_gap`).
