@@ -43,7 +43,7 @@ pub(super) fn add(
                 .get(&(connector.name.clone(), transform.name.clone()))
                 .copied()
                 .unwrap_or_default();
-            let mean = (calls.calls > 0).then(|| calls.seconds / calls.calls as f64);
+            let mean = (calls.calls > 0).then_some(calls.seconds / calls.calls as f64);
             json!({
                 "name": transform.name,
                 "plugin": transform.plugin.file_name().map(|f| f.to_string_lossy()),
