@@ -47,7 +47,7 @@ const section = `section[data-connector="${CONNECTOR}"]`;
 async function main() {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox'],
+    args: ['--no-sandbox', '--disable-dev-shm-usage'],
   });
   const requests = [];
   try {
