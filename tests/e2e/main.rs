@@ -12,6 +12,12 @@
 //!   connections, the topics it reads, answers bounded in bytes, HTTPS, the read token,
 //!   the `Host` check, an address taken at reload.
 //! - [`operate`]: the admin API (Kafka Connect's shapes), metrics, supervision, reload.
+//! - [`status_page`]: the status page (`GET /`) served without the token under a policy
+//!   that loads nothing from elsewhere, the history it draws, and the page in a real
+//!   headless Chromium (pause, tokens, phone width, a process that stops answering).
+//! - [`dashboards`]: the Grafana dashboard and the Prometheus alert rules of `deploy/`
+//!   against a real scrape: every metric and label they use exists, after a run that
+//!   provokes a gap, a dead letter, a retry and a restart.
 //! - [`metrics_listen`]: `admin.metrics_listen`, metrics and probes without the token on a
 //!   listener of their own; moved by a reload.
 //! - [`pool`]: the seek-consumer pool under concurrent reads, timeouts and a broker
@@ -57,6 +63,7 @@ mod harness;
 mod admin_surface;
 mod cdc;
 mod config_corpus;
+mod dashboards;
 mod dedup;
 mod dlq_forgery;
 mod dlq_topic;
@@ -82,3 +89,4 @@ mod routing;
 mod schema;
 mod shared_pools;
 mod shown_config;
+mod status_page;
