@@ -24,6 +24,35 @@ if [ "${1:-}" = "--tests" ]; then
     log "installing cargo-nextest"
     cargo install cargo-nextest --locked
   fi
+  # The status page's browser test (tests/e2e/status_page): Debian's Chromium, driven by
+  # playwright-core from npm at the version tests/e2e/status_page/package.json pins,
+  # installed in target/status-page-browser (no browser download).
+  if [ ! -x /usr/bin/chromium ]; then
+    log "installing chromium (the status page's browser test)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+  if ! command -v npm >/dev/null 2>&1; then
+    log "installing node and npm (the status page's browser test)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  browser="$root/target/status-page-browser"
+  pinned="$(node -p "require('$root/tests/e2e/status_page/package.json').dependencies['playwright-core']")"
+  if [ "$(node -p "require('$browser/node_modules/playwright-core/package.json').version" 2>/dev/null)" != "$pinned" ]; then
+    log "installing playwright-core $pinned into target/status-page-browser"
+    mkdir -p "$browser"
+    cp "$root/tests/e2e/status_page/package.json" "$browser/package.json"
+    (cd "$browser" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --no-audit --no-fund --no-save --silent)
+  fi
+  # promtool, for scripts/check-deploy.sh's checks and unit tests of the alert rules
+  # (deploy/prometheus): Debian's prometheus package.
+  if ! command -v promtool >/dev/null 2>&1; then
+    log "installing promtool (Debian's prometheus package: the alert rules' checks)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  fi
   # The examples' producers and checkers (tests/e2e/examples.rs runs them): Python with
   # examples/requirements.txt, in target/examples-venv.
   "$(dirname "$0")/../examples/lib/python.sh" >/dev/null
