@@ -121,8 +121,14 @@ async function refresh() {
     api('GET', `/connectors/${encodeURIComponent(name)}/history`)
       .then((h) => (h.status === 200 ? h.body : null))
       .catch(() => null)));
-  render(names.map((name, i) => ({ name, status: answer.body[name].status, history: histories[i] })));
-  schedule();
+  try {
+    render(names.map((name, i) => ({ name, status: answer.body[name].status, history: histories[i] })));
+  } catch (error) {
+    // A figure the page cannot draw must not stop it from updating.
+    showBanner(`Could not draw the answer: ${error.message}`, 'info');
+  } finally {
+    schedule();
+  }
 }
 
 function schedule() {
