@@ -198,12 +198,7 @@ async fn first_record_past_the_stored_offset(
     policy: &'static str,
 ) -> (harness::SluiceProcess, harness::Pipeline) {
     let run = on_tansu(db, policy, 1_000).await;
-    harness::produce_compressed(&run.broker.bootstrap, &run.scenario.topic, 0..1_000, "none").await;
-    let config = run.scenario.config(&run.broker.bootstrap, &run.db);
-    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
-    sink.prepare().await.expect("prepare");
-    harness::store_offset(&sink, &run.scenario.topic, 100).await;
-    sink.close().await;
+    harness::stored_offset_inside_a_batch(&run).await;
     (run.start(), run)
 }
 

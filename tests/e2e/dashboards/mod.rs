@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use hyper::{Method, StatusCode};
 use sluice::admin::client::AdminClient;
-use sluice::sink::Sink;
 
 use crate::harness::proxy::Proxy;
 use crate::harness::{self, Backend, Broker, Pipeline, Scenario, TestDb, free_port, unique};
@@ -234,12 +233,7 @@ async fn every_name_the_dashboard_and_the_alerts_use_is_scraped(db: Backend) {
 
     // A gap: offsets 0..1000 in batches of 500, and a stored offset of 100 inside the
     // first; the broker answers the fetch at 100 with the batch at 500.
-    harness::produce_compressed(&run.broker.bootstrap, &run.scenario.topic, 0..1_000, "none").await;
-    let config = run.scenario.config(&run.broker.bootstrap, &run.db);
-    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
-    sink.prepare().await.expect("prepare");
-    harness::store_offset(&sink, &run.scenario.topic, 100).await;
-    sink.close().await;
+    harness::stored_offset_inside_a_batch(&run).await;
     let sluice = run.start();
     let stats = run.wait_for_rows(500, 90).await;
     assert_eq!((stats.rows, stats.min), (500, Some(500)), "{stats:?}");

@@ -409,6 +409,18 @@ pub async fn store_offset(sink: &Sink, topic: &str, next: i64) {
     .expect("store an offset");
 }
 
+/// An offset gap on the test broker: offsets 0..1000 in batches of 500 on the run's topic,
+/// and a stored offset of 100, inside the first batch. Tansu answers the fetch at 100 with
+/// the batch at 500, so the first record a task reads is past its stored offset.
+pub async fn stored_offset_inside_a_batch(run: &Pipeline) {
+    produce_compressed(&run.broker.bootstrap, &run.scenario.topic, 0..1_000, "none").await;
+    let config = run.scenario.config(&run.broker.bootstrap, &run.db);
+    let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
+    sink.prepare().await.expect("prepare");
+    store_offset(&sink, &run.scenario.topic, 100).await;
+    sink.close().await;
+}
+
 /// The databases every end-to-end test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
