@@ -60,6 +60,7 @@ mod many;
 mod process;
 mod report;
 mod runs;
+mod timeline;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -131,6 +131,7 @@ pub(crate) async fn many_connectors(
             seconds: drain.as_secs_f64(),
             rows_per_s: drained as f64 / drain.as_secs_f64().max(1e-9),
             rows_per_s_after_quarter: None,
+            rows_per_s_settled: None,
             rss_mb_at_quarters: Vec::new(),
             ratio_to_copy: None,
             ratio_to_drain: None,

@@ -81,6 +81,8 @@ pub(crate) fn process_use(pid: u32, ticks: f64) -> ProcessUse {
 /// A sluice process and the scenario it runs.
 pub(crate) struct Process {
     pub(crate) child: Child,
+    /// Its log (stderr).
+    pub(crate) log: std::path::PathBuf,
 }
 
 impl Process {
@@ -93,16 +95,53 @@ impl Process {
         let child = Command::new(sluice)
             .args(["run", "--config"])
             .arg(config)
+            // The consumers' assignments at info level: when the group settled (below).
             .env(
                 "RUST_LOG",
-                std::env::var("SLUICE_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+                std::env::var("SLUICE_BENCH_LOG")
+                    .unwrap_or_else(|_| "warn,sluice::kafka::context=info".into()),
             )
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log"))
             .spawn()
             .expect("start sluice");
-        Process { child }
+        Process { child, log }
+    }
+
+    /// The tasks whose consumers were given partitions, and when the last was.
+    pub(crate) fn assignments(
+        &self,
+    ) -> (
+        std::collections::BTreeSet<u32>,
+        Option<std::time::SystemTime>,
+    ) {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tasks = text
+            .lines()
+            .filter(|line| line.contains("partitions assigned"))
+            .filter_map(|line| {
+                let at = line.find(" task=")? + " task=".len();
+                let digits: String = line[at..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                digits.parse().ok()
+            })
+            .collect();
+        (tasks, self.last_assignment())
+    }
+
+    /// When this process's consumers were last given partitions (its log's last
+    /// "partitions assigned"): after it, the group holds still until the run ends.
+    pub(crate) fn last_assignment(&self) -> Option<std::time::SystemTime> {
+        let text = std::fs::read_to_string(&self.log).ok()?;
+        text.lines()
+            .filter(|line| line.contains("partitions assigned"))
+            .filter_map(|line| line.split_whitespace().next())
+            .filter_map(|stamp| chrono::DateTime::parse_from_rfc3339(stamp).ok())
+            .map(std::time::SystemTime::from)
+            .max()
     }
 
     pub(crate) fn signal(&self, signal: &str) {
@@ -128,5 +167,143 @@ impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The servers whose CPU a run's note shows beside sluice's.
+const SERVERS: [&str; 3] = ["tansu", "postgres", "mariadbd"];
+
+/// Each thread's time on a CPU and waiting for one (`/proc/PID/task/TID/schedstat`, in
+/// nanoseconds), keyed by thread id, with its name.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ThreadTimes {
+    threads: std::collections::HashMap<(u32, u32), (String, u64, u64)>,
+    /// The machine's idle and total jiffies (`/proc/stat`'s first line).
+    machine: (u64, u64),
+    /// The servers beside sluice (the broker, the databases): per process name, the
+    /// nanoseconds on a CPU and waiting for one, summed over their threads.
+    servers: std::collections::BTreeMap<String, (u64, u64)>,
+    at: Option<Instant>,
+}
+
+impl ThreadTimes {
+    pub(crate) fn read(pids: &[u32]) -> ThreadTimes {
+        let mut times = ThreadTimes {
+            at: Some(Instant::now()),
+            ..ThreadTimes::default()
+        };
+        for &pid in pids {
+            for entry in std::fs::read_dir(format!("/proc/{pid}/task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse().ok()) else {
+                    continue;
+                };
+                let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+                let sched =
+                    std::fs::read_to_string(entry.path().join("schedstat")).unwrap_or_default();
+                let mut fields = sched
+                    .split_whitespace()
+                    .map(|f| f.parse::<u64>().unwrap_or(0));
+                let (on_cpu, waiting) = (fields.next().unwrap_or(0), fields.next().unwrap_or(0));
+                times
+                    .threads
+                    .insert((pid, tid), (name.trim().to_string(), on_cpu, waiting));
+            }
+        }
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            let name = name.trim();
+            if !SERVERS.contains(&name) {
+                continue;
+            }
+            for thread in std::fs::read_dir(entry.path().join("task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let sched =
+                    std::fs::read_to_string(thread.path().join("schedstat")).unwrap_or_default();
+                let mut fields = sched
+                    .split_whitespace()
+                    .map(|f| f.parse::<u64>().unwrap_or(0));
+                let sum = times.servers.entry(name.to_string()).or_default();
+                sum.0 += fields.next().unwrap_or(0);
+                sum.1 += fields.next().unwrap_or(0);
+            }
+        }
+        if let Some(line) = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| s.lines().next().map(str::to_string))
+        {
+            let jiffies: Vec<u64> = line
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|f| f.parse().ok())
+                .collect();
+            // idle + iowait
+            let idle = jiffies.get(3).copied().unwrap_or(0) + jiffies.get(4).copied().unwrap_or(0);
+            times.machine = (idle, jiffies.iter().sum());
+        }
+        times
+    }
+
+    /// From `self` (taken earlier) to `later`: per kind of thread (its name without the
+    /// digits), the seconds on a CPU, waiting for one, and off it (sleeping: waiting on
+    /// I/O, a lock, a channel), over the wall time between the two; and the machine's idle
+    /// share. Threads that ended in between are left out.
+    pub(crate) fn split_until(&self, later: &ThreadTimes) -> String {
+        let wall = match (self.at, later.at) {
+            (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
+            _ => return String::new(),
+        };
+        let mut kinds: std::collections::BTreeMap<String, (u32, f64, f64)> = Default::default();
+        for (key, (name, on_cpu, waiting)) in &later.threads {
+            let (before_cpu, before_wait) =
+                self.threads.get(key).map_or((0, 0), |(_, c, w)| (*c, *w));
+            let kind: String = name.chars().filter(|c| !c.is_ascii_digit()).collect();
+            let entry = kinds.entry(kind).or_default();
+            entry.0 += 1;
+            entry.1 += on_cpu.saturating_sub(before_cpu) as f64 / 1e9;
+            entry.2 += waiting.saturating_sub(before_wait) as f64 / 1e9;
+        }
+        let mut parts: Vec<(f64, String)> = kinds
+            .into_iter()
+            .filter(|(_, (_, cpu, _))| *cpu > 0.01 * wall)
+            .map(|(kind, (n, cpu, runqueue))| {
+                let off = (n as f64 * wall - cpu - runqueue).max(0.0);
+                (
+                    cpu,
+                    format!("{kind}×{n} cpu {cpu:.2} runq {runqueue:.2} off {off:.2}"),
+                )
+            })
+            .collect();
+        parts.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let idle = later.machine.0.saturating_sub(self.machine.0) as f64
+            / (later.machine.1.saturating_sub(self.machine.1)).max(1) as f64;
+        let servers: Vec<String> = later
+            .servers
+            .iter()
+            .map(|(name, (cpu, runqueue))| {
+                let (before_cpu, before_wait) = self.servers.get(name).copied().unwrap_or((0, 0));
+                format!(
+                    "{name} cpu {:.2} runq {:.2}",
+                    cpu.saturating_sub(before_cpu) as f64 / 1e9,
+                    runqueue.saturating_sub(before_wait) as f64 / 1e9
+                )
+            })
+            .collect();
+        format!(
+            "over {wall:.2} s, machine idle {:.0} %: {}; beside it: {}",
+            idle * 100.0,
+            parts
+                .into_iter()
+                .map(|(_, p)| p)
+                .collect::<Vec<_>>()
+                .join(", "),
+            servers.join(", ")
+        )
     }
 }

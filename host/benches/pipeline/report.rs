@@ -20,6 +20,10 @@ pub(crate) struct Figure {
     /// The rate from the commit that passed a quarter of the records to the last one:
     /// without the start and an early rebalance (a second task joining).
     pub(crate) rows_per_s_after_quarter: Option<f64>,
+    /// The rate from the group's last assignment (every task holding its partitions) to
+    /// the last commit: without the join of a group of several members, which the test
+    /// broker answers a member at a time, 3 s apart (docs/performance.md).
+    pub(crate) rows_per_s_settled: Option<f64>,
     /// rows_per_s / COPY's (PostgreSQL, same table with its primary key, same run).
     pub(crate) ratio_to_copy: Option<f64>,
     /// rows_per_s / the bare librdkafka drain's records/s (same run): how close sluice
@@ -58,6 +62,7 @@ impl Figure {
             transform_cpu_share: None,
             peak_rss_mb: None,
             rows_per_s_after_quarter: None,
+            rows_per_s_settled: None,
             rss_mb_at_quarters: Vec::new(),
             note: note.to_string(),
         }
@@ -66,10 +71,11 @@ impl Figure {
 
 pub(crate) fn print_table(figures: &[Figure]) {
     println!(
-        "\n{:<70} {:>8} {:>8} {:>6} {:>7} {:>8} {:>7} {:>16} {:>6} {:>7}",
+        "\n{:<70} {:>8} {:>8} {:>8} {:>6} {:>7} {:>8} {:>7} {:>16} {:>6} {:>7}",
         "run",
         "rows/s",
         ">25%",
+        "settled",
         "×COPY",
         "×drain",
         "CPU s/M",
@@ -97,10 +103,11 @@ pub(crate) fn print_table(figures: &[Figure]) {
                 .join(" ")
         };
         println!(
-            "{:<70} {:>8} {:>8} {:>6} {:>7} {:>8} {:>7} {:>16} {:>6} {:>7.2}",
+            "{:<70} {:>8} {:>8} {:>8} {:>6} {:>7} {:>8} {:>7} {:>16} {:>6} {:>7.2}",
             f.name,
             rate,
             opt(f.rows_per_s_after_quarter, 0),
+            opt(f.rows_per_s_settled, 0),
             opt(f.ratio_to_copy, 2),
             opt(f.ratio_to_drain, 2),
             opt(f.cpu_s_per_million, 2),

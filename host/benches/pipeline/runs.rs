@@ -1,14 +1,16 @@
 //! The sluice runs: the matrix of runs, one `sluice run` process draining the backlog,
 //! and the restart to the first commit.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sluice::sink::Sink;
 
 use crate::Options;
 use crate::harness::{self, Backend, Broker, Scenario, TestDb};
-use crate::process::{Process, ProcessUse, process_use};
+use crate::process::{Process, ProcessUse, ThreadTimes, process_use};
 use crate::report::Figure;
+use crate::timeline::Timeline;
 
 /// A run of `sluice run`.
 #[derive(Debug, Clone)]
@@ -36,6 +38,11 @@ pub(crate) struct Run {
     /// More `sink:` keys, indented for the scenario's YAML.
     pub(crate) sink: String,
     pub(crate) max_records: usize,
+    /// The connector is paused as the process starts and resumed once every task of every
+    /// process holds its partitions, and the drain is timed from the resume: the group's
+    /// join left out (the test broker answers one member of a new group about 3 s after
+    /// the other, docs/performance.md).
+    pub(crate) settle: bool,
 }
 
 pub(crate) fn matrix() -> Vec<Run> {
@@ -72,6 +79,7 @@ pub(crate) fn matrix() -> Vec<Run> {
                         kafka: String::new(),
                         sink: String::new(),
                         max_records: 5000,
+                        settle: false,
                     });
                 }
             }
@@ -92,6 +100,7 @@ pub(crate) fn matrix() -> Vec<Run> {
         kafka: String::new(),
         sink: String::new(),
         max_records: 5000,
+        settle: false,
     };
     // Upserts of keys all in the table already: the optimistic COPY meets them and falls
     // back to ON CONFLICT (it must not be slower than ON CONFLICT alone).
@@ -148,6 +157,23 @@ pub(crate) fn matrix() -> Vec<Run> {
         processes: 2,
         ..base("postgres insert word_parse 2 processes × 1t", "insert")
     });
+    // The same three with the group settled before the drain is timed.
+    for (tasks, processes, name) in [
+        (1, 1, "postgres insert word_parse 1t, group settled"),
+        (2, 1, "postgres insert word_parse 2t, group settled"),
+        (
+            1,
+            2,
+            "postgres insert word_parse 2 processes × 1t, group settled",
+        ),
+    ] {
+        runs.push(Run {
+            tasks,
+            processes,
+            settle: true,
+            ..base(name, "insert")
+        });
+    }
     runs.push(Run {
         sink: "      synchronous_commit: off\n".into(),
         ..base(
@@ -266,6 +292,40 @@ pub(crate) fn scenario(run: &Run, index: usize, topic: &str, registry: Option<&s
         );
     }
     scenario
+}
+
+/// Waits until each of `processes` has had every one of its `tasks` assigned partitions,
+/// and no assignment came for a second since (at most `limit`).
+async fn settle(processes: &[Process], tasks: u32, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let assigned: Vec<_> = processes.iter().map(Process::assignments).collect();
+        let all = assigned
+            .iter()
+            .all(|(tasks_seen, _)| tasks_seen.len() == tasks as usize);
+        let last = assigned.iter().filter_map(|(_, last)| *last).max();
+        if all && last.is_some_and(|at| at.elapsed().unwrap_or_default() > Duration::from_secs(1)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("bench: the group did not settle within {limit:?}; timing from here");
+}
+
+/// One request to the admin API at `listen` (a loopback address): the answer's text.
+fn admin_request(listen: &str, method: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut text = String::new();
+    if let Ok(mut stream) = std::net::TcpStream::connect(listen) {
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        // A loopback admin API answers only requests for a loopback host (admin/auth.rs).
+        let _ = stream.write_all(
+            format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Sluice-Request: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        );
+        let _ = stream.read_to_string(&mut text);
+    }
+    text
 }
 
 /// The sums and counts of `sluice_batch_duration_seconds` by stage, from the process's
@@ -395,11 +455,16 @@ pub(crate) async fn run_sluice(
     }
 
     let mut processes = vec![Process::start(&options.sluice, &config_path, &run.env)];
+    let mut listens: Vec<String> = scenario_admin_listen(&scenario).into_iter().collect();
     for extra in 1..run.processes {
         // The same connector in one group; each process its own admin port.
         let text = std::fs::read_to_string(&config_path).expect("config");
         let text = match scenario_admin_listen(&scenario) {
-            Some(listen) => text.replace(&listen, &format!("127.0.0.1:{}", harness::free_port())),
+            Some(listen) => {
+                let own = format!("127.0.0.1:{}", harness::free_port());
+                listens.push(own.clone());
+                text.replace(&listen, &own)
+            }
             None => text,
         };
         let other = dir.path().join(format!("process-{extra}.yaml"));
@@ -409,14 +474,47 @@ pub(crate) async fn run_sluice(
     let pids: Vec<u32> = processes.iter().map(|p| p.child.id()).collect();
     let usage_of = |ticks: f64| sum_use(&pids, ticks);
     let started = Instant::now();
+    let started_at = std::time::SystemTime::now();
     let mut first: Option<(Instant, u64, ProcessUse)> = None;
+    let mut threads_at_first = ThreadTimes::default();
+    if run.settle {
+        let path = |what: &str| format!("/connectors/{}/{what}", scenario.connector);
+        // At once, each process through its own API (the pause reaches the others through
+        // the database, later), before the group's first assignment: nothing is fetched
+        // before it.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for listen in &listens {
+            while !admin_request(listen, "PUT", &path("pause")).starts_with("HTTP/1.1 202") {
+                if Instant::now() > deadline {
+                    panic!("bench: the admin API at {listen} did not take the pause");
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        settle(&processes, run.tasks, Duration::from_secs(60)).await;
+        let before = committed(&sink, &scenario.connector, topic).await;
+        for listen in &listens {
+            admin_request(listen, "PUT", &path("resume"));
+        }
+        first = Some((Instant::now(), before, usage_of(ticks)));
+        threads_at_first = ThreadTimes::read(&pids);
+    }
     let mut progress = (Instant::now(), 0u64);
     let mut quarter: Option<(Instant, u64)> = None;
     let mut rss = Vec::new();
     let mut done;
+    let mut timeline = Timeline::default();
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        done = committed(&sink, &scenario.connector, topic).await;
+        done = timeline
+            .sample(
+                &sink,
+                &scenario.connector,
+                topic,
+                options.partitions,
+                started.elapsed(),
+            )
+            .await;
         if done > progress.1 {
             progress = (Instant::now(), done);
             while rss.len() < 4 && done >= n * (rss.len() as u64 + 1) / 4 {
@@ -428,6 +526,7 @@ pub(crate) async fn run_sluice(
         }
         if done > 0 && first.is_none() {
             first = Some((Instant::now(), done, usage_of(ticks)));
+            threads_at_first = ThreadTimes::read(&pids);
         }
         if done >= n || progress.0.elapsed() > Duration::from_secs(30) {
             break;
@@ -435,7 +534,20 @@ pub(crate) async fn run_sluice(
     }
     let end = progress.0;
     let usage = usage_of(ticks);
+    let threads = threads_at_first.split_until(&ThreadTimes::read(&pids));
     let stages = stage_times(&scenario);
+    // Settled: every process's consumers hold their partitions for good.
+    let settled = processes
+        .iter()
+        .filter_map(Process::last_assignment)
+        .max()
+        .and_then(|at| at.duration_since(started_at).ok())
+        .and_then(|at| timeline.since(at.as_secs_f64()))
+        .map(|(rows, seconds)| rows as f64 / seconds.max(1e-9));
+    timeline.write(
+        &Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench/timeline"),
+        &run.name,
+    );
     for process in &processes {
         process.signal("-TERM");
     }
@@ -456,6 +568,7 @@ pub(crate) async fn run_sluice(
         holes: n.saturating_sub(distinct),
         seconds: drain.as_secs_f64(),
         rows_per_s: drained as f64 / drain.as_secs_f64().max(1e-9),
+        rows_per_s_settled: settled,
         rows_per_s_after_quarter: quarter.map(|(at, from)| {
             done.saturating_sub(from) as f64
                 / end.saturating_duration_since(at).as_secs_f64().max(1e-9)
@@ -472,10 +585,11 @@ pub(crate) async fn run_sluice(
         ),
         peak_rss_mb: Some(usage.peak_rss_mb),
         note: format!(
-            "first commit {:.2} s after start; {:.2} CPU s in all; {} duplicates; batch stages (s in all, batches): {stages}",
+            "first commit {:.2} s after start; {:.2} CPU s in all; {} duplicates; batch stages (s in all, batches): {stages}; partitions committing (since start): {}; threads from the first commit {threads}",
             first_at.saturating_duration_since(started).as_secs_f64(),
             cpu,
-            rows.saturating_sub(distinct)
+            rows.saturating_sub(distinct),
+            timeline.summary()
         ),
     }
 }
@@ -509,6 +623,7 @@ pub(crate) async fn restart_to_first_commit(
         },
         sink: String::new(),
         max_records: 5000,
+        settle: false,
     };
     let db = TestDb::new(Backend::Postgres);
     let scenario = scenario(&run, index, topic, None);
@@ -567,6 +682,7 @@ pub(crate) async fn restart_to_first_commit(
         transform_cpu_share: None,
         peak_rss_mb: None,
         rows_per_s_after_quarter: None,
+        rows_per_s_settled: None,
         rss_mb_at_quarters: Vec::new(),
         note: format!(
             "{} records committed before the stop; session.timeout.ms 6000{}",
