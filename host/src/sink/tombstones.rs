@@ -90,6 +90,23 @@ where
     let Some(v) = table.version else {
         return Ok(rows);
     };
+    // A table without tombstones (one that has seen no delete, or none within
+    // `remember_deletes`) is asked once, not key by key: an index probe per key costs the
+    // database about a microsecond, 5 ms for a batch of 5,000. Asked in the same
+    // transaction as a lookup of every key would be, so nothing such a lookup would have
+    // found is missed.
+    let any_tombstone = format!(
+        "SELECT 1 FROM sluice_tombstones WHERE table_name = {} LIMIT 1",
+        dialect.param(1)
+    );
+    let query = DB::bind_value(
+        sqlx::query::<DB>(AssertSqlSafe(any_tombstone)),
+        &SqlValue::Text(table.name.clone()),
+        ColumnType::Text,
+    );
+    if query.fetch_optional(&mut *conn).await?.is_none() {
+        return Ok(rows);
+    }
     let keys: Vec<String> = rows
         .iter()
         .map(|row| row_key(dialect, table, table.key.iter().map(|&i| &row[i])))
