@@ -109,7 +109,8 @@ impl Process {
         Process { child, log }
     }
 
-    /// The tasks whose consumers were given partitions, and when the last was.
+    /// The tasks whose consumers were given partitions (its log's "partitions assigned"
+    /// lines), and when the last of them was: after it, the group held still.
     pub(crate) fn assignments(
         &self,
     ) -> (
@@ -117,31 +118,26 @@ impl Process {
         Option<std::time::SystemTime>,
     ) {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let tasks = text
-            .lines()
-            .filter(|line| line.contains("partitions assigned"))
-            .filter_map(|line| {
-                let at = line.find(" task=")? + " task=".len();
-                let digits: String = line[at..]
+        let mut tasks = std::collections::BTreeSet::new();
+        let mut last = None;
+        for line in text.lines().filter(|l| l.contains("partitions assigned")) {
+            if let Some(at) = line
+                .split_whitespace()
+                .next()
+                .and_then(|stamp| chrono::DateTime::parse_from_rfc3339(stamp).ok())
+                .map(std::time::SystemTime::from)
+            {
+                last = last.max(Some(at));
+            }
+            if let Some(at) = line.find(" task=") {
+                let digits: String = line[at + " task=".len()..]
                     .chars()
                     .take_while(char::is_ascii_digit)
                     .collect();
-                digits.parse().ok()
-            })
-            .collect();
-        (tasks, self.last_assignment())
-    }
-
-    /// When this process's consumers were last given partitions (its log's last
-    /// "partitions assigned"): after it, the group holds still until the run ends.
-    pub(crate) fn last_assignment(&self) -> Option<std::time::SystemTime> {
-        let text = std::fs::read_to_string(&self.log).ok()?;
-        text.lines()
-            .filter(|line| line.contains("partitions assigned"))
-            .filter_map(|line| line.split_whitespace().next())
-            .filter_map(|stamp| chrono::DateTime::parse_from_rfc3339(stamp).ok())
-            .map(std::time::SystemTime::from)
-            .max()
+                tasks.extend(digits.parse::<u32>().ok());
+            }
+        }
+        (tasks, last)
     }
 
     pub(crate) fn signal(&self, signal: &str) {
@@ -168,6 +164,16 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A thread's nanoseconds on a CPU and waiting for one, from its `schedstat` (0 when it
+/// ended meanwhile).
+fn schedstat(thread: &Path) -> (u64, u64) {
+    let sched = std::fs::read_to_string(thread.join("schedstat")).unwrap_or_default();
+    let mut fields = sched
+        .split_whitespace()
+        .map(|f| f.parse::<u64>().unwrap_or(0));
+    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
 }
 
 /// The servers whose CPU a run's note shows beside sluice's.
@@ -202,12 +208,7 @@ impl ThreadTimes {
                     continue;
                 };
                 let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-                let sched =
-                    std::fs::read_to_string(entry.path().join("schedstat")).unwrap_or_default();
-                let mut fields = sched
-                    .split_whitespace()
-                    .map(|f| f.parse::<u64>().unwrap_or(0));
-                let (on_cpu, waiting) = (fields.next().unwrap_or(0), fields.next().unwrap_or(0));
+                let (on_cpu, waiting) = schedstat(&entry.path());
                 times
                     .threads
                     .insert((pid, tid), (name.trim().to_string(), on_cpu, waiting));
@@ -224,14 +225,10 @@ impl ThreadTimes {
                 .flatten()
                 .flatten()
             {
-                let sched =
-                    std::fs::read_to_string(thread.path().join("schedstat")).unwrap_or_default();
-                let mut fields = sched
-                    .split_whitespace()
-                    .map(|f| f.parse::<u64>().unwrap_or(0));
+                let (on_cpu, waiting) = schedstat(&thread.path());
                 let sum = times.servers.entry(name.to_string()).or_default();
-                sum.0 += fields.next().unwrap_or(0);
-                sum.1 += fields.next().unwrap_or(0);
+                sum.0 += on_cpu;
+                sum.1 += waiting;
             }
         }
         if let Some(line) = std::fs::read_to_string("/proc/stat")

@@ -331,21 +331,10 @@ fn admin_request(listen: &str, method: &str, path: &str) -> String {
 /// The sums and counts of `sluice_batch_duration_seconds` by stage, from the process's
 /// /metrics: where a batch's time goes.
 pub(crate) fn stage_times(scenario: &Scenario) -> String {
-    use std::io::{Read, Write};
-    let Some(listen) = scenario
-        .extra_kafka
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("listen: "))
-    else {
+    let Some(listen) = scenario_admin_listen(scenario) else {
         return String::new();
     };
-    let mut text = String::new();
-    if let Ok(mut stream) = std::net::TcpStream::connect(listen) {
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        // A loopback admin API answers only requests for a loopback host (admin/auth.rs).
-        let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-        let _ = stream.read_to_string(&mut text);
-    }
+    let text = admin_request(&listen, "GET", "/metrics");
     let mut out = Vec::new();
     for stage in ["poll", "transform", "map", "write", "commit"] {
         let find = |suffix: &str| {
@@ -539,7 +528,7 @@ pub(crate) async fn run_sluice(
     // Settled: every process's consumers hold their partitions for good.
     let settled = processes
         .iter()
-        .filter_map(Process::last_assignment)
+        .filter_map(|process| process.assignments().1)
         .max()
         .and_then(|at| at.duration_since(started_at).ok())
         .and_then(|at| timeline.since(at.as_secs_f64()))
