@@ -547,3 +547,82 @@ fn which_statement_wrote_each_run_and_with_which_commit() {
         }
     });
 }
+
+/// Two upsert runs in one batch (a delete between them): the first's keys are new and go
+/// through `COPY`; the second meets keys the first wrote, so its `COPY` is rolled back to
+/// its own savepoint and it is written with `ON CONFLICT`. What the first run copied stays:
+/// each run's `COPY` has a savepoint of its own (`pg_copy.rs`), and a rollback that reached
+/// past it (a savepoint shared by runs, or one left open) would take the first run's rows
+/// with it.
+#[test]
+fn a_run_that_meets_present_keys_rolls_back_only_itself() {
+    harness::run_test(async {
+        let db = TestDb::new(Backend::Postgres);
+        let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+        let table = harness::unique("copy_nested");
+        let sink = Sink::connect(&connector(&table, "upsert", &db.url, true))
+            .await
+            .expect("sink");
+        sink.prepare().await.expect("prepare");
+        assert!(sink.writes_with_copy());
+        let log = format!("{table}_log");
+        for sql in [
+            format!("CREATE TABLE {log} (op TEXT)"),
+            format!(
+                "CREATE FUNCTION {log}_f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 INSERT INTO {log} VALUES (TG_OP); RETURN NULL; END $$"
+            ),
+            format!(
+                "CREATE TRIGGER {log}_t AFTER INSERT OR UPDATE ON {table} \
+                 FOR EACH STATEMENT EXECUTE FUNCTION {log}_f()"
+            ),
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&pool)
+                .await
+                .expect("setup");
+        }
+        let mut ops: Vec<RowOp> = (0..150)
+            .map(|k| RowOp::Write(row(k, "first", 1.0)))
+            .collect();
+        ops.push(RowOp::Delete(vec![SqlValue::Int(9999)]));
+        ops.extend((100..250).map(|k| RowOp::Write(row(k, "second", 1.0))));
+        sink.write(&WriteBatch {
+            ops,
+            ..WriteBatch::default()
+        })
+        .await
+        .expect("write");
+        let logged: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT op FROM {log} ORDER BY op"
+        )))
+        .fetch_all(&pool)
+        .await
+        .expect("log");
+        assert_eq!(
+            logged,
+            ["INSERT", "INSERT", "UPDATE"],
+            "the first run by COPY (one INSERT), the second by ON CONFLICT"
+        );
+        let rows: Vec<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT c_bigint, c_text FROM {table} ORDER BY c_bigint"
+        )))
+        .fetch_all(&pool)
+        .await
+        .expect("rows");
+        assert_eq!(rows.len(), 250, "keys 0..250, each once");
+        let text_of = |k: usize| rows[k].1.as_str();
+        assert_eq!(
+            [0, 99, 100, 149, 150, 249].map(text_of),
+            ["first", "first", "second", "second", "second", "second"]
+        );
+        sink.close().await;
+        for sql in [
+            format!("DROP TABLE {table}"),
+            format!("DROP TABLE {log}"),
+            format!("DROP FUNCTION {log}_f()"),
+        ] {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await;
+        }
+    });
+}
