@@ -312,8 +312,20 @@ async fn main() {
         "postgres upsert json 1t",
         0.8,
     );
+    let many_tables_large_batches = compare(
+        &figures,
+        "lever: postgres upsert debezium 20 tables 1t, batches of 20000",
+        "postgres upsert json 1t",
+        0.8,
+    );
     let many_connectors = compare(&figures, many::NAME, "postgres insert json 1t", 0.6);
-    for comparison in [&avro, &debezium, &many_tables, &many_connectors]
+    for comparison in [
+        &avro,
+        &debezium,
+        &many_tables,
+        &many_tables_large_batches,
+        &many_connectors,
+    ]
         .into_iter()
         .flatten()
     {

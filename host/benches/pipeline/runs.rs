@@ -130,6 +130,16 @@ pub(crate) fn matrix() -> Vec<Run> {
         many_tables: true,
         ..base("postgres upsert debezium 20 tables 1t", "upsert")
     });
+    // The same with batches four times as large: each table's share of a batch back to
+    // about what one table's is in batches of 5,000 (a table's fixed cost per batch: its
+    // tombstone question, savepoint and COPY).
+    runs.push(Run {
+        plugin: false,
+        debezium: true,
+        many_tables: true,
+        max_records: 20000,
+        ..base("lever: postgres upsert debezium 20 tables 1t, batches of 20000", "upsert")
+    });
     runs.push(Run {
         env: vec![("SLUICE_PG_WRITE", "unnest")],
         ..base(
