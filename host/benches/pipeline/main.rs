@@ -326,8 +326,8 @@ async fn main() {
         &many_tables_large_batches,
         &many_connectors,
     ]
-        .into_iter()
-        .flatten()
+    .into_iter()
+    .flatten()
     {
         println!("\n{comparison}");
     }

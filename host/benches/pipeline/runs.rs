@@ -138,7 +138,10 @@ pub(crate) fn matrix() -> Vec<Run> {
         debezium: true,
         many_tables: true,
         max_records: 20000,
-        ..base("lever: postgres upsert debezium 20 tables 1t, batches of 20000", "upsert")
+        ..base(
+            "lever: postgres upsert debezium 20 tables 1t, batches of 20000",
+            "upsert",
+        )
     });
     runs.push(Run {
         env: vec![("SLUICE_PG_WRITE", "unnest")],
