@@ -558,12 +558,23 @@ impl Preparer {
                 .map_err(|m| (Stage::Validate, FailureClass::SchemaInvalid, m))?;
         }
         // What the table template reads, while the value is at hand; the table itself
-        // once the record mapped (a record that fails for that claims no table).
-        let read = self
-            .router
-            .as_ref()
-            .map(|router| router.read(record, parsed.as_ref()));
-        let op = mapper.map_parsed(record, parsed).map_err(map_failure)?;
+        // once the record mapped (a record that fails for that claims no table). A value
+        // still unread is read once: the source block the mapper meets names the table.
+        let (op, read) = match &self.router {
+            Some(router) if parsed.is_none() && router.reads_source() => {
+                let (op, block) = mapper.map_parsed_with_source(record, None);
+                let read = match block {
+                    Some(block) => router.read_source_block(record, block),
+                    None => router.read(record, None),
+                };
+                (op, Some(read))
+            }
+            router => {
+                let read = router.as_ref().map(|r| r.read(record, parsed.as_ref()));
+                (mapper.map_parsed(record, parsed), read)
+            }
+        };
+        let op = op.map_err(map_failure)?;
         if matches!(op, RowOp::Skip(_)) {
             return Ok((op, None, None));
         }

@@ -4,6 +4,7 @@
 
 use chrono::NaiveDateTime;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::config::{ColumnType, Envelope, Format, OnTruncate, SinkConfig};
 use crate::record::Record;
@@ -243,6 +244,31 @@ impl RowMapper {
     /// Maps one record whose value was already parsed (by [`RowMapper::parse`], for the
     /// schema check); with `None` the value is parsed here when the format asks for it.
     pub fn map_parsed(&self, record: &Record, parsed: Option<Value>) -> Result<RowOp, MapError> {
+        self.map_parsed_with_source(record, parsed).0
+    }
+
+    /// [`RowMapper::map_parsed`], and the text of the change event's `source` block when the
+    /// event was read as text here (a Debezium event in JSON): a table template that reads
+    /// the source names takes them from it, instead of reading the whole value again.
+    pub fn map_parsed_with_source<'r>(
+        &self,
+        record: &'r Record,
+        parsed: Option<Value>,
+    ) -> (Result<RowOp, MapError>, Option<&'r RawValue>) {
+        if parsed.is_none()
+            && let Some(raw) = record.value.as_deref()
+            && self.format == Format::Json
+            && self.envelope == Envelope::Debezium
+            && !matches!(self.version, Some(VersionSource::Pointer(_)))
+            && let Some((mapped, source)) = self.map_debezium_borrowed(record, raw)
+        {
+            return (mapped, source);
+        }
+        (self.map_whole(record, parsed), None)
+    }
+
+    /// [`RowMapper::map_parsed`] past the borrowed reading: the whole document.
+    fn map_whole(&self, record: &Record, parsed: Option<Value>) -> Result<RowOp, MapError> {
         let Some(raw) = record.value.as_deref() else {
             return match self.envelope {
                 Envelope::None => self.tombstone(record),
@@ -254,14 +280,6 @@ impl RowMapper {
                 )),
             };
         };
-        if parsed.is_none()
-            && self.format == Format::Json
-            && self.envelope == Envelope::Debezium
-            && !matches!(self.version, Some(VersionSource::Pointer(_)))
-            && let Some(mapped) = self.map_debezium_borrowed(record, raw)
-        {
-            return mapped;
-        }
         let document = match (&self.format, parsed) {
             (Format::String, _) => {
                 std::str::from_utf8(raw).map_err(|_| MapError::NotUtf8)?;
@@ -320,14 +338,14 @@ impl RowMapper {
     /// source position is read from its few fields (the rest of `source`, `transaction` and
     /// a `before` beside `after` are passed over). `None` for anything but a plain create,
     /// read, update or delete: the whole document is read then, as before, and fails there
-    /// with its reason if it must.
-    fn map_debezium_borrowed(
+    /// with its reason if it must. Beside the operation, the `source` block's text.
+    fn map_debezium_borrowed<'r>(
         &self,
         record: &Record,
-        raw: &[u8],
-    ) -> Option<Result<RowOp, MapError>> {
-        let event: envelope::RawDebezium<'_> = serde_json::from_slice(raw).ok()?;
-        let row_of = |raw: Option<&serde_json::value::RawValue>| -> Option<Value> {
+        raw: &'r [u8],
+    ) -> Option<(Result<RowOp, MapError>, Option<&'r RawValue>)> {
+        let event: envelope::RawDebezium<'r> = serde_json::from_slice(raw).ok()?;
+        let row_of = |raw: Option<&RawValue>| -> Option<Value> {
             serde_json::from_str::<Value>(raw?.get())
                 .ok()
                 .filter(Value::is_object)
@@ -348,12 +366,12 @@ impl RowMapper {
                 });
                 match read {
                     Ok(text) => Some(SqlValue::Text(text)),
-                    Err(why) => return Some(Err(MapError::MissingVersion(why))),
+                    Err(why) => return Some((Err(MapError::MissingVersion(why)), event.source)),
                 }
             }
             None => None,
         };
-        Some(if write {
+        let mapped = if write {
             self.row(record, Some(&row), raw).map(|mut values| {
                 values.extend(version);
                 RowOp::Write(values)
@@ -363,7 +381,8 @@ impl RowMapper {
                 key.extend(version);
                 RowOp::Delete(key)
             })
-        })
+        };
+        Some((mapped, event.source))
     }
 
     /// A change event: its row upserted or deleted, or the table truncated.

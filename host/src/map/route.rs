@@ -271,6 +271,36 @@ impl TableRouter {
         }))
     }
 
+    /// Whether the template reads a change event's source names (beyond the topic).
+    pub fn reads_source(&self) -> bool {
+        self.template.reads_source()
+    }
+
+    /// [`TableRouter::read`] from the text of `record`'s `source` block, which the mapper
+    /// met while it read the event ([`super::RowMapper::map_parsed_with_source`]): the same
+    /// names, without reading the whole value a second time. A block that does not read
+    /// as names is read from the whole value, for the error that gives.
+    pub fn read_source_block(
+        &self,
+        record: &Record,
+        block: &RawValue,
+    ) -> Result<SourceRead, String> {
+        if !self.template.reads_source() || self.envelope == Envelope::Opencdc {
+            return self.read(record, None);
+        }
+        match serde_json::from_str::<RawNames<'_>>(block.get()) {
+            Ok(names) => {
+                let owned = |name: Option<Cow<'_, str>>| name.map(|n| Cow::Owned(n.into_owned()));
+                Ok(SourceRead(SourceNames {
+                    schema: owned(names.schema),
+                    table: owned(names.table),
+                    db: owned(names.db),
+                }))
+            }
+            Err(_) => self.read(record, None),
+        }
+    }
+
     /// The table of `record`, from what [`TableRouter::read`] took of it: call it once the
     /// record mapped, so that a record that fails claims no table.
     pub fn table_with(&self, record: &Record, read: SourceRead) -> Result<Arc<str>, String> {
@@ -523,6 +553,31 @@ mod tests {
             )
             .unwrap_err();
         assert!(why.contains("source.schema"), "{why}");
+    }
+
+    #[test]
+    fn the_source_block_the_mapper_met_names_the_table_as_the_whole_value_does() {
+        let r = router(
+            "route_block",
+            "      table: \"{source.schema}_{source.table}\"\n",
+            "    envelope: debezium\n",
+        );
+        let event = r#"{"op":"c","after":{"id":1},"source":{"schema":"public","table":"orders"}}"#;
+        let rec = record("shop.a", event);
+        let block =
+            RawValue::from_string(r#"{"schema":"public","table":"orders"}"#.into()).unwrap();
+        let read = r.read_source_block(&rec, &block).unwrap();
+        assert_eq!(&*r.table_with(&rec, read).unwrap(), "public_orders");
+        // A block that is not names: read from the whole value, whose error it gives.
+        let broken = record("shop.a", r#"{"op":"c","source":{"schema":1}}"#);
+        let block = RawValue::from_string(r#"{"schema":1}"#.into()).unwrap();
+        let why = r.read_source_block(&broken, &block).err().unwrap();
+        assert!(why.contains("not a JSON change event"), "{why}");
+        // A template that reads the topic alone reads nothing of the block.
+        let topic_only = router("route_block_topic", "      table: \"{topic}\"\n", "");
+        assert!(!topic_only.reads_source());
+        let read = topic_only.read_source_block(&rec, &block).unwrap();
+        assert_eq!(&*topic_only.table_with(&rec, read).unwrap(), "shop.a");
     }
 
     #[test]

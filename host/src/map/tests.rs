@@ -459,6 +459,27 @@ fn borrowed_and_whole_debezium_readings_agree() {
     }
 }
 
+/// The borrowed reading hands back the event's own `source` block (a table template reads
+/// its names there); an event read whole hands back none, and the template reads the value.
+#[test]
+fn the_borrowed_reading_hands_back_the_source_block() {
+    let mapper = cdc_mapper(Envelope::Debezium, Some("$offset"), OnTruncate::Fail);
+    let event = r#"{"op": "c", "after": {"id": 1}, "source": {"schema": "public", "table": "t", "lsn": 9}}"#;
+    let r = record(Some(r#"{"id": 9}"#), Some(event));
+    let (mapped, block) = mapper.map_parsed_with_source(&r, None);
+    assert_eq!(mapped, mapper.map(&r));
+    let block: Value = serde_json::from_str(block.expect("the source block").get()).unwrap();
+    assert_eq!(
+        block,
+        serde_json::json!({"schema": "public", "table": "t", "lsn": 9})
+    );
+    let whole: Value = serde_json::from_str(event).unwrap();
+    assert!(mapper.map_parsed_with_source(&r, Some(whole)).1.is_none());
+    let wrapped = format!(r#"{{"schema": {{}}, "payload": {event}}}"#);
+    let r = record(Some(r#"{"id": 9}"#), Some(&wrapped));
+    assert!(mapper.map_parsed_with_source(&r, None).1.is_none());
+}
+
 #[test]
 fn a_version_in_the_row_after_is_read_before_for_a_delete() {
     let mapper = cdc_mapper(Envelope::Debezium, Some("/after/seq"), OnTruncate::Fail);
