@@ -344,6 +344,11 @@ impl RowMapper {
         record: &Record,
         raw: &'r [u8],
     ) -> Option<(Result<RowOp, MapError>, Option<&'r RawValue>)> {
+        // Only an object: serde reads a struct from an array too, field by field in order,
+        // and an array is no change event (the whole reading says why).
+        if raw.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return None;
+        }
         let event: envelope::RawDebezium<'r> = serde_json::from_slice(raw).ok()?;
         let row_of = |raw: Option<&RawValue>| -> Option<Value> {
             serde_json::from_str::<Value>(raw?.get())

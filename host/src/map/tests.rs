@@ -442,6 +442,8 @@ fn borrowed_and_whole_debezium_readings_agree() {
         r#"{"op": "c", "after": [1], "source": {"connector": "postgresql", "lsn": 1}}"#,
         r#"{"after": {"id": 8}}"#,
         r#"[1, 2]"#,
+        r#"["c", null, {"id": 10}, {"connector": "postgresql", "lsn": 1}]"#,
+        r#" {"op": "c", "after": {"id": 11}, "source": {"connector": "postgresql", "lsn": 1}}"#,
     ];
     for truncate in [OnTruncate::Fail, OnTruncate::Truncate] {
         for version in [None, Some("$offset"), Some("$timestamp")] {
