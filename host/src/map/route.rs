@@ -175,6 +175,28 @@ impl SourceNames<'_> {
     }
 }
 
+impl SourceNames<'_> {
+    /// The names, no longer borrowed from the record's value.
+    fn into_read(self) -> SourceRead {
+        let owned = |name: Option<Cow<'_, str>>| name.map(|n| Cow::Owned(n.into_owned()));
+        SourceRead(SourceNames {
+            schema: owned(self.schema),
+            table: owned(self.table),
+            db: owned(self.db),
+        })
+    }
+}
+
+impl<'a> From<RawNames<'a>> for SourceNames<'a> {
+    fn from(names: RawNames<'a>) -> Self {
+        SourceNames {
+            schema: names.schema,
+            table: names.table,
+            db: names.db,
+        }
+    }
+}
+
 /// A record's source names, read before it is mapped ([`TableRouter::read`]).
 pub struct SourceRead(SourceNames<'static>);
 
@@ -262,13 +284,7 @@ impl TableRouter {
         if !self.template.reads_source() {
             return Ok(SourceRead(SourceNames::default()));
         }
-        let names = self.source_names(record, event)?;
-        let owned = |name: Option<Cow<'_, str>>| name.map(|n| Cow::Owned(n.into_owned()));
-        Ok(SourceRead(SourceNames {
-            schema: owned(names.schema),
-            table: owned(names.table),
-            db: owned(names.db),
-        }))
+        Ok(self.source_names(record, event)?.into_read())
     }
 
     /// Whether the template reads a change event's source names (beyond the topic).
@@ -289,14 +305,7 @@ impl TableRouter {
             return self.read(record, None);
         }
         match serde_json::from_str::<RawNames<'_>>(block.get()) {
-            Ok(names) => {
-                let owned = |name: Option<Cow<'_, str>>| name.map(|n| Cow::Owned(n.into_owned()));
-                Ok(SourceRead(SourceNames {
-                    schema: owned(names.schema),
-                    table: owned(names.table),
-                    db: owned(names.db),
-                }))
-            }
+            Ok(names) => Ok(SourceNames::from(names).into_read()),
             Err(_) => self.read(record, None),
         }
     }
@@ -464,14 +473,7 @@ impl TableRouter {
                     .map(|s| Cow::Owned(s.to_string())),
                 ..SourceNames::default()
             },
-            _ => match event.source {
-                Some(names) => SourceNames {
-                    schema: names.schema,
-                    table: names.table,
-                    db: names.db,
-                },
-                None => SourceNames::default(),
-            },
+            _ => event.source.map(SourceNames::from).unwrap_or_default(),
         })
     }
 }
@@ -568,6 +570,17 @@ mod tests {
             RawValue::from_string(r#"{"schema":"public","table":"orders"}"#.into()).unwrap();
         let read = r.read_source_block(&rec, &block).unwrap();
         assert_eq!(&*r.table_with(&rec, read).unwrap(), "public_orders");
+        // Escaped names (read into owned text) as the whole value gives them.
+        let escaped = r#"{"schema":"p\u0075blic","table":"ord\u00e9rs"}"#;
+        let rec = record(
+            "shop.a",
+            &format!(r#"{{"op":"c","after":{{"id":1}},"source":{escaped}}}"#),
+        );
+        let block = RawValue::from_string(escaped.into()).unwrap();
+        let read = r.read_source_block(&rec, &block).unwrap();
+        let from_block = r.table_with(&rec, read);
+        assert_eq!(from_block, r.table_for(&rec, None));
+        assert_eq!(&*from_block.unwrap(), "public_ordérs");
         // A block that is not names: read from the whole value, whose error it gives.
         let broken = record("shop.a", r#"{"op":"c","source":{"schema":1}}"#);
         let block = RawValue::from_string(r#"{"schema":1}"#.into()).unwrap();
