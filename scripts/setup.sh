@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for building and testing sluice, and starts the
 # local databases if they are down. Safe to run again: each step is skipped when done.
+# No flag: what building needs. `--plugins`: also the toolchains for plugins in other
+# languages than Rust. `--tests`: all of that, and what the tests need.
 set -euo pipefail
 
 log() { echo "setup: $*" >&2; }
@@ -9,6 +11,27 @@ log() { echo "setup: $*" >&2; }
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   log "adding the wasm32-wasip2 target"
   rustup target add wasm32-wasip2
+fi
+
+# The plugin toolchains beside Rust's (`sluice plugin build` of a Python plugin):
+# componentize-py, pinned, in target/plugin-tools/python. `--plugins` installs them
+# alone; `--tests` too, since the tests build the Python examples.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+install_plugin_tools() {
+  local venv="$root/target/plugin-tools/python" version=0.25.1
+  mkdir -p "$root/target"
+  (
+    flock 9
+    if [ "$("$venv/bin/componentize-py" --version 2>/dev/null)" != "componentize-py $version" ]; then
+      log "installing componentize-py $version into target/plugin-tools/python (Python plugins)"
+      rm -rf "$venv"
+      python3 -m venv "$venv"
+      "$venv/bin/pip" install --quiet --disable-pip-version-check "componentize-py==$version"
+    fi
+  ) 9>"$root/target/plugin-tools.lock"
+}
+if [ "${1:-}" = "--plugins" ] || [ "${1:-}" = "--tests" ]; then
+  install_plugin_tools
 fi
 
 if [ "${1:-}" = "--tests" ]; then
@@ -37,7 +60,6 @@ if [ "${1:-}" = "--tests" ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
   fi
-  root="$(cd "$(dirname "$0")/.." && pwd)"
   browser="$root/target/status-page-browser"
   pinned="$(node -p "require('$root/tests/e2e/status_page/package.json').dependencies['playwright-core']")"
   if [ "$(node -p "require('$browser/node_modules/playwright-core/package.json').version" 2>/dev/null)" != "$pinned" ]; then

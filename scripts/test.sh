@@ -8,4 +8,6 @@ cargo build --workspace --all-targets
 # The plugins are their own workspace (built for wasm32-wasip2 by transform/build.rs);
 # their unit tests are plain native tests.
 cargo test --manifest-path plugins/Cargo.toml --quiet
+# The Python plugin SDK's own tests, in a plain Python.
+python3 -m unittest discover -q -s plugins/sdk-python/tests
 exec cargo nextest run --workspace --no-fail-fast "$@"

@@ -49,6 +49,7 @@ mod cache;
 mod chain;
 mod engine;
 mod host;
+mod python;
 #[allow(dead_code)]
 mod toolchain;
 mod tools;
@@ -59,7 +60,10 @@ use std::time::Duration;
 
 pub use chain::{CallObserver, Isolation, PluginStats, TransformChain, check_plugin};
 pub use engine::{EngineOptions, TransformEngine, default_cache_dir};
-pub use tools::{PluginTestCase, build_plugin, record_to_json, scaffold_plugin, test_plugin};
+pub use python::COMPONENTIZE_PY_VERSION;
+pub use tools::{
+    PluginLanguage, PluginTestCase, build_plugin, record_to_json, scaffold_plugin, test_plugin,
+};
 
 /// The WIT package version this host implements.
 pub const WIT_PACKAGE: &str = "sluice:transform@0.1.0";

@@ -22,7 +22,11 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> TransformErr
 /// repository, absolute otherwise) and is its own cargo workspace, so it builds wherever
 /// it is created. It contains `src/lib.rs` (a pass-through-with-uppercase example with a
 /// unit test) and `sample.jsonl` (input for `sluice plugin test`).
-pub fn scaffold_plugin(name: &str, dir: &Path) -> Result<PathBuf, TransformError> {
+pub fn scaffold_plugin(
+    name: &str,
+    dir: &Path,
+    language: PluginLanguage,
+) -> Result<PathBuf, TransformError> {
     let valid = !name.is_empty()
         && name.len() <= 64
         && name.starts_with(|c: char| c.is_ascii_lowercase())
@@ -45,6 +49,16 @@ pub fn scaffold_plugin(name: &str, dir: &Path) -> Result<PathBuf, TransformError
             "{} already exists and is not empty; pick another name or directory",
             crate_dir.display()
         )));
+    }
+    if language == PluginLanguage::Python {
+        std::fs::create_dir_all(&crate_dir)
+            .map_err(io(format!("cannot create {}", crate_dir.display())))?;
+        for (file, content) in crate::python::scaffold_files(name) {
+            let path = crate_dir.join(file);
+            std::fs::write(&path, content)
+                .map_err(io(format!("cannot write {}", path.display())))?;
+        }
+        return Ok(crate_dir);
     }
     std::fs::create_dir_all(crate_dir.join("src"))
         .map_err(io(format!("cannot create {}", crate_dir.display())))?;
@@ -168,18 +182,43 @@ fn relative_path(from: &Path, to: &Path) -> Option<PathBuf> {
     Some(rel)
 }
 
-/// Builds the plugin crate in `dir` for `wasm32-wasip2` (release) and returns the path of
-/// the `.wasm` component. Cargo's progress and diagnostics go to stderr.
-///
-/// Fails with "run `rustup target add wasm32-wasip2`" when the target is missing.
-pub fn build_plugin(dir: &Path) -> Result<PathBuf, TransformError> {
-    let manifest = dir.join("Cargo.toml");
-    if !manifest.is_file() {
-        return Err(TransformError::Usage(format!(
-            "{} has no Cargo.toml; create a plugin with `sluice plugin new`",
-            dir.display()
-        )));
+/// The language a plugin is written in. A plugin directory says which by its manifest:
+/// `Cargo.toml` (Rust) or `pyproject.toml` (Python).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginLanguage {
+    /// A crate built for `wasm32-wasip2` with the Rust SDK (`plugins/sdk`).
+    Rust,
+    /// `plugin.py`, built by componentize-py with the Python SDK (`plugins/sdk-python`).
+    Python,
+}
+
+impl PluginLanguage {
+    /// The language of the plugin in `dir`, from its manifest.
+    pub fn of_dir(dir: &Path) -> Result<PluginLanguage, TransformError> {
+        if dir.join("Cargo.toml").is_file() {
+            Ok(PluginLanguage::Rust)
+        } else if dir.join("pyproject.toml").is_file() {
+            Ok(PluginLanguage::Python)
+        } else {
+            Err(TransformError::Usage(format!(
+                "{} has neither a Cargo.toml (Rust) nor a pyproject.toml (Python); create a plugin with `sluice plugin new NAME --lang rust|python`",
+                dir.display()
+            )))
+        }
     }
+}
+
+/// Builds the plugin in `dir` and returns the path of its `.wasm` component: a Rust crate
+/// with cargo for `wasm32-wasip2` (release), a Python plugin with componentize-py. The
+/// tool's progress and diagnostics go to stderr.
+///
+/// Fails with "run `rustup target add wasm32-wasip2`" when the target is missing, and
+/// names the command that installs componentize-py when it is.
+pub fn build_plugin(dir: &Path) -> Result<PathBuf, TransformError> {
+    if PluginLanguage::of_dir(dir)? == PluginLanguage::Python {
+        return crate::python::build(dir);
+    }
+    let manifest = dir.join("Cargo.toml");
     toolchain::check_wasm_target().map_err(TransformError::Build)?;
     let output = toolchain::nested_cargo()
         .args(["build", "--release", "--target", toolchain::WASM_TARGET])

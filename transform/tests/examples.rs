@@ -280,13 +280,13 @@ fn scaffolded_plugin_builds_and_runs() {
     }
     let _ = std::fs::remove_dir_all(&crate_path);
     std::fs::create_dir_all(&dir).unwrap();
-    let crate_dir = scaffold_plugin("my-upper", &dir).unwrap();
+    let crate_dir = scaffold_plugin("my-upper", &dir, PluginLanguage::Rust).unwrap();
     assert_eq!(crate_dir, crate_path);
     assert!(
-        scaffold_plugin("my-upper", &dir).is_err(),
+        scaffold_plugin("my-upper", &dir, PluginLanguage::Rust).is_err(),
         "refuses to overwrite"
     );
-    assert!(scaffold_plugin("Bad Name", &dir).is_err());
+    assert!(scaffold_plugin("Bad Name", &dir, PluginLanguage::Rust).is_err());
     let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
     assert!(
         manifest.contains("sluice-plugin-sdk = { path = \"../"),

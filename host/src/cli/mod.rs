@@ -172,16 +172,37 @@ enum Command {
     },
 }
 
+/// A plugin's language, for `sluice plugin new --lang`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Language {
+    Rust,
+    Python,
+}
+
+impl From<Language> for sluice_transform::PluginLanguage {
+    fn from(lang: Language) -> Self {
+        match lang {
+            Language::Rust => sluice_transform::PluginLanguage::Rust,
+            Language::Python => sluice_transform::PluginLanguage::Python,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum PluginAction {
-    /// Create a plugin crate NAME (in the current directory) that builds as it is.
+    /// Create a plugin NAME (in the current directory) that builds as it is.
     New {
         name: String,
         /// Where to create it.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
+        /// The language to write it in.
+        #[arg(long, value_enum, default_value_t = Language::Rust)]
+        lang: Language,
     },
-    /// Build a plugin crate for wasm32-wasip2 and print the component's path.
+    /// Build a plugin into a WebAssembly component and print the component's path: a
+    /// Rust crate (Cargo.toml) for wasm32-wasip2, a Python plugin (pyproject.toml and
+    /// plugin.py) with componentize-py.
     Build {
         #[arg(default_value = ".")]
         dir: PathBuf,

@@ -1,26 +1,32 @@
 //! `sluice plugin new|build|test`.
 
-use super::PluginAction;
+use super::{Language, PluginAction};
 use crate::config;
 use crate::server::{EXIT_FAILURE, EXIT_INVALID};
 
 pub fn plugin(action: PluginAction) -> u8 {
     use sluice_transform::{EngineOptions, Limits, PluginSpec, TransformEngine};
     match action {
-        PluginAction::New { name, dir } => match sluice_transform::scaffold_plugin(&name, &dir) {
-            Ok(created) => {
-                println!(
-                    "created {}: write your transform in src/lib.rs, then `sluice plugin build {}`",
-                    created.display(),
-                    created.display()
-                );
-                0
+        PluginAction::New { name, dir, lang } => {
+            match sluice_transform::scaffold_plugin(&name, &dir, lang.into()) {
+                Ok(created) => {
+                    let code = match lang {
+                        Language::Rust => "src/lib.rs",
+                        Language::Python => "plugin.py",
+                    };
+                    println!(
+                        "created {}: write your transform in {code}, then `sluice plugin build {}`",
+                        created.display(),
+                        created.display()
+                    );
+                    0
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    EXIT_INVALID
+                }
             }
-            Err(e) => {
-                eprintln!("{e}");
-                EXIT_INVALID
-            }
-        },
+        }
         PluginAction::Build { dir } => match sluice_transform::build_plugin(&dir) {
             Ok(wasm) => {
                 println!("{}", wasm.display());

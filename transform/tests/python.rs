@@ -1,0 +1,407 @@
+//! Python plugins (plugins/python/*, built by componentize-py through `build_plugin`):
+//! the word_parse twin answers what the Rust plugin answers, the mask example hashes with
+//! its salt, a scaffolded plugin builds and runs as it is, and the sandbox holds for
+//! Python as it does for Rust: the CPU deadline, the memory cap, the output bounds, and
+//! no file, socket or process for the plugin.
+//!
+//! Each example is built once per change of its sources (its component is kept in
+//! `plugins/python/NAME/target/`), under a lock, since the tests of this file run as
+//! processes side by side. componentize-py must be installed (`scripts/setup.sh --tests`
+//! installs it); without it these tests fail, naming the command.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use common::*;
+use sluice_transform::*;
+
+fn python_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugins/python")
+        .join(name)
+}
+
+/// The newest modification time of the files a Python plugin's component is built from.
+fn sources_changed(dir: &Path) -> SystemTime {
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk-python/sluice_plugin");
+    let mut files = vec![dir.join("plugin.py"), dir.join("pyproject.toml")];
+    files.extend(
+        std::fs::read_dir(&sdk)
+            .expect("the Python SDK")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "py")),
+    );
+    files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
+        .max()
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+/// The component of `plugins/python/NAME`, built when its sources changed since.
+fn python_plugin(name: &str) -> PathBuf {
+    let dir = python_dir(name);
+    let target = dir.join("target");
+    std::fs::create_dir_all(&target).expect("target dir");
+    let lock = std::fs::File::create(target.join(".build-lock")).expect("lock file");
+    lock.lock().expect("lock");
+    let wasm = target.join(format!("{name}.wasm"));
+    let built = std::fs::metadata(&wasm).and_then(|m| m.modified()).ok();
+    if built.is_none_or(|built| built < sources_changed(&dir)) {
+        let started = Instant::now();
+        let out = build_plugin(&dir).unwrap_or_else(|e| panic!("building {name}: {e}"));
+        assert_eq!(out, wasm);
+        eprintln!(
+            "built {name} in {:.1} s ({} bytes)",
+            started.elapsed().as_secs_f64(),
+            std::fs::metadata(&wasm).map(|m| m.len()).unwrap_or(0)
+        );
+    }
+    wasm
+}
+
+/// A spec for a Python example, with the default limits (a Python plugin runs within
+/// them: the interpreter starts from the snapshot componentize-py made).
+fn python_spec(name: &str, plugin: &str, config: &[(&str, &str)]) -> PluginSpec {
+    let mut spec = spec(name, plugin, config);
+    spec.path = python_plugin(plugin);
+    spec
+}
+
+fn python_hostile(mode: &str, extra: &[(&str, &str)]) -> PluginSpec {
+    let mut spec = python_spec(&format!("py-hostile-{mode}"), "hostile", extra);
+    spec.config.insert("mode".into(), mode.into());
+    spec
+}
+
+fn run(spec: PluginSpec, batch: Vec<Record>) -> Vec<Outcome> {
+    let mut chain = TransformChain::new(engine(), "python", &[spec]).expect("chain starts");
+    chain.process(batch).expect("batch runs")
+}
+
+fn failure(outcome: &Outcome) -> &str {
+    match outcome {
+        Outcome::Failed { message, .. } => message,
+        other => panic!("expected the record's error, got {other:?}"),
+    }
+}
+
+/// The inputs of the twin test: events as the field writes them, and every way the Rust
+/// parser has to refuse one.
+fn word_inputs() -> Vec<Option<Vec<u8>>> {
+    let mut inputs: Vec<Option<Vec<u8>>> = [
+        "#42*hello@1700000000123",
+        "#0*a@0",
+        "#+7*plus@+5",
+        "#007*zeros@-12",
+        "#1*at@in@the@word@99",
+        "#1*line end@5\r\n",
+        "#1*quote \" backslash \\ tab \t bell \u{7} nl \n@3",
+        "#1*é ü 漢字 \u{2028}@4",
+        "#18446744073709551615*max@9223372036854775807",
+        "#1*min@-9223372036854775808",
+        "#18446744073709551616*over@1",
+        "#1*over@9223372036854775808",
+        "#-1*neg@1",
+        "# 1*space@1",
+        "#1_0*underscore@1",
+        "#1*@1",
+        "#1*word@",
+        "#1*word@1.5",
+        "#1*noat",
+        "1*nohash@1",
+        "#*nouid@1",
+        "#1nosep@1",
+        "#١*arabic digit@1",
+        "",
+    ]
+    .iter()
+    .map(|s| Some(s.as_bytes().to_vec()))
+    .collect();
+    inputs.push(Some(vec![b'#', b'1', b'*', 0xff, 0xfe, b'@', b'1']));
+    inputs.push(None);
+    inputs
+}
+
+#[test]
+fn the_python_word_parse_answers_what_the_rust_one_answers() {
+    for separator in ["*", "|", "::"] {
+        let batch: Vec<Record> = word_inputs()
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let value = value.map(|v| {
+                    String::from_utf8(v.clone())
+                        .map(|s| s.replacen('*', separator, 1).into_bytes())
+                        .unwrap_or(v)
+                });
+                Record {
+                    value,
+                    ..rec(i as i64, "")
+                }
+            })
+            .collect();
+        let config = [("separator", separator)];
+        let rust = run(spec("rust", "word_parse", &config), batch.clone());
+        let python = run(python_spec("python", "word_parse", &config), batch.clone());
+        assert_eq!(rust.len(), python.len());
+        let mut failed = 0;
+        for ((r, p), input) in rust.iter().zip(&python).zip(&batch) {
+            match (r, p) {
+                (Outcome::Records(r), Outcome::Records(p)) => assert_eq!(
+                    r,
+                    p,
+                    "separator {separator:?}, input {:?}",
+                    input.value.as_deref().map(String::from_utf8_lossy)
+                ),
+                (Outcome::Failed { message: r, .. }, Outcome::Failed { message: p, .. }) => {
+                    failed += 1;
+                    // The same words up to what each language adds after them (its number
+                    // parser's detail, its quotes).
+                    let head = |m: &str| m.split("): ").next().unwrap_or("").to_string();
+                    assert!(
+                        p.starts_with(&format!("ValueError: {}", head(r))),
+                        "rust {r:?}, python {p:?}"
+                    );
+                    assert!(p.contains("(plugin.py, line "), "{p}");
+                }
+                (r, p) => panic!(
+                    "separator {separator:?}, input {:?}: rust {r:?}, python {p:?}",
+                    input.value.as_deref().map(String::from_utf8_lossy)
+                ),
+            }
+        }
+        assert!(failed >= 12, "the inputs reach the refusals: {failed}");
+    }
+    // The configuration is refused alike.
+    for bad in [
+        &[("separator", "")][..],
+        &[("separator", "#")],
+        &[("sep", "*")],
+    ] {
+        let rust = check_plugin(engine(), &spec("rust", "word_parse", bad));
+        let python = check_plugin(engine(), &python_spec("python", "word_parse", bad));
+        assert!(
+            rust.is_err() && python.is_err(),
+            "{bad:?}: {rust:?} {python:?}"
+        );
+    }
+}
+
+#[test]
+fn the_python_mask_hashes_fields_with_its_salt() {
+    use sha2::{Digest, Sha256};
+    let spec = python_spec(
+        "mask",
+        "mask",
+        &[("fields", "email, /user/phone"), ("salt", "pepper")],
+    );
+    let batch = vec![
+        rec(
+            0,
+            r#"{"email":"a@example.com","user":{"phone":"+44 20"},"n":1}"#,
+        ),
+        rec(1, r#"{"n":2}"#),
+        rec(2, "[1,2]"),
+        rec(3, "not json"),
+        Record {
+            value: None,
+            ..rec(4, "")
+        },
+    ];
+    let out = run(spec, batch);
+    let hash = |json: &str| {
+        let digest = Sha256::digest(format!("pepper{json}").as_bytes());
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    assert_eq!(
+        values(&out[0]),
+        vec![format!(
+            r#"{{"email":"{}","user":{{"phone":"{}"}},"n":1}}"#,
+            hash(r#""a@example.com""#),
+            hash(r#""+44 20""#)
+        )]
+    );
+    assert_eq!(values(&out[1]), vec![r#"{"n":2}"#]);
+    assert!(failure(&out[2]).contains("not an object"), "{out:?}");
+    assert!(failure(&out[3]).contains("is not JSON"), "{out:?}");
+    assert_eq!(values(&out[4]), vec!["<null>"], "a tombstone passes");
+    let unsalted = check_plugin(
+        engine(),
+        &python_spec("mask", "mask", &[("fields", "email")]),
+    )
+    .expect_err("no salt");
+    assert!(
+        unsalted.to_string().contains("`salt` is required"),
+        "{unsalted}"
+    );
+}
+
+#[test]
+fn a_scaffolded_python_plugin_builds_and_passes_its_sample() {
+    let dir = tempfile::tempdir().expect("dir");
+    let plugin = scaffold_plugin("my-py", dir.path(), PluginLanguage::Python).expect("scaffold");
+    assert_eq!(
+        PluginLanguage::of_dir(&plugin).expect("language"),
+        PluginLanguage::Python
+    );
+    assert!(
+        scaffold_plugin("my-py", dir.path(), PluginLanguage::Python).is_err(),
+        "refuses to overwrite"
+    );
+    let wasm = build_plugin(&plugin).expect("builds as it is");
+    assert!(wasm.ends_with("target/my_py.wasm"), "{}", wasm.display());
+    let spec = PluginSpec {
+        path: wasm,
+        ..spec("my-py", "unused", &[("prefix", "> ")])
+    };
+    let cases = test_plugin(engine(), &spec, &plugin.join("sample.jsonl")).expect("sample");
+    assert_eq!(values(&cases[0].outcome), vec!["> HELLO"]);
+    assert_eq!(
+        values(&cases[1].outcome),
+        vec![r#"> {"JSON":"VALUES ARE SERIALIZED"}"#]
+    );
+    assert_eq!(cases[2].outcome, Outcome::Records(vec![]));
+    let unknown = check_plugin(
+        engine(),
+        &PluginSpec {
+            config: [("colour".to_string(), "red".to_string())].into(),
+            ..spec
+        },
+    )
+    .expect_err("unknown key");
+    assert!(
+        unknown.to_string().contains("unknown config key(s) colour"),
+        "{unknown}"
+    );
+}
+
+#[test]
+fn a_python_exception_is_that_records_error_with_its_line() {
+    let batch: Vec<Record> = (0..3000).map(|i| rec(i, "x")).collect();
+    let out = run(python_hostile("raise-every", &[]), batch);
+    for (i, o) in out.iter().enumerate() {
+        if i % 1000 == 0 {
+            let message = failure(o);
+            assert!(
+                message.starts_with(&format!(
+                    "RuntimeError: record {i} fails on purpose (plugin.py, line "
+                )),
+                "{message}"
+            );
+        } else {
+            assert_eq!(values(o), vec!["x"], "record {i}");
+        }
+    }
+    let err = check_plugin(engine(), &python_hostile("no-such-mode", &[])).expect_err("refused");
+    assert!(
+        err.to_string().contains("unknown mode 'no-such-mode'"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("(plugin.py, line "), "{err}");
+}
+
+#[test]
+fn nothing_is_granted_to_a_python_plugin() {
+    // Something listens here: the connection must fail for want of a grant, not a peer.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let addr = listener.local_addr().expect("addr").to_string();
+    // What each call meets: `create_connection` fails at its name lookup, a raw connect
+    // is refused, no file is there, and `os` has no `system`.
+    let cases = [
+        (python_hostile("socket", &[("addr", &addr)]), "Error: "),
+        (
+            python_hostile("connect", &[("addr", &addr)]),
+            "PermissionError: ",
+        ),
+        (python_hostile("file", &[]), "FileNotFoundError: "),
+        (
+            python_hostile("file", &[("path", "pyproject.toml")]),
+            "FileNotFoundError: ",
+        ),
+        (python_hostile("system", &[]), "AttributeError: "),
+    ];
+    for (spec, expected) in cases {
+        let name = spec.name.clone();
+        let out = run(spec, vec![rec(0, "a")]);
+        let message = failure(&out[0]);
+        assert!(
+            message.contains(expected) && message.contains("(plugin.py, line "),
+            "{name}: {message}"
+        );
+    }
+    // `import socket` itself succeeds (the plugin imports it at its top), and the echo runs.
+    assert_eq!(
+        values(&run(python_hostile("echo", &[]), vec![rec(0, "a")])[0]),
+        vec!["a"]
+    );
+}
+
+/// Runs one batch of `spec`, expecting the whole batch to fail; the chain serves the next.
+fn python_batch_error(spec: PluginSpec) -> TransformError {
+    let mut chain = TransformChain::new(engine(), "python", &[spec]).expect("chain starts");
+    let err = chain
+        .process(vec![rec(0, "a"), rec(1, "b")])
+        .expect_err("batch must fail");
+    assert!(err.is_batch_failure(), "{err}");
+    assert_engine_healthy();
+    err
+}
+
+#[test]
+fn an_endless_python_loop_hits_the_cpu_deadline() {
+    let mut spec = python_hostile("loop", &[]);
+    spec.limits.timeout = Duration::from_millis(500);
+    let started = Instant::now();
+    let err = python_batch_error(spec);
+    assert!(
+        matches!(
+            err,
+            TransformError::Timeout {
+                call: "process",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn unbounded_python_allocation_stops_at_the_memory_cap() {
+    let mut spec = python_hostile("memory", &[]);
+    spec.limits.timeout = Duration::from_secs(10);
+    let mut chain = TransformChain::new(engine(), "python", &[spec]).expect("chain starts");
+    match chain.process(vec![rec(0, "a")]) {
+        // CPython meets the cap as a failed allocation: a MemoryError, the record's error.
+        Ok(out) => assert!(failure(&out[0]).starts_with("MemoryError"), "{out:?}"),
+        Err(err) => assert!(matches!(err, TransformError::MemoryLimit { .. }), "{err}"),
+    }
+    assert_engine_healthy();
+}
+
+#[test]
+fn deep_python_recursion_fails_inside_the_plugin() {
+    let out = run(python_hostile("recursion", &[]), vec![rec(0, "a")]);
+    assert!(failure(&out[0]).starts_with("RecursionError"), "{out:?}");
+}
+
+#[test]
+fn a_huge_python_output_hits_the_output_bound() {
+    let mut spec = python_hostile("big", &[("size", "1048576")]);
+    spec.limits.max_output_bytes = 512 << 10;
+    let err = python_batch_error(spec);
+    assert!(
+        matches!(err, TransformError::OutputLimit { what: "bytes", .. }),
+        "{err}"
+    );
+}
