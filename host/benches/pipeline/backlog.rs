@@ -38,10 +38,27 @@ pub(crate) fn debezium_event_of_many_tables(uid: u64) -> String {
     )
 }
 
+/// The topic of [`DEBEZIUM_TABLES`] topics (`<base>_words_N`) that carries source table
+/// `words_N` of [`debezium_event_of_many_tables`]: one topic per table, as Debezium's
+/// connectors name and write them by default.
+pub(crate) fn table_topic(base: &str, uid: u64) -> String {
+    format!("{base}_words_{}", uid % DEBEZIUM_TABLES)
+}
+
 /// Produces `n` records as producers write a backlog: lz4 batches of up to 10,000.
 pub(crate) async fn produce_backlog(
     bootstrap: &str,
     topic: &str,
+    n: u64,
+    value: fn(u64) -> String,
+) {
+    produce_backlog_routed(bootstrap, &|_| topic.to_string(), n, value).await
+}
+
+/// [`produce_backlog`] with each record's topic chosen by its uid.
+pub(crate) async fn produce_backlog_routed(
+    bootstrap: &str,
+    topic_of: &dyn Fn(u64) -> String,
     n: u64,
     value: fn(u64) -> String,
 ) {
@@ -61,7 +78,7 @@ pub(crate) async fn produce_backlog(
         let payload = value(uid);
         pending.push(
             producer
-                .send_result(FutureRecord::to(topic).key(&key).payload(&payload))
+                .send_result(FutureRecord::to(&topic_of(uid)).key(&key).payload(&payload))
                 .expect("enqueue"),
         );
         if pending.len() >= 100_000 {

@@ -17,7 +17,10 @@
 //!   `postgres upsert debezium 1t` (the JSON run's rows as Debezium change events,
 //!   `envelope: debezium`, versioned by their lsn) beside `postgres upsert json 1t`, and
 //!   `postgres upsert debezium 20 tables 1t` (the same events from 20 source tables, one
-//!   connector writing 20 tables through `table: "…_{source.table}"`) beside it too.
+//!   connector writing 20 tables through `table: "…_{source.table}"`) beside it too, and
+//!   `postgres upsert debezium 20 topics 20 tables 1t`: the same events with each source
+//!   table on a topic of its own (one partition each, as Debezium writes a database by
+//!   default), one connector subscribed to the 20 topics.
 //! - Baselines: `psql \copy` of the same rows into the same table shape (with and without
 //!   its primary key): the sink's limit; a bare librdkafka drain of the topic with sluice's
 //!   own fetch settings, timed from its first record: the source's limit (`×drain`); a
@@ -68,7 +71,8 @@ use std::time::{Duration, Instant};
 use harness::{Backend, Broker, TestDb};
 
 use backlog::{
-    debezium_event, debezium_event_of_many_tables, produce_avro_backlog, produce_backlog, raw_event,
+    DEBEZIUM_TABLES, debezium_event, debezium_event_of_many_tables, produce_avro_backlog,
+    produce_backlog, produce_backlog_routed, raw_event, table_topic,
 };
 use baselines::{bare_drain, copy_file, per_row_insert, psql_copy};
 use process::clock_ticks;
@@ -206,6 +210,27 @@ async fn main() {
         .await;
         println!("produced {n} Debezium change events of 20 tables");
     }
+    // The same events on a topic per source table (one partition each), only when asked
+    // for.
+    let table_topics = harness::unique("bench_debezium_topics");
+    if matrix()
+        .iter()
+        .any(|run| run.many_topics && options.wants(&run.name))
+    {
+        for uid in 0..DEBEZIUM_TABLES {
+            broker
+                .create_topic(&table_topic(&table_topics, uid), 1)
+                .await;
+        }
+        produce_backlog_routed(
+            &broker.bootstrap,
+            &|uid| table_topic(&table_topics, uid),
+            n,
+            debezium_event_of_many_tables,
+        )
+        .await;
+        println!("produced {n} Debezium change events of 20 tables on 20 topics");
+    }
 
     let postgres = TestDb::new(Backend::Postgres);
     let mut figures = Vec::new();
@@ -240,6 +265,8 @@ async fn main() {
             &raw_topic
         } else if run.avro {
             &avro_topic
+        } else if run.many_topics {
+            &table_topics
         } else if run.many_tables {
             &many_tables_topic
         } else if run.debezium {
@@ -312,6 +339,12 @@ async fn main() {
         "postgres upsert json 1t",
         0.8,
     );
+    let many_topics = compare(
+        &figures,
+        "postgres upsert debezium 20 topics 20 tables 1t",
+        "postgres upsert json 1t",
+        0.8,
+    );
     let many_tables_large_batches = compare(
         &figures,
         "lever: postgres upsert debezium 20 tables 1t, batches of 20000",
@@ -323,6 +356,7 @@ async fn main() {
         &avro,
         &debezium,
         &many_tables,
+        &many_topics,
         &many_tables_large_batches,
         &many_connectors,
     ]
@@ -350,6 +384,7 @@ async fn main() {
         "avro_to_json": avro,
         "debezium_to_upsert": debezium,
         "debezium_20_tables_to_upsert": many_tables,
+        "debezium_20_topics_to_upsert": many_topics,
         "many_connectors_to_one": many_connectors,
         "many_connectors": many.as_ref().map(|m| serde_json::json!({
             "connectors": many::CONNECTORS,

@@ -26,6 +26,10 @@ pub(crate) struct Run {
     /// With `debezium`: the events of [`crate::backlog::DEBEZIUM_TABLES`] source tables,
     /// each written to its own table through `table: "…_{source.table}"`.
     pub(crate) many_tables: bool,
+    /// With `many_tables`: each source table's events on a topic of its own (one
+    /// partition each, as Debezium's connectors write a database by default), the
+    /// connector subscribed to all of them, instead of one topic carrying all tables.
+    pub(crate) many_topics: bool,
     pub(crate) tasks: u32,
     /// Every key is in the table before the run (an upsert that updates every row).
     pub(crate) keys_present: bool,
@@ -72,6 +76,7 @@ pub(crate) fn matrix() -> Vec<Run> {
                         avro: false,
                         debezium: false,
                         many_tables: false,
+                        many_topics: false,
                         tasks,
                         keys_present: false,
                         processes: 1,
@@ -93,6 +98,7 @@ pub(crate) fn matrix() -> Vec<Run> {
         avro: false,
         debezium: false,
         many_tables: false,
+        many_topics: false,
         tasks: 1,
         keys_present: false,
         processes: 1,
@@ -129,6 +135,15 @@ pub(crate) fn matrix() -> Vec<Run> {
         debezium: true,
         many_tables: true,
         ..base("postgres upsert debezium 20 tables 1t", "upsert")
+    });
+    // The same events, each source table on a topic of its own: a batch holds runs of
+    // one table's records, as librdkafka fetches them partition by partition.
+    runs.push(Run {
+        plugin: false,
+        debezium: true,
+        many_tables: true,
+        many_topics: true,
+        ..base("postgres upsert debezium 20 topics 20 tables 1t", "upsert")
     });
     // The same with batches four times as large: each table's share of a batch back to
     // about what one table's is in batches of 5,000 (a table's fixed cost per batch: its
@@ -244,8 +259,9 @@ pub(crate) fn matrix() -> Vec<Run> {
     runs
 }
 
-/// The records a connector has committed from `topic`: the sum of its stored next offsets
-/// (every partition starts at 0).
+/// The records a connector has committed from `topic` (and from the topics named
+/// `topic…`, a many-topics run's): the sum of its stored next offsets (every partition
+/// starts at 0). Each run's connector has its own name, so the prefix meets only its own.
 pub(crate) async fn committed(sink: &Sink, connector: &str, topic: &str) -> u64 {
     // SUM is a DECIMAL in PostgreSQL and MySQL: cast back to an integer.
     let integer = match sink.dialect() {
@@ -254,7 +270,7 @@ pub(crate) async fn committed(sink: &Sink, connector: &str, topic: &str) -> u64 
     };
     sink.query_integers(
         format!(
-            "SELECT CAST(COALESCE(SUM(next_offset), 0) AS {integer}) FROM sluice_offsets WHERE connector = '{connector}' AND topic = '{topic}'"
+            "SELECT CAST(COALESCE(SUM(next_offset), 0) AS {integer}) FROM sluice_offsets WHERE connector = '{connector}' AND topic LIKE '{topic}%'"
         ),
         1,
     )
@@ -272,7 +288,15 @@ pub(crate) fn scenario(run: &Run, index: usize, topic: &str, registry: Option<&s
     // Unique with the topic (offsets are kept per connector and topic, and each bench
     // run has its own topics).
     scenario.connector = format!("b{index:02}");
-    scenario.topic = topic.to_string();
+    scenario.topic = if run.many_topics {
+        // A list in the scenario's `topics: [...]`.
+        (0..crate::backlog::DEBEZIUM_TABLES)
+            .map(|uid| crate::backlog::table_topic(topic, uid))
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else {
+        topic.to_string()
+    };
     scenario.mode = run.mode;
     scenario.key = "[uid]";
     scenario.max_records = run.max_records;
@@ -513,7 +537,11 @@ pub(crate) async fn run_sluice(
                 &sink,
                 &scenario.connector,
                 topic,
-                options.partitions,
+                if run.many_topics {
+                    1
+                } else {
+                    options.partitions
+                },
                 started.elapsed(),
             )
             .await;
@@ -614,6 +642,7 @@ pub(crate) async fn restart_to_first_commit(
         avro: false,
         debezium: false,
         many_tables: false,
+        many_topics: false,
         tasks: 1,
         keys_present: false,
         processes: 1,

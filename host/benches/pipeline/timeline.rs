@@ -19,7 +19,8 @@ pub(crate) struct Timeline {
 
 impl Timeline {
     /// Takes one sample: each of `partitions` partitions' stored next offset (0 when none
-    /// is stored yet). Returns their sum, the records committed.
+    /// is stored yet), summed over `topic` and the topics named `topic…` (a many-topics
+    /// run's, one partition each). Returns their sum, the records committed.
     pub(crate) async fn sample(
         &mut self,
         sink: &Sink,
@@ -35,12 +36,12 @@ impl Timeline {
         let columns: Vec<String> = (0..partitions)
             .map(|p| {
                 format!(
-                    "CAST(COALESCE(MAX(CASE WHEN partition = {p} THEN next_offset END), 0) AS {integer})"
+                    "CAST(COALESCE(SUM(CASE WHEN partition = {p} THEN next_offset END), 0) AS {integer})"
                 )
             })
             .collect();
         let sql = format!(
-            "SELECT {} FROM sluice_offsets WHERE connector = '{connector}' AND topic = '{topic}'",
+            "SELECT {} FROM sluice_offsets WHERE connector = '{connector}' AND topic LIKE '{topic}%'",
             columns.join(", ")
         );
         let values: Vec<u64> = match sink.query_integers(sql, partitions as usize).await {
