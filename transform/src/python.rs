@@ -135,10 +135,12 @@ pub fn build(dir: &Path) -> Result<PathBuf, TransformError> {
     let status = Command::new(&tool)
         .arg("-d")
         .arg(work.join("transform.wit"))
+        // The build's own files first: a `sluice_plugin/` beside plugin.py does not
+        // replace the SDK this binary carries.
         .args(["-w", "transform", "componentize", "-p"])
-        .arg(dir)
-        .arg("-p")
         .arg(&work)
+        .arg("-p")
+        .arg(dir)
         .arg("sluice_component")
         .arg("-o")
         .arg(&wasm)
@@ -165,7 +167,7 @@ pub fn scaffold_files(name: &str) -> Vec<(&'static str, String)> {
             format!(
                 r#"# A sluice transform plugin in Python. Its code is plugin.py; build it into a
 # WebAssembly component with `sluice plugin build .`, try it with
-# `sluice plugin test target/{component}.wasm sample.jsonl`.
+# `sluice plugin test target/{component}.wasm --input sample.jsonl`.
 [project]
 name = "{name}"
 version = "0.1.0"

@@ -25,8 +25,15 @@ fn python_dir(name: &str) -> PathBuf {
 
 /// The newest modification time of the files a Python plugin's component is built from.
 fn sources_changed(dir: &Path) -> SystemTime {
-    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk-python/sluice_plugin");
-    let mut files = vec![dir.join("plugin.py"), dir.join("pyproject.toml")];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let sdk = root.join("../plugins/sdk-python/sluice_plugin");
+    let mut files = vec![
+        dir.join("plugin.py"),
+        dir.join("pyproject.toml"),
+        root.join("../plugins/wit/transform.wit"),
+        // The entry module the build writes is in the build's own source.
+        root.join("src/python.rs"),
+    ];
     files.extend(
         std::fs::read_dir(&sdk)
             .expect("the Python SDK")
@@ -115,6 +122,11 @@ fn word_inputs() -> Vec<Option<Vec<u8>>> {
         "#*nouid@1",
         "#1nosep@1",
         "#١*arabic digit@1",
+        // Python's int() refuses more than 4300 digits; Rust reads leading zeros of any
+        // number.
+        format!("#{}7*zeros@1", "0".repeat(5000)).as_str(),
+        format!("#7*zeros@-{}5", "0".repeat(5000)).as_str(),
+        format!("#{}*long@1", "9".repeat(5000)).as_str(),
         "",
     ]
     .iter()
@@ -335,6 +347,11 @@ fn nothing_is_granted_to_a_python_plugin() {
             "{name}: {message}"
         );
     }
+    // Printing is no escape and no failure: the lines go to the host's log.
+    assert_eq!(
+        values(&run(python_hostile("print", &[]), vec![rec(0, "a")])[0]),
+        vec!["a"]
+    );
     // `import socket` itself succeeds (the plugin imports it at its top), and the echo runs.
     assert_eq!(
         values(&run(python_hostile("echo", &[]), vec![rec(0, "a")])[0]),

@@ -13,10 +13,12 @@ sandbox tests (transform/tests/python.rs). ``init`` picks the behaviour from con
 | ``socket``  | ``import socket`` (which succeeds), then ``socket.create_connection(addr)`` |
 | ``connect`` | a raw ``socket.socket().connect(addr)``, without a name lookup      |
 | ``file``    | ``open(path)`` (default ``/etc/passwd``) and returns what it read   |
+| ``print``   | prints to stdout and stderr (the host's log gets them), then echoes |
 | ``system``  | ``os.system("echo escaped")``                                       |
 """
 
 import os
+import sys
 import socket  # importing it is allowed; using it is not
 
 from sluice_plugin import Config, Record
@@ -26,7 +28,7 @@ hoard: list[bytes] = []
 
 MODES = {
     "echo", "loop", "memory", "recursion", "big", "raise-every", "socket", "connect", "file",
-    "system",
+    "system", "print",
 }
 
 
@@ -70,6 +72,10 @@ def transform(record: Record):
     if mode == "file":
         with open(settings.get("path", "/etc/passwd"), "rb") as f:
             return record.with_value(f.read())
+    if mode == "print":
+        print("to stdout", record.offset)
+        print("to stderr", file=sys.stderr)
+        return record
     if mode == "system":
         return record.with_value(f"os.system returned {os.system('echo escaped')}")
     return record

@@ -25,11 +25,20 @@ def init(config: Config) -> None:
     separator = value
 
 
-def _digits(text: str, signed: bool) -> bool:
+def _integer(text: str, signed: bool, low: int, high: int):
     """What Rust's integer parsing takes: an optional sign (``-`` only when signed) and
-    ASCII digits, nothing else (no spaces, no ``_``)."""
-    body = text[1:] if text[:1] == "+" or (signed and text[:1] == "-") else text
-    return body != "" and body.isascii() and body.isdigit()
+    ASCII digits, nothing else (no spaces, no ``_``), within ``low..=high``; else
+    ``None``. Leading zeros are dropped first: Python's ``int`` refuses more than 4300
+    digits, Rust reads any number of them."""
+    negative = signed and text[:1] == "-"
+    body = text[1:] if text[:1] == "+" or negative else text
+    if body == "" or not body.isascii() or not body.isdigit():
+        return None
+    body = body.lstrip("0") or "0"
+    if len(body) > 20:
+        return None
+    value = -int(body) if negative else int(body)
+    return value if low <= value <= high else None
 
 
 def _malformed(what: str) -> ValueError:
@@ -71,16 +80,18 @@ def parse(value: bytes) -> str:
     uid, found, rest = text[1:].partition(separator)
     if not found:
         raise _malformed(f"no separator {separator!r} after the uid")
-    if not _digits(uid, signed=False) or int(uid) > U64_MAX:
+    uid_value = _integer(uid, False, 0, U64_MAX)
+    if uid_value is None:
         raise _malformed(f"uid {uid!r} is not an unsigned integer")
     word, found, ts = rest.rpartition("@")
     if not found:
         raise _malformed("no '@' before the timestamp")
     if not word:
         raise _malformed("the word is empty")
-    if not _digits(ts, signed=True) or not I64_MIN <= int(ts) <= I64_MAX:
+    ts_value = _integer(ts, True, I64_MIN, I64_MAX)
+    if ts_value is None:
         raise _malformed(f"timestamp {ts!r} is not an integer")
-    return f'{{"uid":{int(uid)},"word":{_json_string(word)},"produced_at":{int(ts)}}}'
+    return f'{{"uid":{uid_value},"word":{_json_string(word)},"produced_at":{ts_value}}}'
 
 
 def transform(record: Record):

@@ -49,7 +49,9 @@ def _as_bytes(value: Any, what: str) -> Optional[bytes]:
     if isinstance(value, str):
         return value.encode("utf-8")
     try:
-        return _json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return _json.dumps(
+            value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode("utf-8")
     except (TypeError, ValueError) as e:
         raise TypeError(
             f"record {what} must be bytes, str, None or a JSON value, got {type(value).__name__}: {e}"
@@ -99,8 +101,9 @@ class Record:
     ) -> None:
         self.value: Optional[bytes] = _as_bytes(value, "value")
         self.key: Optional[bytes] = _as_bytes(key, "key")
+        pairs = headers.items() if isinstance(headers, dict) else (headers or [])
         self.headers: list[Header] = [
-            (str(name), _as_bytes(v, f"header {name!r}")) for name, v in (headers or [])
+            (str(name), _as_bytes(v, f"header {name!r}")) for name, v in pairs
         ]
         self.timestamp = timestamp
         self.topic = topic
@@ -187,9 +190,9 @@ class Config(dict):
     ``dict[str, str]`` with two helpers."""
 
     def require(self, key: str) -> str:
-        """The value of ``key``; ``KeyError`` naming it when it is missing."""
+        """The value of ``key``; ``ValueError`` naming it when it is missing."""
         if key not in self:
-            raise KeyError(f"config `{key}` is required")
+            raise ValueError(f"config `{key}` is required")
         return self[key]
 
     def deny_unknown(self, known: Iterable[str]) -> None:

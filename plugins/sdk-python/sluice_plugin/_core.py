@@ -17,20 +17,26 @@ def error_text(error: BaseException, plugin_file: Optional[str] = None) -> str:
     """``Type: message (plugin.py, line N)``: the exception, and the line of the plugin's
     own code it was raised from (the deepest frame in ``plugin_file``, else the deepest
     frame), cut to the host's limit."""
-    message = str(error)
+    try:
+        message = str(error)
+    except Exception:  # an exception whose __str__ itself raises
+        message = "<the message could not be read>"
     text = f"{type(error).__name__}: {message}" if message else type(error).__name__
     frames = traceback.extract_tb(error.__traceback__)
     if plugin_file is not None:
         own = [f for f in frames if f.filename.endswith(plugin_file)]
         frames = own or frames
+    where = ""
     if frames:
         last = frames[-1]
         name = last.filename.rsplit("/", 1)[-1]
-        text += f" ({name}, line {last.lineno})"
-    data = text.encode("utf-8")
-    if len(data) > MAX_ERROR_BYTES:
-        text = data[: MAX_ERROR_BYTES - 3].decode("utf-8", "ignore") + "..."
-    return text
+        where = f" ({name}, line {last.lineno})"
+    # Lone surrogates (text decoded with surrogateescape) cannot cross as UTF-8.
+    data = text.encode("utf-8", "replace")
+    room = MAX_ERROR_BYTES - len(where.encode("utf-8"))
+    if len(data) > room:
+        data = data[: room - 3] + b"..."
+    return data.decode("utf-8", "ignore") + where
 
 
 def outputs(result: Any) -> list[Record]:
@@ -57,6 +63,7 @@ class Plugin:
     """A plugin module's ``init`` and ``transform``, found and checked once."""
 
     def __init__(self, module: Any, plugin_file: str = "plugin.py") -> None:
+        self.file = plugin_file
         transform = getattr(module, "transform", None)
         if not callable(transform):
             raise TypeError(
@@ -67,7 +74,6 @@ class Plugin:
             raise TypeError(f"`init` in {plugin_file} must be a function")
         self._transform: Callable[[Record], Any] = transform
         self._init: Optional[Callable[[Config], Any]] = init
-        self.file = plugin_file
 
     def init(self, pairs: list[tuple[str, str]]) -> Optional[str]:
         """Runs ``init`` on the config: ``None``, or the message that rejects it."""
@@ -75,13 +81,20 @@ class Plugin:
             return None
         try:
             self._init(Config(pairs))
-        except Exception as e:  # any error of the plugin's rejects its config
+        # Anything the plugin raises rejects its config, `sys.exit` included: nothing
+        # may escape into the component, where it would trap.
+        except BaseException as e:
             return error_text(e, self.file)
         return None
 
-    def transform(self, record: Record) -> list[Record] | str:
-        """One record through ``transform``: its outputs, or its error's text."""
+    def transform(self, record: Record, convert: Callable[[Record], Any] = lambda r: r):
+        """One record through ``transform``: its outputs (each through ``convert``), or
+        its error's text."""
         try:
-            return outputs(self._transform(record))
-        except Exception as e:  # the record's error, whatever the plugin raised
+            result = self._transform(record)
+        except BaseException as e:  # the record's error, whatever the plugin raised
             return error_text(e, self.file)
+        try:
+            return [convert(r) for r in outputs(result)]
+        except BaseException as e:  # a wrong answer, or an output field of a wrong type
+            return error_text(e, None)

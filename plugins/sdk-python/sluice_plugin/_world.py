@@ -10,7 +10,9 @@ import wit_world
 from componentize_py_types import Err
 from wit_world.imports import types
 
-from . import Record
+import sys
+
+from . import Record, log
 from ._core import Plugin
 
 
@@ -22,10 +24,44 @@ def _record(r: "types.Record") -> Record:
     return out
 
 
+def _bytes(value: Any, what: str) -> Any:
+    if value is None or isinstance(value, bytes):
+        return value
+    raise TypeError(f"output {what} is a {type(value).__name__}; set bytes or None, or use with_value()")
+
+
 def _wit(r: Record) -> "types.Record":
+    """An output as the world's record, its fields checked: a wrong type is the record's
+    error here, not a trap at the boundary."""
+    if r.timestamp is not None and (
+        not isinstance(r.timestamp, int) or not -(2**63) <= r.timestamp < 2**63
+    ):
+        raise TypeError(f"output timestamp {r.timestamp!r} is not milliseconds as a 64-bit int")
+    headers = [(str(n), _bytes(v, f"header {n!r}")) for n, v in r.headers]
     return types.Record(
-        r.topic, r.partition, r.offset, r.timestamp, r.key, r.value, list(r.headers)
+        r.topic, r.partition, r.offset, r.timestamp, _bytes(r.key, "key"),
+        _bytes(r.value, "value"), headers,
     )
+
+
+class _ToLog:
+    """`sys.stdout` and `sys.stderr` of the component: each line a host log line (the
+    host grants no stdio)."""
+
+    def __init__(self, emit) -> None:
+        self._emit, self._pending = emit, ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self._emit(line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._emit(self._pending)
+            self._pending = ""
 
 
 def world_for(module: Any) -> type:
@@ -35,6 +71,8 @@ def world_for(module: Any) -> type:
 
     class WitWorld(wit_world.WitWorld):
         def init(self, config: list[tuple[str, str]]) -> None:
+            # Set here, not at import: the build imports the module without a host.
+            sys.stdout, sys.stderr = _ToLog(log.info), _ToLog(log.warn)
             rejected = plugin.init(config)
             if rejected is not None:
                 raise Err(rejected)
@@ -42,11 +80,11 @@ def world_for(module: Any) -> type:
         def process(self, batch: list["types.Record"]) -> list["types.Outcome"]:
             answers = []
             for r in batch:
-                result = plugin.transform(_record(r))
+                result = plugin.transform(_record(r), _wit)
                 if isinstance(result, str):
                     answers.append(types.Outcome_Error(result))
                 else:
-                    answers.append(types.Outcome_Records([_wit(o) for o in result]))
+                    answers.append(types.Outcome_Records(result))
             return answers
 
     return WitWorld
