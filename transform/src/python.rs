@@ -203,14 +203,7 @@ def transform(record: Record):
 "#
             .to_owned(),
         ),
-        (
-            "sample.jsonl",
-            r#"{"key": "k1", "value": "hello"}
-{"value": {"json": "values are serialized"}, "headers": {"source": "sample"}}
-{"key": "tombstone", "value": null}
-"#
-            .to_owned(),
-        ),
+        ("sample.jsonl", crate::tools::SAMPLE_JSONL.to_owned()),
     ]
 }
 

@@ -10,6 +10,12 @@ use serde_json::Value;
 use crate::toolchain;
 use crate::{Outcome, PluginSpec, Record, TransformChain, TransformEngine, TransformError};
 
+/// The sample records of a new plugin, in any language: input for `sluice plugin test`.
+pub(crate) const SAMPLE_JSONL: &str = r#"{"key": "k1", "value": "hello"}
+{"value": {"json": "values are serialized"}, "headers": {"source": "sample"}}
+{"key": "tombstone", "value": null}
+"#;
+
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> TransformError {
     let context = context.into();
     move |source| TransformError::Io { context, source }
@@ -142,14 +148,7 @@ mod tests {
 "#
             .to_owned(),
         ),
-        (
-            "sample.jsonl",
-            r#"{"key": "k1", "value": "hello"}
-{"value": {"json": "values are serialized"}, "headers": {"source": "sample"}}
-{"key": "tombstone", "value": null}
-"#
-            .to_owned(),
-        ),
+        ("sample.jsonl", SAMPLE_JSONL.to_owned()),
     ];
     for (file, content) in &files {
         let path = crate_dir.join(file);
