@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::TransformError;
+use crate::tools::io;
 
 /// The componentize-py version sluice builds with: its components import WASI 0.2.9,
 /// which the host's wasmtime (WASI 0.2.12) satisfies.
@@ -48,10 +49,6 @@ from sluice_plugin._world import world_for
 
 WitWorld = world_for(plugin)
 ";
-
-fn io(context: String) -> impl FnOnce(std::io::Error) -> TransformError {
-    move |source| TransformError::Io { context, source }
-}
 
 /// The componentize-py to run: `SLUICE_COMPONENTIZE_PY`, the one `scripts/setup.sh`
 /// installed in this checkout, or `componentize-py` on `PATH`; an error naming the

@@ -16,7 +16,7 @@ pub(crate) const SAMPLE_JSONL: &str = r#"{"key": "k1", "value": "hello"}
 {"key": "tombstone", "value": null}
 "#;
 
-fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> TransformError {
+pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> TransformError {
     let context = context.into();
     move |source| TransformError::Io { context, source }
 }
