@@ -14,31 +14,6 @@ fn fast_deadline(mut spec: PluginSpec) -> PluginSpec {
     spec
 }
 
-/// Runs one batch through a one-plugin chain of `spec`, expecting a batch error.
-fn batch_error(spec: PluginSpec) -> TransformError {
-    let name = spec.name.clone();
-    let mut chain = TransformChain::new(engine(), "hostile", &[spec]).expect("chain starts");
-    let err = chain
-        .process(vec![rec(0, "a"), rec(1, "b")])
-        .expect_err("batch must fail");
-    assert_eq!(err.plugin(), Some(name.as_str()), "{err}");
-    assert!(
-        err.to_string().contains(&format!("plugin `{name}`")),
-        "{err}"
-    );
-    assert!(err.is_batch_failure(), "{err}");
-    // The same chain serves the next batch (it re-instantiates), and fails the same way
-    // rather than wedging.
-    let again = chain.process(vec![rec(2, "c")]).expect_err("still hostile");
-    assert_eq!(
-        std::mem::discriminant(&again),
-        std::mem::discriminant(&err),
-        "{again}"
-    );
-    assert_engine_healthy();
-    err
-}
-
 fn outcomes(spec: PluginSpec) -> Vec<Outcome> {
     let mut chain = TransformChain::new(engine(), "hostile", &[spec]).expect("chain starts");
     let out = chain.process(vec![rec(0, "a")]).expect("batch runs");

@@ -359,23 +359,12 @@ fn nothing_is_granted_to_a_python_plugin() {
     );
 }
 
-/// Runs one batch of `spec`, expecting the whole batch to fail; the chain serves the next.
-fn python_batch_error(spec: PluginSpec) -> TransformError {
-    let mut chain = TransformChain::new(engine(), "python", &[spec]).expect("chain starts");
-    let err = chain
-        .process(vec![rec(0, "a"), rec(1, "b")])
-        .expect_err("batch must fail");
-    assert!(err.is_batch_failure(), "{err}");
-    assert_engine_healthy();
-    err
-}
-
 #[test]
 fn an_endless_python_loop_hits_the_cpu_deadline() {
     let mut spec = python_hostile("loop", &[]);
     spec.limits.timeout = Duration::from_millis(500);
     let started = Instant::now();
-    let err = python_batch_error(spec);
+    let err = batch_error(spec);
     assert!(
         matches!(
             err,
@@ -416,7 +405,7 @@ fn deep_python_recursion_fails_inside_the_plugin() {
 fn a_huge_python_output_hits_the_output_bound() {
     let mut spec = python_hostile("big", &[("size", "1048576")]);
     spec.limits.max_output_bytes = 512 << 10;
-    let err = python_batch_error(spec);
+    let err = batch_error(spec);
     assert!(
         matches!(err, TransformError::OutputLimit { what: "bytes", .. }),
         "{err}"
