@@ -80,6 +80,7 @@ mod offsets_cas;
 mod operate;
 mod pg_copy;
 mod pipeline;
+mod plugin_stdio;
 mod poison;
 mod pool;
 mod registry;

@@ -313,7 +313,7 @@ pub fn main() -> ExitCode {
     };
     let code = runtime.block_on(async move {
         match cli.command {
-            Command::Validate { config } => validate(&config),
+            Command::Validate { config } => off_the_runtime(move || validate(&config)).await,
             Command::Inspect {
                 config,
                 topic,
@@ -411,7 +411,7 @@ pub fn main() -> ExitCode {
                     }
                 }
             }
-            Command::Plugin { action } => plugin(action),
+            Command::Plugin { action } => off_the_runtime(move || plugin(action)).await,
             Command::Status { target } => control::status(&target).await,
             Command::Pause { name, target } => {
                 control::act(&target, &name, control::Action::Pause).await
@@ -439,6 +439,17 @@ pub fn main() -> ExitCode {
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     ExitCode::from(code)
+}
+
+/// Runs a command that calls plugins on a thread of the runtime's blocking pool, not on a
+/// worker: WASI's synchronous stdio blocks on the runtime, which panics on a worker (a
+/// plugin that prints would take `validate` or `plugin test` down).
+async fn off_the_runtime(command: impl FnOnce() -> u8 + Send + 'static) -> u8 {
+    match tokio::task::spawn_blocking(command).await {
+        Ok(code) => code,
+        // The panic hook has printed it.
+        Err(_) => EXIT_FAILURE,
+    }
 }
 
 /// RFC 3339 (`2026-12-01T10:00:00Z`) or milliseconds since the epoch.
