@@ -60,7 +60,7 @@ use std::time::Duration;
 
 pub use chain::{CallObserver, Isolation, PluginStats, TransformChain, check_plugin};
 pub use engine::{EngineOptions, TransformEngine, default_cache_dir};
-pub use python::COMPONENTIZE_PY_VERSION;
+pub use python::{COMPONENTIZE_PY_VERSION, example_python_plugin};
 pub use tools::{
     PluginLanguage, PluginTestCase, build_plugin, record_to_json, scaffold_plugin, test_plugin,
 };

@@ -89,7 +89,7 @@ fn first_that_runs(
 }
 
 /// The name of a plugin's component: its directory's name, as a file name.
-fn component_name(dir: &Path) -> String {
+pub(crate) fn component_name(dir: &Path) -> String {
     let name = std::fs::canonicalize(dir)
         .ok()
         .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -152,6 +152,56 @@ pub fn build(dir: &Path) -> Result<PathBuf, TransformError> {
         )));
     }
     Ok(wasm)
+}
+
+/// The component of this repository's Python example `plugins/python/NAME`, built when
+/// its sources (the plugin, the SDK, the WIT, this build) changed since it was last built,
+/// under a lock in its `target/`, since test processes run side by side. For the tests
+/// and the benchmark, as [`crate::example_plugin_path`] is for the Rust examples.
+pub fn example_python_plugin(name: &str) -> Result<PathBuf, TransformError> {
+    let plugins = Path::new(env!("SLUICE_PLUGINS_SRC"));
+    let dir = plugins.join("python").join(name);
+    let mut sources = vec![
+        dir.join("plugin.py"),
+        dir.join("pyproject.toml"),
+        plugins.join("wit/transform.wit"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/python.rs"),
+    ];
+    let sdk = plugins.join("sdk-python/sluice_plugin");
+    if let Ok(entries) = std::fs::read_dir(&sdk) {
+        sources.extend(
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "py")),
+        );
+    }
+    build_when_changed(&dir, &sources, build)
+}
+
+/// The component of the example plugin in `dir`, built by `build` when one of `sources`
+/// is newer than it, under a lock in `dir/target/` (test processes run side by side).
+pub(crate) fn build_when_changed(
+    dir: &Path,
+    sources: &[PathBuf],
+    build: fn(&Path) -> Result<PathBuf, TransformError>,
+) -> Result<PathBuf, TransformError> {
+    let target = dir.join("target");
+    std::fs::create_dir_all(&target).map_err(io(format!("cannot create {}", target.display())))?;
+    let lock_path = target.join(".build-lock");
+    let lock = std::fs::File::create(&lock_path)
+        .map_err(io(format!("cannot create {}", lock_path.display())))?;
+    lock.lock()
+        .map_err(io(format!("cannot lock {}", lock_path.display())))?;
+    let wasm = target.join(format!("{}.wasm", component_name(dir)));
+    let changed = sources
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
+        .max();
+    let built = std::fs::metadata(&wasm).and_then(|m| m.modified()).ok();
+    match (built, changed) {
+        (Some(built), Some(changed)) if built >= changed => Ok(wasm),
+        _ => build(dir),
+    }
 }
 
 /// The files of a new Python plugin called `name` (`sluice plugin new NAME --lang

@@ -11,62 +11,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use common::*;
 use sluice_transform::*;
 
-fn python_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../plugins/python")
-        .join(name)
-}
-
-/// The newest modification time of the files a Python plugin's component is built from.
-fn sources_changed(dir: &Path) -> SystemTime {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let sdk = root.join("../plugins/sdk-python/sluice_plugin");
-    let mut files = vec![
-        dir.join("plugin.py"),
-        dir.join("pyproject.toml"),
-        root.join("../plugins/wit/transform.wit"),
-        // The entry module the build writes is in the build's own source.
-        root.join("src/python.rs"),
-    ];
-    files.extend(
-        std::fs::read_dir(&sdk)
-            .expect("the Python SDK")
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "py")),
-    );
-    files
-        .iter()
-        .filter_map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
-        .max()
-        .unwrap_or(SystemTime::UNIX_EPOCH)
-}
-
 /// The component of `plugins/python/NAME`, built when its sources changed since.
 fn python_plugin(name: &str) -> PathBuf {
-    let dir = python_dir(name);
-    let target = dir.join("target");
-    std::fs::create_dir_all(&target).expect("target dir");
-    let lock = std::fs::File::create(target.join(".build-lock")).expect("lock file");
-    lock.lock().expect("lock");
-    let wasm = target.join(format!("{name}.wasm"));
-    let built = std::fs::metadata(&wasm).and_then(|m| m.modified()).ok();
-    if built.is_none_or(|built| built < sources_changed(&dir)) {
-        let started = Instant::now();
-        let out = build_plugin(&dir).unwrap_or_else(|e| panic!("building {name}: {e}"));
-        assert_eq!(out, wasm);
-        eprintln!(
-            "built {name} in {:.1} s ({} bytes)",
-            started.elapsed().as_secs_f64(),
-            std::fs::metadata(&wasm).map(|m| m.len()).unwrap_or(0)
-        );
-    }
-    wasm
+    example_python_plugin(name).unwrap_or_else(|e| panic!("building {name}: {e}"))
 }
 
 /// A spec for a Python example, with the default limits (a Python plugin runs within
@@ -93,48 +46,6 @@ fn failure(outcome: &Outcome) -> &str {
         Outcome::Failed { message, .. } => message,
         other => panic!("expected the record's error, got {other:?}"),
     }
-}
-
-/// The inputs of the twin test: events as the field writes them, and every way the Rust
-/// parser has to refuse one.
-fn word_inputs() -> Vec<Option<Vec<u8>>> {
-    let mut inputs: Vec<Option<Vec<u8>>> = [
-        "#42*hello@1700000000123",
-        "#0*a@0",
-        "#+7*plus@+5",
-        "#007*zeros@-12",
-        "#1*at@in@the@word@99",
-        "#1*line end@5\r\n",
-        "#1*quote \" backslash \\ tab \t bell \u{7} nl \n@3",
-        "#1*é ü 漢字 \u{2028}@4",
-        "#18446744073709551615*max@9223372036854775807",
-        "#1*min@-9223372036854775808",
-        "#18446744073709551616*over@1",
-        "#1*over@9223372036854775808",
-        "#-1*neg@1",
-        "# 1*space@1",
-        "#1_0*underscore@1",
-        "#1*@1",
-        "#1*word@",
-        "#1*word@1.5",
-        "#1*noat",
-        "1*nohash@1",
-        "#*nouid@1",
-        "#1nosep@1",
-        "#١*arabic digit@1",
-        // Python's int() refuses more than 4300 digits; Rust reads leading zeros of any
-        // number.
-        format!("#{}7*zeros@1", "0".repeat(5000)).as_str(),
-        format!("#7*zeros@-{}5", "0".repeat(5000)).as_str(),
-        format!("#{}*long@1", "9".repeat(5000)).as_str(),
-        "",
-    ]
-    .iter()
-    .map(|s| Some(s.as_bytes().to_vec()))
-    .collect();
-    inputs.push(Some(vec![b'#', b'1', b'*', 0xff, 0xfe, b'@', b'1']));
-    inputs.push(None);
-    inputs
 }
 
 #[test]

@@ -5,7 +5,7 @@ sandbox tests (transform/tests/python.rs). ``init`` picks the behaviour from con
 | mode        | ``transform`` does                                                  |
 |-------------|---------------------------------------------------------------------|
 | ``echo``    | returns the record (the well-behaved control)                       |
-| ``loop``    | ``while True: pass`` (the CPU deadline)                             |
+| ``loop``    | ``while True: pass`` (the CPU deadline); with ``on``, only on the records whose value is ``on`` |
 | ``memory``  | appends 1 MiB blocks to a list without end (the memory cap)         |
 | ``recursion`` | a function that calls itself without end (Python's recursion limit) |
 | ``big``     | answers one record with a ``size``-byte value (the output bound)    |
@@ -21,7 +21,11 @@ import os
 import sys
 import socket  # importing it is allowed; using it is not
 
-from sluice_plugin import Config, Record
+from sluice_plugin import Config, Record, log
+
+# Logged when the module is imported, at build time with no host: it waits for the
+# host's first `init` (it used to fail the build).
+log.info("hostile plugin loaded")
 
 settings: dict[str, str] = {}
 hoard: list[bytes] = []
@@ -46,9 +50,11 @@ def _recurse(n: int) -> int:
 
 def transform(record: Record):
     mode = settings.get("mode", "echo")
-    if mode == "loop":
+    if mode == "loop" and settings.get("on") in (None, record.text):
         while True:
             pass
+    if mode == "loop":
+        return record
     if mode == "memory":
         while True:
             hoard.append(bytes(1 << 20))

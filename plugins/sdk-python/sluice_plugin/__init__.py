@@ -214,6 +214,11 @@ class _Log:
 
     def __init__(self) -> None:
         self._host = None
+        # Inside the component, lines logged before the host's first `init` (at the
+        # module's top level, which runs when the component is built, with no host) wait
+        # and go out at that `init`.
+        self._live = False
+        self._early: list[tuple[int, str]] = []
 
     def _emit(self, level: int, message: str) -> None:
         if self._host is None:
@@ -222,10 +227,20 @@ class _Log:
             except ImportError:
                 host = False
             self._host = host
-        if self._host:
+        if self._host and self._live:
             self._host.log(self._host.Level(level), str(message))
+        elif self._host:
+            if len(self._early) < 100:
+                self._early.append((level, str(message)))
         else:
             print(f"[{self._levels[level]}] {message}", file=_sys.stderr)
+
+    def _go_live(self) -> None:
+        """Called by the component's ``init``: the host is there from now on."""
+        self._live = True
+        early, self._early = self._early, []
+        for level, message in early:
+            self._emit(level, message)
 
     def trace(self, message: str) -> None:
         self._emit(0, message)

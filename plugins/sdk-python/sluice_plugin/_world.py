@@ -73,6 +73,7 @@ def world_for(module: Any) -> type:
         def init(self, config: list[tuple[str, str]]) -> None:
             # Set here, not at import: the build imports the module without a host.
             sys.stdout, sys.stderr = _ToLog(log.info), _ToLog(log.warn)
+            log._go_live()
             rejected = plugin.init(config)
             if rejected is not None:
                 raise Err(rejected)

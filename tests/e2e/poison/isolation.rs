@@ -239,3 +239,44 @@ async fn a_chain_that_cannot_restart_is_retried_not_blamed_on_records(db: Backen
     assert_eq!(dead, 0, "no record is blamed for the chain");
 }
 for_each_database!(a_chain_that_cannot_restart_is_retried_not_blamed_on_records: sqlite = Sqlite);
+
+/// The isolation search with a Python plugin (plugins/python/hostile): records on which it
+/// spins cost one CPU deadline each and become dead letters; every other record lands once,
+/// through the same `sluice run` path as a Rust plugin's.
+async fn a_python_plugin_spinning_on_some_records_is_isolated(db: Backend) {
+    const N: u64 = 300;
+    let spins = |uid: u64| uid % 50 == 37;
+    let plugin = sluice_transform::example_python_plugin("hostile")
+        .unwrap_or_else(|e| panic!("building the Python hostile plugin: {e}"));
+    let run = PoisonRun::new(db, 1).await;
+    let dlq = unique("dead");
+    let errors = format!("{{ policy: dlq, dlq: {{ table: {dlq} }} }}");
+    let config = run.config(&unique("conn"), &errors, false, "");
+    with_plugin_limited(
+        &config,
+        "py-spin",
+        &plugin,
+        "{ mode: loop, on: SPIN }",
+        Some("{ timeout: 1s }"),
+    );
+    run.broker
+        .produce_with(&run.topic, 0..N, |uid| {
+            if spins(uid) {
+                "SPIN".to_string()
+            } else {
+                format!("{{\"uid\":{uid},\"word\":\"w\"}}")
+            }
+        })
+        .await;
+    let spinning = (0..N).filter(|&u| spins(u)).count() as i64;
+    let sluice = harness::SluiceProcess::start(&config);
+    let (stats, dead) = run
+        .wait_for(&config, N as i64 - spinning, spinning, 180)
+        .await;
+    let status = sluice.terminate();
+    assert!(status.success(), "sluice exited with {status}");
+    assert_eq!(stats.rows, N as i64 - spinning, "{stats:?}");
+    assert_eq!(stats.duplicates(), 0, "{stats:?}");
+    assert_eq!(dead, spinning, "one dead letter per spinning record");
+}
+for_each_database!(a_python_plugin_spinning_on_some_records_is_isolated: postgres = Postgres, sqlite = Sqlite);

@@ -238,12 +238,24 @@ fn with_hostile(config: &Path, name: &str, plugin_config: &str) {
 
 /// [`with_hostile`] with the transform's `limits` (a YAML flow mapping).
 fn with_hostile_limited(config: &Path, name: &str, plugin_config: &str, limits: Option<&str>) {
+    let plugin = sluice_transform::example_plugin_path("hostile");
+    with_plugin_limited(config, name, &plugin, plugin_config, limits);
+}
+
+/// [`with_hostile_limited`] with any plugin's component.
+fn with_plugin_limited(
+    config: &Path,
+    name: &str,
+    plugin: &Path,
+    plugin_config: &str,
+    limits: Option<&str>,
+) {
     let limits = limits
         .map(|l| format!("        limits: {l}\n"))
         .unwrap_or_default();
     let transform = format!(
         "    transforms:\n      - name: {name}\n        plugin: {}\n        config: {plugin_config}\n{limits}",
-        sluice_transform::example_plugin_path("hostile").display()
+        plugin.display()
     );
     let text = std::fs::read_to_string(config).expect("config");
     assert!(

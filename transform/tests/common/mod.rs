@@ -109,3 +109,45 @@ pub fn handmade_spec(name: &str, path: std::path::PathBuf) -> PluginSpec {
         },
     }
 }
+
+/// The inputs of the word_parse twin tests (Python, JavaScript): events as the field
+/// writes them, and every way the Rust parser has to refuse one.
+pub fn word_inputs() -> Vec<Option<Vec<u8>>> {
+    let mut inputs: Vec<Option<Vec<u8>>> = [
+        "#42*hello@1700000000123",
+        "#0*a@0",
+        "#+7*plus@+5",
+        "#007*zeros@-12",
+        "#1*at@in@the@word@99",
+        "#1*line end@5\r\n",
+        "#1*quote \" backslash \\ tab \t bell \u{7} nl \n@3",
+        "#1*é ü 漢字 \u{2028}@4",
+        "#18446744073709551615*max@9223372036854775807",
+        "#1*min@-9223372036854775808",
+        "#18446744073709551616*over@1",
+        "#1*over@9223372036854775808",
+        "#-1*neg@1",
+        "# 1*space@1",
+        "#1_0*underscore@1",
+        "#1*@1",
+        "#1*word@",
+        "#1*word@1.5",
+        "#1*noat",
+        "1*nohash@1",
+        "#*nouid@1",
+        "#1nosep@1",
+        "#١*arabic digit@1",
+        // Python's int() refuses more than 4300 digits; Rust reads leading zeros of any
+        // number.
+        format!("#{}7*zeros@1", "0".repeat(5000)).as_str(),
+        format!("#7*zeros@-{}5", "0".repeat(5000)).as_str(),
+        format!("#{}*long@1", "9".repeat(5000)).as_str(),
+        "",
+    ]
+    .iter()
+    .map(|s| Some(s.as_bytes().to_vec()))
+    .collect();
+    inputs.push(Some(vec![b'#', b'1', b'*', 0xff, 0xfe, b'@', b'1']));
+    inputs.push(None);
+    inputs
+}
