@@ -13,9 +13,11 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2
 fi
 
-# The plugin toolchains beside Rust's (`sluice plugin build` of a Python plugin):
-# componentize-py, pinned, in target/plugin-tools/python. `--plugins` installs them
-# alone; `--tests` too, since the tests build the Python examples.
+# The plugin toolchains beside Rust's (`sluice plugin build` of a Python or JavaScript
+# plugin): componentize-py, pinned, in target/plugin-tools/python, and componentize-js
+# with its tree pinned by plugins/sdk-js/tools/package-lock.json, in
+# target/plugin-tools/js. `--plugins` installs them alone; `--tests` too, since the tests
+# build the Python and JavaScript examples.
 root="$(cd "$(dirname "$0")/.." && pwd)"
 install_plugin_tools() {
   local venv="$root/target/plugin-tools/python" version=0.25.1
@@ -27,6 +29,21 @@ install_plugin_tools() {
       rm -rf "$venv"
       python3 -m venv "$venv"
       "$venv/bin/pip" install --quiet --disable-pip-version-check "componentize-py==$version"
+    fi
+    local js="$root/target/plugin-tools/js" js_version=0.22.0
+    local installed="$js/node_modules/@bytecodealliance/componentize-js/package.json"
+    if ! cmp -s "$root/plugins/sdk-js/tools/package-lock.json" "$js/package-lock.json" \
+      || [ "$(node -p "require('$installed').version" 2>/dev/null)" != "$js_version" ]; then
+      if ! command -v npm >/dev/null 2>&1; then
+        log "installing node and npm (JavaScript plugins)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+      fi
+      log "installing componentize-js $js_version into target/plugin-tools/js (JavaScript plugins)"
+      rm -rf "$js"
+      mkdir -p "$js"
+      cp "$root/plugins/sdk-js/tools/package.json" "$root/plugins/sdk-js/tools/package-lock.json" "$js/"
+      (cd "$js" && npm ci --no-audit --no-fund --silent)
     fi
   ) 9>"$root/target/plugin-tools.lock"
 }

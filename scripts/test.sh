@@ -10,4 +10,10 @@ cargo build --workspace --all-targets
 cargo test --manifest-path plugins/Cargo.toml --quiet
 # The Python plugin SDK's own tests, in a plain Python.
 python3 -m unittest discover -q -s plugins/sdk-python/tests
+# The JavaScript SDK's own tests, and the JavaScript examples' unit tests, in Node (each
+# example links the SDK by its `file:` dependency; nothing comes from the registry).
+node --test plugins/sdk-js/test/
+for example in plugins/js/filter plugins/js/word_parse; do
+  (cd "$example" && npm install --offline --no-package-lock --no-audit --no-fund --silent && node --test)
+done
 exec cargo nextest run --workspace --no-fail-fast "$@"

@@ -49,6 +49,7 @@ mod cache;
 mod chain;
 mod engine;
 mod host;
+mod js;
 mod python;
 #[allow(dead_code)]
 mod toolchain;
@@ -60,6 +61,7 @@ use std::time::Duration;
 
 pub use chain::{CallObserver, Isolation, PluginStats, TransformChain, check_plugin};
 pub use engine::{EngineOptions, TransformEngine, default_cache_dir};
+pub use js::{COMPONENTIZE_JS_VERSION, example_js_plugin};
 pub use python::{COMPONENTIZE_PY_VERSION, example_python_plugin};
 pub use tools::{
     PluginLanguage, PluginTestCase, build_plugin, record_to_json, scaffold_plugin, test_plugin,

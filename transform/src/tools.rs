@@ -66,16 +66,23 @@ pub fn scaffold_plugin(
         }
         return Ok(crate_dir);
     }
+    if language == PluginLanguage::Js {
+        std::fs::create_dir_all(&crate_dir)
+            .map_err(io(format!("cannot create {}", crate_dir.display())))?;
+        let sdk = sdk_dependency(
+            &crate_dir,
+            &Path::new(env!("SLUICE_PLUGINS_SRC")).join("sdk-js"),
+        )?;
+        for (file, content) in crate::js::scaffold_files(name, &sdk) {
+            let path = crate_dir.join(file);
+            std::fs::write(&path, content)
+                .map_err(io(format!("cannot write {}", path.display())))?;
+        }
+        return Ok(crate_dir);
+    }
     std::fs::create_dir_all(crate_dir.join("src"))
         .map_err(io(format!("cannot create {}", crate_dir.display())))?;
-    let crate_abs = std::fs::canonicalize(&crate_dir)
-        .map_err(io(format!("cannot resolve {}", crate_dir.display())))?;
-    let sdk = std::fs::canonicalize(crate::sdk_path()).map_err(io(format!(
-        "cannot find the plugin SDK at {} (scaffolding needs a sluice source checkout)",
-        crate::sdk_path().display()
-    )))?;
-    let sdk_dep = relative_path(&crate_abs, &sdk).unwrap_or(sdk);
-    let sdk_dep = sdk_dep.to_string_lossy().replace('\\', "/");
+    let sdk_dep = sdk_dependency(&crate_dir, &crate::sdk_path())?;
 
     let files: [(&str, String); 4] = [
         (".gitignore", "/target\n".to_owned()),
@@ -157,6 +164,19 @@ mod tests {
     Ok(crate_dir)
 }
 
+/// How a new plugin in `plugin_dir` names the SDK at `sdk`: by a relative path when both
+/// are in one tree, else by its absolute path.
+fn sdk_dependency(plugin_dir: &Path, sdk: &Path) -> Result<String, TransformError> {
+    let plugin_abs = std::fs::canonicalize(plugin_dir)
+        .map_err(io(format!("cannot resolve {}", plugin_dir.display())))?;
+    let sdk = std::fs::canonicalize(sdk).map_err(io(format!(
+        "cannot find the plugin SDK at {} (scaffolding needs a sluice source checkout)",
+        sdk.display()
+    )))?;
+    let dep = relative_path(&plugin_abs, &sdk).unwrap_or(sdk);
+    Ok(dep.to_string_lossy().replace('\\', "/"))
+}
+
 /// `to` relative to `from` (both absolute), e.g. `../../plugins/sdk`.
 fn relative_path(from: &Path, to: &Path) -> Option<PathBuf> {
     let from: Vec<_> = from.components().collect();
@@ -182,13 +202,15 @@ fn relative_path(from: &Path, to: &Path) -> Option<PathBuf> {
 }
 
 /// The language a plugin is written in. A plugin directory says which by its manifest:
-/// `Cargo.toml` (Rust) or `pyproject.toml` (Python).
+/// `Cargo.toml` (Rust), `pyproject.toml` (Python) or `package.json` (JavaScript).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PluginLanguage {
     /// A crate built for `wasm32-wasip2` with the Rust SDK (`plugins/sdk`).
     Rust,
     /// `plugin.py`, built by componentize-py with the Python SDK (`plugins/sdk-python`).
     Python,
+    /// `plugin.js`, built by componentize-js with the JavaScript SDK (`plugins/sdk-js`).
+    Js,
 }
 
 impl PluginLanguage {
@@ -198,9 +220,11 @@ impl PluginLanguage {
             Ok(PluginLanguage::Rust)
         } else if dir.join("pyproject.toml").is_file() {
             Ok(PluginLanguage::Python)
+        } else if dir.join("package.json").is_file() {
+            Ok(PluginLanguage::Js)
         } else {
             Err(TransformError::Usage(format!(
-                "{} has neither a Cargo.toml (Rust) nor a pyproject.toml (Python); create a plugin with `sluice plugin new NAME --lang rust|python`",
+                "{} has no Cargo.toml (Rust), pyproject.toml (Python) or package.json (JavaScript); create a plugin with `sluice plugin new NAME --lang rust|python|js`",
                 dir.display()
             )))
         }
@@ -208,14 +232,17 @@ impl PluginLanguage {
 }
 
 /// Builds the plugin in `dir` and returns the path of its `.wasm` component: a Rust crate
-/// with cargo for `wasm32-wasip2` (release), a Python plugin with componentize-py. The
+/// with cargo for `wasm32-wasip2` (release), a Python plugin with componentize-py, a
+/// JavaScript plugin with componentize-js. The
 /// tool's progress and diagnostics go to stderr.
 ///
 /// Fails with "run `rustup target add wasm32-wasip2`" when the target is missing, and
-/// names the command that installs componentize-py when it is.
+/// names the command that installs componentize-py or componentize-js when it is.
 pub fn build_plugin(dir: &Path) -> Result<PathBuf, TransformError> {
-    if PluginLanguage::of_dir(dir)? == PluginLanguage::Python {
-        return crate::python::build(dir);
+    match PluginLanguage::of_dir(dir)? {
+        PluginLanguage::Python => return crate::python::build(dir),
+        PluginLanguage::Js => return crate::js::build(dir),
+        PluginLanguage::Rust => {}
     }
     let manifest = dir.join("Cargo.toml");
     toolchain::check_wasm_target().map_err(TransformError::Build)?;

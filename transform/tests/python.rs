@@ -36,81 +36,13 @@ fn python_hostile(mode: &str, extra: &[(&str, &str)]) -> PluginSpec {
     spec
 }
 
-fn run(spec: PluginSpec, batch: Vec<Record>) -> Vec<Outcome> {
-    let mut chain = TransformChain::new(engine(), "python", &[spec]).expect("chain starts");
-    chain.process(batch).expect("batch runs")
-}
-
-fn failure(outcome: &Outcome) -> &str {
-    match outcome {
-        Outcome::Failed { message, .. } => message,
-        other => panic!("expected the record's error, got {other:?}"),
-    }
-}
-
 #[test]
 fn the_python_word_parse_answers_what_the_rust_one_answers() {
-    for separator in ["*", "|", "::"] {
-        let batch: Vec<Record> = word_inputs()
-            .into_iter()
-            .enumerate()
-            .map(|(i, value)| {
-                let value = value.map(|v| {
-                    String::from_utf8(v.clone())
-                        .map(|s| s.replacen('*', separator, 1).into_bytes())
-                        .unwrap_or(v)
-                });
-                Record {
-                    value,
-                    ..rec(i as i64, "")
-                }
-            })
-            .collect();
-        let config = [("separator", separator)];
-        let rust = run(spec("rust", "word_parse", &config), batch.clone());
-        let python = run(python_spec("python", "word_parse", &config), batch.clone());
-        assert_eq!(rust.len(), python.len());
-        let mut failed = 0;
-        for ((r, p), input) in rust.iter().zip(&python).zip(&batch) {
-            match (r, p) {
-                (Outcome::Records(r), Outcome::Records(p)) => assert_eq!(
-                    r,
-                    p,
-                    "separator {separator:?}, input {:?}",
-                    input.value.as_deref().map(String::from_utf8_lossy)
-                ),
-                (Outcome::Failed { message: r, .. }, Outcome::Failed { message: p, .. }) => {
-                    failed += 1;
-                    // The same words up to what each language adds after them (its number
-                    // parser's detail, its quotes).
-                    let head = |m: &str| m.split("): ").next().unwrap_or("").to_string();
-                    assert!(
-                        p.starts_with(&format!("ValueError: {}", head(r))),
-                        "rust {r:?}, python {p:?}"
-                    );
-                    assert!(p.contains("(plugin.py, line "), "{p}");
-                }
-                (r, p) => panic!(
-                    "separator {separator:?}, input {:?}: rust {r:?}, python {p:?}",
-                    input.value.as_deref().map(String::from_utf8_lossy)
-                ),
-            }
-        }
-        assert!(failed >= 12, "the inputs reach the refusals: {failed}");
-    }
-    // The configuration is refused alike.
-    for bad in [
-        &[("separator", "")][..],
-        &[("separator", "#")],
-        &[("sep", "*")],
-    ] {
-        let rust = check_plugin(engine(), &spec("rust", "word_parse", bad));
-        let python = check_plugin(engine(), &python_spec("python", "word_parse", bad));
-        assert!(
-            rust.is_err() && python.is_err(),
-            "{bad:?}: {rust:?} {python:?}"
-        );
-    }
+    assert_word_parse_twin(
+        |name, config| python_spec(name, "word_parse", config),
+        "ValueError",
+        "plugin.py",
+    );
 }
 
 #[test]
@@ -134,7 +66,7 @@ fn the_python_mask_hashes_fields_with_its_salt() {
             ..rec(4, "")
         },
     ];
-    let out = run(spec, batch);
+    let out = run_batch(spec, batch);
     let hash = |json: &str| {
         let digest = Sha256::digest(format!("pepper{json}").as_bytes());
         digest
@@ -207,7 +139,7 @@ fn a_scaffolded_python_plugin_builds_and_passes_its_sample() {
 #[test]
 fn a_python_exception_is_that_records_error_with_its_line() {
     let batch: Vec<Record> = (0..3000).map(|i| rec(i, "x")).collect();
-    let out = run(python_hostile("raise-every", &[]), batch);
+    let out = run_batch(python_hostile("raise-every", &[]), batch);
     for (i, o) in out.iter().enumerate() {
         if i % 1000 == 0 {
             let message = failure(o);
@@ -251,7 +183,7 @@ fn nothing_is_granted_to_a_python_plugin() {
     ];
     for (spec, expected) in cases {
         let name = spec.name.clone();
-        let out = run(spec, vec![rec(0, "a")]);
+        let out = run_batch(spec, vec![rec(0, "a")]);
         let message = failure(&out[0]);
         assert!(
             message.contains(expected) && message.contains("(plugin.py, line "),
@@ -260,12 +192,12 @@ fn nothing_is_granted_to_a_python_plugin() {
     }
     // Printing is no escape and no failure: the lines go to the host's log.
     assert_eq!(
-        values(&run(python_hostile("print", &[]), vec![rec(0, "a")])[0]),
+        values(&run_batch(python_hostile("print", &[]), vec![rec(0, "a")])[0]),
         vec!["a"]
     );
     // `import socket` itself succeeds (the plugin imports it at its top), and the echo runs.
     assert_eq!(
-        values(&run(python_hostile("echo", &[]), vec![rec(0, "a")])[0]),
+        values(&run_batch(python_hostile("echo", &[]), vec![rec(0, "a")])[0]),
         vec!["a"]
     );
 }
@@ -308,7 +240,7 @@ fn unbounded_python_allocation_stops_at_the_memory_cap() {
 
 #[test]
 fn deep_python_recursion_fails_inside_the_plugin() {
-    let out = run(python_hostile("recursion", &[]), vec![rec(0, "a")]);
+    let out = run_batch(python_hostile("recursion", &[]), vec![rec(0, "a")]);
     assert!(failure(&out[0]).starts_with("RecursionError"), "{out:?}");
 }
 

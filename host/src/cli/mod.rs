@@ -177,6 +177,7 @@ enum Command {
 enum Language {
     Rust,
     Python,
+    Js,
 }
 
 impl From<Language> for sluice_transform::PluginLanguage {
@@ -184,6 +185,7 @@ impl From<Language> for sluice_transform::PluginLanguage {
         match lang {
             Language::Rust => sluice_transform::PluginLanguage::Rust,
             Language::Python => sluice_transform::PluginLanguage::Python,
+            Language::Js => sluice_transform::PluginLanguage::Js,
         }
     }
 }
@@ -202,7 +204,8 @@ enum PluginAction {
     },
     /// Build a plugin into a WebAssembly component and print the component's path: a
     /// Rust crate (Cargo.toml) for wasm32-wasip2, a Python plugin (pyproject.toml and
-    /// plugin.py) with componentize-py.
+    /// plugin.py) with componentize-py, a JavaScript plugin (package.json and plugin.js)
+    /// with componentize-js.
     Build {
         #[arg(default_value = ".")]
         dir: PathBuf,

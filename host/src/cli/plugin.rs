@@ -13,6 +13,7 @@ pub fn plugin(action: PluginAction) -> u8 {
                     let code = match lang {
                         Language::Rust => "src/lib.rs",
                         Language::Python => "plugin.py",
+                        Language::Js => "plugin.js",
                     };
                     println!(
                         "created {}: write your transform in {code}, then `sluice plugin build {}`",

@@ -151,3 +151,89 @@ pub fn word_inputs() -> Vec<Option<Vec<u8>>> {
     inputs.push(None);
     inputs
 }
+
+/// One batch through a one-plugin chain of `spec`, expecting it to run.
+pub fn run_batch(spec: PluginSpec, batch: Vec<Record>) -> Vec<Outcome> {
+    let mut chain = TransformChain::new(engine(), "test", &[spec]).expect("chain starts");
+    chain.process(batch).expect("batch runs")
+}
+
+/// The message of a record's error.
+pub fn failure(outcome: &Outcome) -> &str {
+    match outcome {
+        Outcome::Failed { message, .. } => message,
+        other => panic!("expected the record's error, got {other:?}"),
+    }
+}
+
+/// A twin of the Rust `word_parse` (`twin(name, config)` makes its spec) answers what the
+/// Rust plugin answers for [`word_inputs`] under three separators: the same records, and
+/// for each refusal an error that starts with `error_type: ` and the Rust message's
+/// words, and names the line in `file`; and it refuses the same configurations.
+pub fn assert_word_parse_twin(
+    twin: impl Fn(&str, &[(&str, &str)]) -> PluginSpec,
+    error_type: &str,
+    file: &str,
+) {
+    for separator in ["*", "|", "::"] {
+        let batch: Vec<Record> = word_inputs()
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let value = value.map(|v| {
+                    String::from_utf8(v.clone())
+                        .map(|s| s.replacen('*', separator, 1).into_bytes())
+                        .unwrap_or(v)
+                });
+                Record {
+                    value,
+                    ..rec(i as i64, "")
+                }
+            })
+            .collect();
+        let config = [("separator", separator)];
+        let rust = run_batch(spec("rust", "word_parse", &config), batch.clone());
+        let other = run_batch(twin("twin", &config), batch.clone());
+        assert_eq!(rust.len(), other.len());
+        let mut failed = 0;
+        for ((r, o), input) in rust.iter().zip(&other).zip(&batch) {
+            match (r, o) {
+                (Outcome::Records(r), Outcome::Records(o)) => assert_eq!(
+                    r,
+                    o,
+                    "separator {separator:?}, input {:?}",
+                    input.value.as_deref().map(String::from_utf8_lossy)
+                ),
+                (Outcome::Failed { message: r, .. }, Outcome::Failed { message: o, .. }) => {
+                    failed += 1;
+                    // The same words up to what each language adds after them (its number
+                    // parser's detail, its quotes).
+                    let head = |m: &str| m.split("): ").next().unwrap_or("").to_string();
+                    assert!(
+                        o.starts_with(&format!("{error_type}: {}", head(r))),
+                        "rust {r:?}, twin {o:?}"
+                    );
+                    assert!(o.contains(&format!("({file}, line ")), "{o}");
+                }
+                (r, o) => panic!(
+                    "separator {separator:?}, input {:?}: rust {r:?}, twin {o:?}",
+                    input.value.as_deref().map(String::from_utf8_lossy)
+                ),
+            }
+        }
+        assert!(failed >= 12, "the inputs reach the refusals: {failed}");
+    }
+    // The configuration is refused alike.
+    for bad in [
+        &[("separator", "")][..],
+        &[("separator", "#")],
+        &[("sep", "*")],
+    ] {
+        let rust = check_plugin(engine(), &spec("rust", "word_parse", bad));
+        let other = check_plugin(engine(), &twin("twin", bad));
+        assert!(
+            rust.is_err() && other.is_err(),
+            "{bad:?}: {rust:?} {other:?}"
+        );
+    }
+}
