@@ -60,6 +60,7 @@ mod registry;
 mod backlog;
 mod baselines;
 mod many;
+mod matrix;
 mod process;
 mod report;
 mod runs;
@@ -75,10 +76,11 @@ use backlog::{
     produce_backlog, produce_backlog_routed, raw_event, table_topic,
 };
 use baselines::{bare_drain, copy_file, per_row_insert, psql_copy};
+use matrix::matrix;
 use process::clock_ticks;
 use registry::TestRegistry;
 use report::{compare, print_table};
-use runs::{matrix, restart_to_first_commit, run_sluice};
+use runs::{restart_to_first_commit, run_sluice};
 
 /// What the command line asks for.
 struct Options {
