@@ -224,3 +224,74 @@ async fn refuses_a_newer_schema(kind: Backend) {
     db.drop().await;
 }
 for_each_database!(refuses_a_newer_schema);
+
+/// Version 10's heartbeat figures: written and read back as they were, on a database
+/// migrated from version 1; a row as a process of version 9 writes it (no figures column
+/// in its statement, during a rolling upgrade) reads back without figures, and figures
+/// that do not parse are figures not shared, not an error.
+async fn heartbeats_carry_figures(kind: Backend) {
+    use sluice::sink::control::{Heartbeat, PartitionLag, TaskFigures};
+    let db = FreshDb::new(kind).await;
+    db.run(version_one_tables(kind)).await;
+    let connector = connector(&db.url, &["t"]);
+    let sink = Sink::connect(&connector).await.expect("connect");
+    sink.prepare().await.expect("migrate and prepare");
+    let figures = TaskFigures {
+        partitions: vec![
+            PartitionLag {
+                topic: "Orders".into(),
+                partition: 0,
+                lag: 12,
+            },
+            PartitionLag {
+                topic: "orders".into(),
+                partition: 3,
+                lag: i64::MAX,
+            },
+        ],
+        process_rows_per_second: 1234.5,
+    };
+    let beats = [
+        Heartbeat {
+            task: 0,
+            state: "RUNNING",
+            trace: None,
+            figures: figures.clone(),
+        },
+        Heartbeat {
+            task: 1,
+            state: "FAILED",
+            trace: Some("a trace".into()),
+            figures: TaskFigures::default(),
+        },
+    ];
+    sink.write_heartbeats("worker-a", &beats)
+        .await
+        .expect("write heartbeats");
+    db.run(&format!(
+        "INSERT INTO sluice_task_status (connector, worker, task, state, trace, updated_at) \
+         VALUES ('{0}', 'worker-old', 0, 'RUNNING', NULL, 1); \
+         INSERT INTO sluice_task_status (connector, worker, task, state, trace, updated_at, figures) \
+         VALUES ('{0}', 'worker-odd', 0, 'RUNNING', NULL, 1, 'not json')",
+        connector.name
+    ))
+    .await;
+    let rows = sink.read_heartbeats().await.expect("read heartbeats");
+    let seen: Vec<(&str, i32, Option<&TaskFigures>)> = rows
+        .iter()
+        .map(|r| (r.worker.as_str(), r.task, r.figures.as_ref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("worker-a", 0, Some(&figures)),
+            ("worker-a", 1, Some(&TaskFigures::default())),
+            ("worker-odd", 0, None),
+            ("worker-old", 0, None),
+        ]
+    );
+    assert_eq!(rows[1].trace.as_deref(), Some("a trace"));
+    sink.close().await;
+    db.drop().await;
+}
+for_each_database!(heartbeats_carry_figures);

@@ -201,7 +201,7 @@ fn status_with(
         "type": "sink",
     });
     if let Some(body) = body.as_object_mut() {
-        super::figures::add(body, connector, plugins);
+        super::figures::add(body, connector, &worker, plugins);
     }
     body
 }

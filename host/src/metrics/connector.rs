@@ -294,11 +294,6 @@ impl ConnectorMetrics {
             .unwrap_or_default()
     }
 
-    /// The connector's lag: the sum over its held partitions.
-    pub fn total_lag(&self) -> i64 {
-        self.lags().iter().map(|(.., lag)| lag).sum()
-    }
-
     /// Forgets a partition's lag (the task no longer holds it).
     pub fn clear_lag(&self, task: usize, topic: &str, partition: i32) {
         self.all.lag.remove(&self.partition(task, topic, partition));

@@ -5,6 +5,10 @@
 //! heartbeat). Every process reads the first and writes the second; the admin API reads
 //! both, so that it acts on, and shows, the connector in every process.
 //!
+//! A heartbeat carries the task's figures too ([`TaskFigures`]: the lag of each partition
+//! it holds, its process's rows/s), so that any process's status shows the connector's
+//! lag and rate across processes.
+//!
 //! Heartbeat times are the writing process's clock, in milliseconds since the epoch.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -55,7 +59,7 @@ pub struct ControlRow {
 }
 
 /// One task of one process, as its last heartbeat left it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TaskRow {
     pub worker: String,
     pub task: i32,
@@ -64,6 +68,43 @@ pub struct TaskRow {
     pub trace: Option<String>,
     /// When it was written, in ms since the epoch (the writer's clock).
     pub updated_at: i64,
+    /// What the heartbeat said of the task's figures: `None` from a process of a version
+    /// before heartbeats carried them, or from one whose heartbeat is stale.
+    pub figures: Option<TaskFigures>,
+}
+
+/// A task's figures as its heartbeat carries them to the other processes, stored as JSON
+/// in `sluice_task_status.figures`. Fields a later version adds are ignored by this one,
+/// and fields it lacks read as their defaults, so processes of two versions read each
+/// other's heartbeats during a rolling upgrade.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct TaskFigures {
+    /// Each partition the task holds, with its lag.
+    pub partitions: Vec<PartitionLag>,
+    /// The writing process's rows/s for the connector over its last 30 s (every task of a
+    /// process carries the same figure: the rate is counted per process).
+    pub process_rows_per_second: f64,
+}
+
+/// A partition a task holds and how far it is behind.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: i32,
+    /// Records behind the partition's high watermark.
+    pub lag: i64,
+}
+
+/// What a process writes of one of its tasks every few seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heartbeat {
+    pub task: i32,
+    /// Kafka Connect's state name.
+    pub state: &'static str,
+    pub trace: Option<String>,
+    pub figures: TaskFigures,
 }
 
 /// Now, in milliseconds since the epoch.
@@ -177,12 +218,12 @@ impl Sink {
         Ok(self.read_control().await?.map_or(0, |row| row.restart_seq))
     }
 
-    /// Replaces this process's heartbeat rows for the connector with `tasks` (task, Kafka
-    /// Connect state, trace), in one transaction.
+    /// Replaces this process's heartbeat rows for the connector with `tasks`, in one
+    /// transaction.
     pub async fn write_heartbeats(
         &self,
         worker: &str,
-        tasks: &[(i32, &str, Option<String>)],
+        tasks: &[Heartbeat],
     ) -> Result<(), SinkError> {
         let p = |n| self.dialect.param(n);
         let delete = format!(
@@ -191,13 +232,15 @@ impl Sink {
             p(2)
         );
         let insert = format!(
-            "INSERT INTO sluice_task_status (connector, worker, task, state, trace, updated_at) VALUES ({}, {}, {}, {}, {}, {})",
+            "INSERT INTO sluice_task_status (connector, worker, task, state, trace, updated_at, figures) \
+             VALUES ({}, {}, {}, {}, {}, {}, {})",
             p(1),
             p(2),
             p(3),
             p(4),
             p(5),
-            p(6)
+            p(6),
+            p(7)
         );
         let now = now_ms();
         let error = |source| SinkError::Database {
@@ -213,14 +256,18 @@ impl Sink {
                 .execute(&mut *tx)
                 .await
                 .map_err(error)?;
-            for (task, state, trace) in tasks {
+            for heartbeat in tasks {
+                // Serialising plain numbers and strings cannot fail; were it to, the row
+                // goes without figures rather than not at all.
+                let figures = serde_json::to_string(&heartbeat.figures).ok();
                 sqlx::query::<DB>(AssertSqlSafe(insert.clone()))
                     .bind(self.connector.clone())
                     .bind(worker.to_string())
-                    .bind(*task)
-                    .bind(state.to_string())
-                    .bind(trace.clone())
+                    .bind(heartbeat.task)
+                    .bind(heartbeat.state.to_string())
+                    .bind(heartbeat.trace.clone())
                     .bind(now)
+                    .bind(figures)
                     .execute(&mut *tx)
                     .await
                     .map_err(error)?;
@@ -237,11 +284,12 @@ impl Sink {
     /// The heartbeats of any connector name (a renamed connector's old one, say).
     pub async fn heartbeats_of(&self, connector: &str) -> Result<Vec<TaskRow>, SinkError> {
         let sql = format!(
-            "SELECT worker, task, state, trace, updated_at FROM sluice_task_status WHERE connector = {} ORDER BY worker, task",
+            "SELECT worker, task, state, trace, updated_at, figures FROM sluice_task_status WHERE connector = {} ORDER BY worker, task",
             self.dialect.param(1)
         );
-        let rows: Vec<(String, i32, String, Option<String>, i64)> = each_pool!(self, pool, DB => {
-            sqlx::query_as::<DB, (String, i32, String, Option<String>, i64)>(AssertSqlSafe(sql))
+        type Row = (String, i32, String, Option<String>, i64, Option<String>);
+        let rows: Vec<Row> = each_pool!(self, pool, DB => {
+            sqlx::query_as::<DB, Row>(AssertSqlSafe(sql))
                 .bind(connector.to_string())
                 .fetch_all(pool)
                 .await
@@ -253,13 +301,18 @@ impl Sink {
         })?;
         Ok(rows
             .into_iter()
-            .map(|(worker, task, state, trace, updated_at)| TaskRow {
-                worker,
-                task,
-                state,
-                trace,
-                updated_at,
-            })
+            .map(
+                |(worker, task, state, trace, updated_at, figures)| TaskRow {
+                    worker,
+                    task,
+                    state,
+                    trace,
+                    updated_at,
+                    // Figures another process wrote that do not parse are figures it has
+                    // not shared: its task still shows, without them.
+                    figures: figures.and_then(|text| serde_json::from_str(&text).ok()),
+                },
+            )
             .collect())
     }
 

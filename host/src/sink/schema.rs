@@ -20,6 +20,7 @@
 //! | 7 | `sluice_offsets.topic_id`: the id of the topic an offset was read from (where the broker has topic ids): a topic deleted and created again is not resumed from in silence |
 //! | 8 | `sluice_dedup.written_at` (the sink database's clock, ms: the window counts from it, not from the record's timestamp) and `source_topic`, `source_partition`, `source_offset` (where the id was first read: an offsets reset forgets the ids it rewinds past); `sluice_delivery` (connector, guarantee, group_id, updated_at): the guarantee and Kafka group a connector last ran with, so that a switch seeds the other side's positions and a rename (`renamed_from`) finds the old group |
 //! | 9 | `sluice_tombstones` (table_name, row_key, version, deleted_at): the versions of rows deleted from tables with `sink.version`, so that an older change replayed after a delete does not bring the row back (`sink/tombstones.rs`) |
+//! | 10 | `sluice_task_status.figures`: each task's figures as its heartbeat carries them (JSON: the lag of each partition it holds, its process's rows/s), so that any process's status shows the connector's lag and rate across processes |
 //!
 //! During a rolling upgrade, a process of the previous version that is already running
 //! keeps running: every column a migration adds is nullable, so its statements still fit.
@@ -32,7 +33,7 @@ use super::backend::{self, Backend};
 use super::{Dialect, Sink, SinkError, each_pool};
 
 /// The version of sluice's own tables this binary writes.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// An arbitrary key for PostgreSQL's advisory lock: "sluice" in ASCII.
 const PG_LOCK_KEY: i64 = 0x736c_7569_6365;
@@ -189,6 +190,12 @@ fn migration(dialect: Dialect, version: i64) -> Vec<&'static str> {
              PRIMARY KEY (table_name, row_key))",
             "CREATE INDEX IF NOT EXISTS sluice_tombstones_age ON sluice_tombstones (table_name, deleted_at)",
         ],
+        (10, Dialect::Postgres) => {
+            vec!["ALTER TABLE sluice_task_status ADD COLUMN IF NOT EXISTS figures TEXT"]
+        }
+        // A column already there (1060) is this step done.
+        (10, Dialect::MySql) => vec!["ALTER TABLE sluice_task_status ADD COLUMN figures TEXT NULL"],
+        (10, Dialect::Sqlite) => vec!["ALTER TABLE sluice_task_status ADD COLUMN figures TEXT"],
         _ => Vec::new(),
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::connector::{CONTROL_INTERVAL, HEARTBEAT_STALE, Runner, SYNC_TIMEOUT};
 use super::handle::{ConnectorState, ConnectorView, LastError, TaskView, kc_task_state};
 use crate::sink::Sink;
-use crate::sink::control::{ControlRow, Target, now_ms};
+use crate::sink::control::{ControlRow, Heartbeat, PartitionLag, Target, TaskFigures, now_ms};
 use crate::task::TaskState;
 
 impl Runner {
@@ -54,11 +54,7 @@ impl Runner {
             self.pending_restart = None;
         }
         let row = sink.read_control().await?;
-        let tasks: Vec<(i32, &str, Option<String>)> = self
-            .task_views()
-            .into_iter()
-            .map(|t| (t.id as i32, t.state, t.trace))
-            .collect();
+        let tasks = self.heartbeats();
         sink.write_heartbeats(&self.context.worker_id, &tasks)
             .await?;
         let now = now_ms();
@@ -69,7 +65,9 @@ impl Runner {
             .filter(|row| row.worker != self.context.worker_id)
             .map(|mut row| {
                 if now - row.updated_at > HEARTBEAT_STALE.as_millis() as i64 {
+                    // A process gone: its tasks run nowhere, and its figures are old.
                     row.state = "UNASSIGNED".into();
+                    row.figures = None;
                 }
                 row
             })
@@ -93,6 +91,37 @@ impl Runner {
             None => self.restart_seen = Some(row.restart_seq),
             _ => {}
         }
+    }
+
+    /// This process's heartbeats: each task's state, and its figures (the lag of the
+    /// partitions it holds, the process's rows/s for the connector).
+    fn heartbeats(&self) -> Vec<Heartbeat> {
+        let lags = self.metrics.lags();
+        let rows_per_second = (self.metrics.rows_per_second() * 10.0).round() / 10.0;
+        self.task_views()
+            .into_iter()
+            .map(|view| {
+                let mut partitions: Vec<PartitionLag> = lags
+                    .iter()
+                    .filter(|(task, ..)| *task == view.id)
+                    .map(|(_, topic, partition, lag)| PartitionLag {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        lag: *lag,
+                    })
+                    .collect();
+                partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+                Heartbeat {
+                    task: view.id as i32,
+                    state: view.state,
+                    trace: view.trace,
+                    figures: TaskFigures {
+                        partitions,
+                        process_rows_per_second: rows_per_second,
+                    },
+                }
+            })
+            .collect()
     }
 
     pub(super) fn task_views(&self) -> Vec<TaskView> {

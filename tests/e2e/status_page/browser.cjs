@@ -1,8 +1,9 @@
 // The status page in a real headless Chromium (Debian's /usr/bin/chromium), driven by
 // playwright-core. Started by tests/e2e/status_page/mod.rs, which runs sluice and talks to
 // this script over stdin/stdout, one word a line:
-//   this script prints PAUSE_CLICKED, PAUSED_SHOWN, UNREACHABLE_SHOWN as it gets there;
-//   the test writes STOPPED once it has stopped the sluice process.
+//   this script prints PAUSE_CLICKED, PAUSED_SHOWN, UNREACHABLE_SHOWN, CLICK_FAILURE_SHOWN,
+//   RECOVERED and LINKS_SHOWN as it gets there; the test writes STOPPED once it has
+//   stopped the sluice process, and STARTED once it has started it again.
 // Environment: PLAYWRIGHT_CORE (the module's folder), CHROMIUM, URL, TOKEN, READ_TOKEN,
 // CONNECTOR, TASKS, SHOTS (a folder for the screenshots).
 'use strict';
@@ -116,6 +117,44 @@ async function main() {
     log(`banner: ${await page.textContent('#banner')}`);
     await page.screenshot({ path: `${SHOTS}/status-page-unreachable.png`, fullPage: true });
     step('UNREACHABLE_SHOWN');
+
+    // A click while the process is down (restarting, say) says it was not answered.
+    await page.click(`${section} button[data-action="resume"]`);
+    await page.waitForFunction((s) => {
+      const line = document.querySelector(`${s} [data-role="notice"]`);
+      return line && line.classList.contains('error') && /did not answer/.test(line.textContent);
+    }, section, { timeout: 15000 });
+    log(`click while down: ${await page.textContent(`${section} [data-role="notice"]`)}`);
+    step('CLICK_FAILURE_SHOWN');
+
+    // Started again: the page recovers by itself, and the connector is still paused (the
+    // click did nothing).
+    assert.strictEqual(await nextLine(), 'STARTED');
+    await page.waitForFunction((s) => {
+      const root = document.querySelector(s);
+      return document.getElementById('banner').hidden
+        && !document.getElementById('connectors').classList.contains('stale')
+        && root && root.querySelector('h2 .state').textContent === 'PAUSED';
+    }, section, { timeout: 30000 });
+    step('RECOVERED');
+
+    // The connector's own link shows it alone; a name the process does not run says so,
+    // and shows every connector rather than nothing.
+    await page.click(`${section} h2 a.name`);
+    await page.waitForFunction(() => /^#connector=/.test(location.hash)
+      && document.querySelector('#connectors .nav a') !== null, null, { timeout: 15000 });
+    assert.strictEqual(await page.evaluate(() => decodeURIComponent(location.hash.slice('#connector='.length))), CONNECTOR);
+    assert.strictEqual(await page.locator('section[data-connector]').count(), 1);
+    assert.strictEqual(await page.locator('[data-role="unknown-connector"]').count(), 0);
+    await page.goto(`${URL}#connector=${encodeURIComponent('no-such-connector')}`);
+    await page.waitForSelector('[data-role="unknown-connector"]', { timeout: 15000 });
+    log(`unknown connector: ${await page.textContent('[data-role="unknown-connector"]')}`);
+    await page.waitForSelector(section, { timeout: 15000 });
+    await page.click('#connectors .nav a');
+    await page.waitForFunction(() => document.querySelector('[data-role="unknown-connector"]') === null
+      && document.querySelector('#connectors .nav') === null, null, { timeout: 15000 });
+    assert.ok(await page.locator(section).count() === 1, 'the connector after "All connectors"');
+    step('LINKS_SHOWN');
 
     // Nothing was fetched from anywhere but the process; the token never went in a URL.
     const origin = new globalThis.URL(URL).origin;

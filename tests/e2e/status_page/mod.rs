@@ -8,7 +8,10 @@
 //! - the page in a real headless Chromium (`browser.cjs`, playwright-core over Debian's
 //!   Chromium): a wrong token refused, the connector and its running tasks, a read token
 //!   without buttons, no sideways scroll at a phone's width, a click on Pause that pauses
-//!   the connector (checked through the API), a stopped process shown as not answering.
+//!   the connector (checked through the API), a stopped process shown as not answering, a
+//!   click while it is down said to be unanswered, the page recovered once it is back, a
+//!   connector's own link, and a link to a connector the process does not run;
+//! - the connector's lag and rate summed over two processes (`processes.rs`).
 //!
 //! The browser test needs `node`, Chromium and playwright-core: `scripts/setup.sh --tests`
 //! installs them. Without them it fails, and says so.
@@ -23,6 +26,8 @@ use serde_json::Value;
 use sluice::admin::client::AdminClient;
 
 use crate::harness::{self, Backend, Pipeline, Scenario, free_port};
+
+mod processes;
 
 const TOKEN: &str = "page-token-0123";
 const READ_TOKEN: &str = "page-read-0123";
@@ -287,8 +292,9 @@ fn browser_tools() -> PathBuf {
     deps
 }
 
-/// The page in headless Chromium: tokens, tasks, phone width, Pause through the API, and a
-/// stopped process shown as such. Screenshots go to target/tmp/status-page/.
+/// The page in headless Chromium: tokens, tasks, phone width, Pause through the API, a
+/// stopped process shown as such, a click while it is down, its recovery once started
+/// again, and the links to one connector. Screenshots go to target/tmp/status-page/.
 #[test]
 fn the_page_in_chromium_pauses_and_sees_the_process_stop() {
     let deps = browser_tools();
@@ -359,6 +365,19 @@ fn the_page_in_chromium_pauses_and_sees_the_process_stop() {
         assert!(exit.success(), "sluice exited with {exit}");
         writeln!(to_node, "STOPPED").expect("tell the browser script");
         expect_line(&mut hear, "UNREACHABLE_SHOWN", 60).await;
+        expect_line(&mut hear, "CLICK_FAILURE_SHOWN", 60).await;
+        let sluice = run.start();
+        wait_up(port).await;
+        writeln!(to_node, "STARTED").expect("tell the browser script");
+        expect_line(&mut hear, "RECOVERED", 60).await;
+        // The click while it was down did nothing: still paused.
+        wait_json(port, &format!("/connectors/{name}/status"), 10, |s| {
+            s["connector"]["state"] == "PAUSED"
+        })
+        .await;
+        expect_line(&mut hear, "LINKS_SHOWN", 60).await;
+        let exit = sluice.terminate();
+        assert!(exit.success(), "sluice exited with {exit}");
         let status = tokio::task::spawn_blocking(move || {
             let mut node = node;
             node.0.wait()

@@ -1,6 +1,7 @@
 // The status page's script: reads the admin API every few seconds with the token kept in
 // this tab's sessionStorage (sent as Authorization, never in a URL or a cookie) and draws
-// every connector. No framework, no build step; data only ever goes in as text.
+// every connector, or the one the URL names (#connector=NAME). No framework, no build
+// step; data only ever goes in as text.
 'use strict';
 
 const REFRESH_MS = 3000;
@@ -76,6 +77,14 @@ function showBanner(text, kind) {
   banner.hidden = !text;
 }
 
+// The connector the URL names (`#connector=NAME`, as each connector's heading links), or
+// null for all of them.
+function wanted() {
+  const match = /^#connector=(.+)$/.exec(location.hash);
+  if (!match) return null;
+  try { return decodeURIComponent(match[1]); } catch (_) { return match[1]; }
+}
+
 function showLogin(error) {
   $('login').hidden = false;
   $('login-error').textContent = error || '';
@@ -116,13 +125,16 @@ async function refresh() {
   }
   showBanner('');
   page.access = answer.access;
-  const names = Object.keys(answer.body).sort();
+  const all = Object.keys(answer.body).sort();
+  const named = wanted();
+  const names = named !== null && all.includes(named) ? [named] : all;
   const histories = await Promise.all(names.map((name) =>
     api('GET', `/connectors/${encodeURIComponent(name)}/history`)
       .then((h) => (h.status === 200 ? h.body : null))
       .catch(() => null)));
   try {
-    render(names.map((name, i) => ({ name, status: answer.body[name].status, history: histories[i] })));
+    render(names.map((name, i) => ({ name, status: answer.body[name].status, history: histories[i] })),
+      named, all.length);
   } catch (error) {
     // A figure the page cannot draw must not stop it from updating.
     showBanner(`Could not draw the answer: ${error.message}`, 'info');
@@ -146,15 +158,26 @@ function unreachable(error) {
   $('updated').textContent = 'not answering';
 }
 
-function render(connectors) {
+// Draws `connectors`; `named` is the connector the URL names (null: all), `total` how many
+// the process runs. A name it does not run is said so above all of them, never a blank page.
+function render(connectors, named, total) {
   const worker = connectors.map((c) => c.status && c.status.connector && c.status.connector.worker_id).find(Boolean);
   $('worker').textContent = worker ? `process ${worker}` : '';
   const main = $('connectors');
+  const top = [];
+  if (named !== null) {
+    const found = connectors.length === 1 && connectors[0].name === named;
+    if (!found) {
+      top.push(el('p', { class: 'notice error', 'data-role': 'unknown-connector',
+        text: `This process runs no connector named “${named}”; showing all ${total}.` }));
+    }
+    top.push(el('p', { class: 'nav' }, el('a', { href: '#', text: `All connectors (${total})` })));
+  }
   if (connectors.length === 0) {
-    main.replaceChildren(el('p', { class: 'empty', text: 'This process runs no connector.' }));
+    main.replaceChildren(...top, el('p', { class: 'empty', text: 'This process runs no connector.' }));
     return;
   }
-  main.replaceChildren(...connectors.map(renderConnector));
+  main.replaceChildren(...top, ...connectors.map(renderConnector));
 }
 
 function figure(label, value, alarm) {
@@ -167,14 +190,14 @@ function renderConnector({ name, status, history }) {
   const s = status || {};
   const state = (s.connector && s.connector.state) || 'UNKNOWN';
   const section = el('section', { class: 'connector', 'data-connector': name });
-  section.append(el('h2', {}, el('span', { class: 'name', text: name }),
+  section.append(el('h2', {},
+    el('a', { class: 'name', href: '#connector=' + encodeURIComponent(name), text: name }),
     el('span', { class: 'state', 'data-state': state, text: state })));
   if (s.connector && s.connector.trace) {
     section.append(el('p', { class: 'notice error', text: s.connector.trace }));
   }
   if (page.access !== 'read') section.append(actions(name));
-  const notice = page.notices.get(name);
-  section.append(el('p', { class: 'notice' + (notice && notice.error ? ' error' : ''), 'data-role': 'notice', text: notice ? notice.text : '' }));
+  section.append(noticeLine(name));
   section.append(el('div', { class: 'grid' },
     figure('rows/s (30 s)', s.rows_per_second),
     figure('lag', s.lag),
@@ -186,9 +209,11 @@ function renderConnector({ name, status, history }) {
     figure('offset gaps', s.offset_gaps, s.offset_gaps > 0),
     figure('offset resets', s.offset_resets, s.offset_resets > 0),
     figure('offsets skipped', s.offsets_skipped, s.offsets_skipped > 0)));
+  section.append(el('p', { class: 'hint', text: 'rows/s and lag: every process of the connector (from their heartbeats); the counts: this process, since it started.' }));
   section.append(chart(history));
   section.append(el('h3', { text: 'Tasks' }), tasksTable(s.tasks || []));
-  section.append(el('h3', { text: 'Lag by partition (this process)' }), partitionsTable(s.partitions || []));
+  section.append(el('h3', { text: 'Processes' }), processesTable(s.processes || []));
+  section.append(el('h3', { text: 'Lag by partition' }), partitionsTable(s.partitions || []));
   section.append(el('h3', { text: 'Transforms' }), pluginsTable(s.plugins || []));
   section.append(el('h3', { text: 'Last error (this process)' }), lastError(s.last_error));
   return section;
@@ -211,9 +236,26 @@ function actions(name) {
     })));
 }
 
+// The line under a connector's buttons: what became of the last click.
+function noticeLine(name) {
+  const notice = page.notices.get(name);
+  return el('p', { class: 'notice' + (notice && notice.error ? ' error' : ''), 'data-role': 'notice', text: notice ? notice.text : '' });
+}
+
+// Shows a connector's notice now, in the section already drawn: the refresh after a click
+// draws nothing while the process does not answer.
+function showNotice(name) {
+  for (const section of document.querySelectorAll('section[data-connector]')) {
+    if (section.dataset.connector !== name) continue;
+    const line = section.querySelector('[data-role="notice"]');
+    if (line) line.replaceWith(noticeLine(name));
+  }
+}
+
 async function act(button, name, label, method, path) {
   button.disabled = true;
   page.notices.set(name, { text: `${label}: sent…` });
+  showNotice(name);
   let notice;
   try {
     const answer = await api(method, `/connectors/${encodeURIComponent(name)}/${path}`);
@@ -226,6 +268,7 @@ async function act(button, name, label, method, path) {
     notice = { text: `${label}: the process did not answer (${error && error.name === 'AbortError' ? 'timeout' : 'connection failed'}); it may be restarting. Try again.`, error: true };
   }
   page.notices.set(name, notice);
+  showNotice(name);
   button.disabled = false;
   refresh();
 }
@@ -235,7 +278,7 @@ function chart(history) {
   const points = (history && history.samples ? history.samples : []).filter((p) => p.rows_per_second !== null);
   const minutes = history ? Math.round(history.window_seconds / 60) : 15;
   if (points.length < 2) {
-    box.append(el('p', { class: 'empty', text: `rows/s over the last ${minutes} minutes: collecting (a sample every ${history ? history.interval_seconds : 5} s).` }));
+    box.append(el('p', { class: 'empty', text: `rows/s of this process over the last ${minutes} minutes: collecting (a sample every ${history ? history.interval_seconds : 5} s).` }));
     return box;
   }
   const width = 300;
@@ -257,7 +300,7 @@ function chart(history) {
   svg.append(line);
   const now = points[points.length - 1].rows_per_second;
   box.append(svg, el('div', { class: 'caption' },
-    el('span', { text: `rows/s, last ${minutes} min (from ${clock(new Date(start))})` }),
+    el('span', { text: `rows/s of this process, last ${minutes} min (from ${clock(new Date(start))})` }),
     el('span', { text: `now ${number(now)} · peak ${number(max)}` })));
   return box;
 }
@@ -279,12 +322,21 @@ function tasksTable(tasks) {
 }
 
 function partitionsTable(partitions) {
-  const rows = partitions.map((p) => el('tr', {},
+  const rows = partitions.map((p) => el('tr', { 'data-worker': p.worker_id || '' },
     el('td', { text: p.topic }),
     el('td', { class: 'num', text: p.partition }),
     el('td', { class: 'num', text: p.task }),
+    el('td', { text: p.worker_id || '' }),
     el('td', { class: 'num', text: number(p.lag) })));
-  return table(['topic', 'partition', 'task', 'lag'], rows, [1, 2, 3]);
+  return table(['topic', 'partition', 'task', 'process', 'lag'], rows, [1, 2, 4]);
+}
+
+function processesTable(processes) {
+  const rows = processes.map((p) => el('tr', { 'data-worker': p.worker_id },
+    el('td', { text: p.worker_id }),
+    el('td', { class: 'num', text: number(p.rows_per_second) }),
+    el('td', { class: 'num', text: number(p.lag) })));
+  return table(['process', 'rows/s (30 s)', 'lag'], rows, [1, 2]);
 }
 
 function pluginsTable(plugins) {
@@ -322,5 +374,6 @@ document.addEventListener('DOMContentLoaded', () => {
     clearTimeout(page.timer);
     showLogin('');
   });
+  window.addEventListener('hashchange', refresh);
   refresh();
 });
