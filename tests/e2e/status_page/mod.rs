@@ -8,9 +8,10 @@
 //! - the page in a real headless Chromium (`browser.cjs`, playwright-core over Debian's
 //!   Chromium): a wrong token refused, the connector and its running tasks, a read token
 //!   without buttons, no sideways scroll at a phone's width, a click on Pause that pauses
-//!   the connector (checked through the API), a stopped process shown as not answering, a
-//!   click while it is down said to be unanswered, the page recovered once it is back, a
-//!   connector's own link, and a link to a connector the process does not run;
+//!   the connector (checked through the API, and in the table: records that come
+//!   meanwhile are not written), a stopped process shown as not answering, a click while
+//!   it is down said to be unanswered, the page recovered once it is back, a connector's
+//!   own link, and a link to a connector the process does not run;
 //! - the connector's lag and rate summed over two processes (`processes.rs`).
 //!
 //! The browser test needs `node`, Chromium and playwright-core: `scripts/setup.sh --tests`
@@ -359,8 +360,20 @@ fn the_page_in_chromium_pauses_and_sees_the_process_stop() {
         })
         .await;
         expect_line(&mut hear, "PAUSED_SHOWN", 60).await;
-
+        // And the table: records that come while it is paused are not written.
         producer.abort();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let paused_at = run.stats().await.rows;
+        run.broker
+            .produce_raw(&run.scenario.topic, 10_000..10_500)
+            .await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(
+            run.stats().await.rows,
+            paused_at,
+            "rows were written while the page's Pause held"
+        );
+
         let exit = sluice.terminate();
         assert!(exit.success(), "sluice exited with {exit}");
         writeln!(to_node, "STOPPED").expect("tell the browser script");
