@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # The pipeline benchmark (release build): a backlog of 1M records (--records N) produced in
 # lz4 batches, drained by sluice into PostgreSQL, MariaDB and SQLite, beside the baselines of
-# the same run (psql \copy, a bare librdkafka drain, a per-row INSERT consumer). The Avro run
-# (`postgres insert avro 1t`) has its topic written by confluent_kafka's AvroSerializer, with
-# the Python of examples/lib/python.sh ($PYTHON, or target/examples-venv made once). Prints one
-# table and writes it as JSON to target/bench/pipeline.json. What each column means, and the
-# figures from the development machine: docs/performance.md.
+# the same run (psql \copy, a bare librdkafka drain, a per-row INSERT consumer, and, with a
+# SQLite run, a bare sqlx loop into SQLite). The Avro run (`postgres insert avro 1t`) has
+# its topic written by confluent_kafka's AvroSerializer, with the Python of
+# examples/lib/python.sh ($PYTHON, or target/examples-venv made once). The runs
+# `postgres insert word_parse in Python 1t` and `… in JavaScript 1t` build the twins of the
+# Rust word_parse first (componentize-py, componentize-js: setup.sh installs them). Prints
+# one table and writes it as JSON to target/bench/pipeline.json. What each column means,
+# and the figures from the development machine: docs/performance.md.
 #
 #   scripts/bench.sh                      # everything, about 10 minutes on 2 cores
 #   scripts/bench.sh --records 200000     # a smaller backlog
 #   scripts/bench.sh --only "postgres insert,restart"   # runs whose names contain these
 #   scripts/bench.sh --only "postgres insert json 1t,postgres insert avro 1t"   # Avro against JSON
+#   scripts/bench.sh --only "postgres insert word_parse 1t,postgres insert word_parse in"   # the
+#                                         # Rust plugin against its Python and JavaScript twins
 #   scripts/bench.sh --sluice path/to/sluice            # measure another build
 set -euo pipefail
 cd "$(dirname "$0")/.."

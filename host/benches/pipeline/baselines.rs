@@ -1,5 +1,5 @@
 //! The baselines, measured in the same run on the same records: COPY, a bare drain, a
-//! per-row INSERT consumer.
+//! per-row INSERT consumer, a bare sqlx loop into SQLite.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,7 +10,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::harness;
+use crate::harness::{self, Backend, TestDb};
 use crate::report::Figure;
 
 /// A bare librdkafka consumer reading every partition from the start, no group join, with
@@ -200,4 +200,69 @@ pub(crate) async fn per_row_insert(
             &format!("stopped after {:.0} s", budget.as_secs_f64()),
         )
     }
+}
+
+/// A bare sqlx loop into SQLite, for the SQLite runs to be read beside: the rows sluice
+/// writes, into the table sluice creates for them (the same statement), one prepared
+/// `INSERT … ON CONFLICT (uid) DO UPDATE` per row and 5,000 rows to a transaction (sluice's
+/// batch, `BEGIN IMMEDIATE` as sluice's), on a file opened as sluice opens one (WAL,
+/// `synchronous = FULL`). No Kafka: SQLite's own pace for sluice's work.
+pub(crate) async fn sqlite_loop(n: u64) -> Figure {
+    use std::str::FromStr;
+
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+    let db = TestDb::new(Backend::Sqlite);
+    let options = SqliteConnectOptions::from_str(&db.url)
+        .expect("sqlite url")
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full);
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .expect("open sqlite");
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS words (\"uid\" INTEGER NOT NULL, \"word\" TEXT, \"produced_at\" TEXT, \
+         \"src_partition\" INTEGER, \"src_offset\" INTEGER, PRIMARY KEY (\"uid\"))",
+    )
+    .execute(&pool)
+    .await
+    .expect("create");
+    let upsert = "INSERT INTO words (\"uid\", \"word\", \"produced_at\", \"src_partition\", \"src_offset\") \
+                  VALUES (?, ?, ?, ?, ?) ON CONFLICT (\"uid\") DO UPDATE SET \"word\" = excluded.\"word\", \
+                  \"produced_at\" = excluded.\"produced_at\", \"src_partition\" = excluded.\"src_partition\", \
+                  \"src_offset\" = excluded.\"src_offset\"";
+    let started = Instant::now();
+    let mut uid = 0u64;
+    while uid < n {
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.expect("begin");
+        let end = (uid + 5000).min(n);
+        for row in uid..end {
+            let at = chrono::DateTime::from_timestamp_millis(1_700_000_000_000 + row as i64)
+                .expect("ts")
+                .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+                .to_string();
+            sqlx::query(upsert)
+                .bind(row as i64)
+                .bind(format!("w{}", row % 97))
+                .bind(at)
+                .bind((row % 4) as i64)
+                .bind(row as i64)
+                .execute(&mut *tx)
+                .await
+                .expect("upsert");
+        }
+        tx.commit().await.expect("commit");
+        uid = end;
+    }
+    let elapsed = started.elapsed();
+    pool.close().await;
+    Figure::baseline(
+        "baseline: bare sqlx loop into SQLite, upsert",
+        n,
+        n,
+        elapsed,
+        "the same rows and table, a prepared upsert per row, 5,000 to a transaction",
+    )
 }

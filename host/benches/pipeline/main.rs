@@ -75,7 +75,7 @@ use backlog::{
     DEBEZIUM_TABLES, debezium_event, debezium_event_of_many_tables, produce_avro_backlog,
     produce_backlog, produce_backlog_routed, raw_event, table_topic,
 };
-use baselines::{bare_drain, copy_file, per_row_insert, psql_copy};
+use baselines::{bare_drain, copy_file, per_row_insert, psql_copy, sqlite_loop};
 use matrix::matrix;
 use process::clock_ticks;
 use registry::TestRegistry;
@@ -256,6 +256,14 @@ async fn main() {
             )
             .await,
         );
+    }
+    // SQLite's own pace, beside the SQLite runs.
+    if options.wants("bare sqlx")
+        || matrix()
+            .iter()
+            .any(|run| run.db == Backend::Sqlite && options.wants(&run.name))
+    {
+        figures.push(sqlite_loop(n).await);
     }
     print_table(&figures);
 

@@ -3,6 +3,28 @@
 
 use crate::harness::Backend;
 
+/// The language of a run's `word_parse`: the Rust plugin, or its twin in Python
+/// (`plugins/python/word_parse`) or JavaScript (`plugins/js/word_parse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PluginLang {
+    Rust,
+    Python,
+    Js,
+}
+
+impl PluginLang {
+    /// The component of this language's `word_parse`, built first for a twin.
+    pub(crate) fn word_parse(self) -> std::path::PathBuf {
+        match self {
+            PluginLang::Rust => sluice_transform::example_plugin_path("word_parse"),
+            PluginLang::Python => sluice_transform::example_python_plugin("word_parse")
+                .expect("build plugins/python/word_parse (scripts/setup.sh --plugins installs componentize-py)"),
+            PluginLang::Js => sluice_transform::example_js_plugin("word_parse")
+                .expect("build plugins/js/word_parse (scripts/setup.sh --plugins installs componentize-js)"),
+        }
+    }
+}
+
 /// A run of `sluice run`.
 #[derive(Debug, Clone)]
 pub(crate) struct Run {
@@ -10,6 +32,8 @@ pub(crate) struct Run {
     pub(crate) db: Backend,
     pub(crate) mode: &'static str,
     pub(crate) plugin: bool,
+    /// With `plugin`: which language's `word_parse` (the Rust plugin or one of its twins).
+    pub(crate) plugin_lang: PluginLang,
     /// Values in Avro (`format: avro`, schemas from the bench's registry) instead of JSON.
     pub(crate) avro: bool,
     /// Values as Debezium change events (`envelope: debezium`, versioned by the lsn).
@@ -64,6 +88,7 @@ pub(crate) fn matrix() -> Vec<Run> {
                         db,
                         mode,
                         plugin,
+                        plugin_lang: PluginLang::Rust,
                         avro: false,
                         debezium: false,
                         many_tables: false,
@@ -86,6 +111,7 @@ pub(crate) fn matrix() -> Vec<Run> {
         db: Backend::Postgres,
         mode,
         plugin: true,
+        plugin_lang: PluginLang::Rust,
         avro: false,
         debezium: false,
         many_tables: false,
@@ -99,6 +125,23 @@ pub(crate) fn matrix() -> Vec<Run> {
         max_records: 5000,
         settle: false,
     };
+    // The Rust plugin's twins in the other plugin languages, beside the matrix's
+    // `postgres insert word_parse 1t`: what the interpreter costs end to end.
+    for (lang, name) in [
+        (
+            PluginLang::Python,
+            "postgres insert word_parse in Python 1t",
+        ),
+        (
+            PluginLang::Js,
+            "postgres insert word_parse in JavaScript 1t",
+        ),
+    ] {
+        runs.push(Run {
+            plugin_lang: lang,
+            ..base(name, "insert")
+        });
+    }
     // Upserts of keys all in the table already: the optimistic COPY meets them and falls
     // back to ON CONFLICT (it must not be slower than ON CONFLICT alone).
     runs.push(Run {

@@ -8,7 +8,7 @@ use sluice::sink::Sink;
 
 use crate::Options;
 use crate::harness::{self, Backend, Broker, Scenario, TestDb};
-use crate::matrix::Run;
+use crate::matrix::{PluginLang, Run};
 use crate::process::{Process, ProcessUse, ThreadTimes, process_use};
 use crate::report::Figure;
 use crate::timeline::Timeline;
@@ -79,7 +79,7 @@ pub(crate) fn scenario(run: &Run, index: usize, topic: &str, registry: Option<&s
     if run.plugin {
         scenario.transforms = format!(
             "    transforms:\n      - name: parse\n        plugin: {}\n        config: {{ separator: \"*\" }}\n",
-            sluice_transform::example_plugin_path("word_parse").display()
+            run.plugin_lang.word_parse().display()
         );
     }
     scenario
@@ -393,6 +393,7 @@ pub(crate) async fn restart_to_first_commit(
         db: Backend::Postgres,
         mode: "insert",
         plugin: true,
+        plugin_lang: PluginLang::Rust,
         avro: false,
         debezium: false,
         many_tables: false,
