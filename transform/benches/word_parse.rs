@@ -4,7 +4,13 @@
 //!    (`TransformChain::process`) for batches of 1, 100 and 10,000 records, against the
 //!    same parsing done natively in Rust in the same run, with the overhead ratio;
 //! 2. the ABI choice: the same work behind typed records (the canonical ABI lifts and
-//!    lowers each record) vs one packed byte buffer each way (`abi_bench` plugin).
+//!    lowers each record) vs one packed byte buffer each way (`abi_bench` plugin);
+//! 3. the `word_parse` twins in Python and JavaScript beside the Rust plugin, for batches
+//!    of 1 (what a call costs), 100 and 1,000 (what a record costs), with each one's
+//!    load time (instantiate and `init`, the code from the default compile cache when it
+//!    is there). At 5,000 records a call the JavaScript twin can meet the default 64 MiB
+//!    cap in this loop. `SLUICE_BENCH_TWINS=0` leaves them out;
+//!    they need componentize-py and componentize-js (`scripts/setup.sh --plugins`).
 //!
 //! Run: `cargo bench -p sluice-transform --bench word_parse`
 //! (`SLUICE_BENCH_SECS=5` for longer runs per row; default 2 s, best of 5 rounds).
@@ -257,6 +263,77 @@ fn main() {
         println!(
             "{size:>8} {typed:>14.0} {packed:>14.0} {:>11.2}x",
             packed / typed
+        );
+    }
+
+    if std::env::var("SLUICE_BENCH_TWINS").as_deref() != Ok("0") {
+        twins(budget);
+    }
+}
+
+/// The `word_parse` twins (Rust, Python, JavaScript) through the host API, as a connector
+/// runs them (the separator `*` as the pipeline bench configures it).
+fn twins(budget: Duration) {
+    let plugins = [
+        ("rust", example_plugin_path("word_parse")),
+        (
+            "python",
+            sluice_transform::example_python_plugin("word_parse")
+                .expect("plugins/python/word_parse builds (scripts/setup.sh --plugins)"),
+        ),
+        (
+            "javascript",
+            sluice_transform::example_js_plugin("word_parse")
+                .expect("plugins/js/word_parse builds (scripts/setup.sh --plugins)"),
+        ),
+    ];
+    let engine = TransformEngine::new(EngineOptions::default()).expect("engine");
+    println!();
+    println!(
+        "word_parse twins: load (instantiate + init; compiled code from the default cache when there), then records/s"
+    );
+    let mut chains = Vec::new();
+    for (lang, path) in &plugins {
+        let spec = PluginSpec {
+            name: format!("parse-{lang}"),
+            path: path.clone(),
+            config: [("separator".to_string(), "*".to_string())].into(),
+            limits: Limits {
+                timeout: Duration::from_secs(30),
+                ..Limits::default()
+            },
+        };
+        let started = Instant::now();
+        let chain = TransformChain::new(&engine, "bench", &[spec]).expect("twin chain");
+        let size = std::fs::metadata(path).map_or(0, |m| m.len());
+        println!(
+            "{lang:>10}: {:.1} MB, loaded in {:.2?}",
+            size as f64 / 1e6,
+            started.elapsed()
+        );
+        chains.push(chain);
+    }
+    println!(
+        "{:>8} {:>14} {:>14} {:>14} {:>10} {:>10}",
+        "batch", "rust", "python", "javascript", "py/rust", "js/rust"
+    );
+    for size in [1usize, 100, 1_000] {
+        let batch = input(size);
+        let rates: Vec<f64> = chains
+            .iter_mut()
+            .map(|chain| {
+                measure(&batch, budget, |b| {
+                    count(&chain.process(b).expect("process"))
+                })
+            })
+            .collect();
+        println!(
+            "{size:>8} {:>14.0} {:>14.0} {:>14.0} {:>9.3}x {:>9.3}x",
+            rates[0],
+            rates[1],
+            rates[2],
+            rates[1] / rates[0],
+            rates[2] / rates[0]
         );
     }
 }
