@@ -20,13 +20,8 @@
 //!
 //! A reset only runs while the connector runs nowhere: [`running_anywhere`].
 
-use std::time::Duration;
-
 use crate::config::{ConnectorConfig, Guarantee, KafkaConfig};
 use crate::sink::{Forgotten, OffsetsChange, ResetPoint, Sink, SinkError};
-
-/// A heartbeat newer than this is a process whose tasks may still run.
-pub const HEARTBEAT_FRESH: Duration = Duration::from_secs(15);
 
 /// What the operator asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,11 +114,10 @@ pub fn live_tasks(
     except: Option<&str>,
 ) -> Vec<String> {
     let now = crate::sink::control::now_ms();
-    let fresh = i64::try_from(HEARTBEAT_FRESH.as_millis()).unwrap_or(i64::MAX);
     heartbeats
         .into_iter()
         .filter(|row| Some(row.worker.as_str()) != except)
-        .filter(|row| now - row.updated_at <= fresh)
+        .filter(|row| !row.is_stale(now))
         .filter(|row| row.state != "UNASSIGNED" && row.state != "FAILED")
         .map(|row| format!("task {} on {} is {}", row.task, row.worker, row.state))
         .collect()

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use super::{AdminState, ApiError, error};
 use crate::config::Guarantee;
 use crate::sink::control::Target;
+use crate::sink::control::TaskRow;
 use crate::supervisor::{Command, ConnectorHandle, ConnectorState};
 
 pub(super) fn routes() -> Router<AdminState> {
@@ -187,7 +188,16 @@ fn status_with(
             entry
         })
         .collect();
-    for other in &view.others {
+    // The rule again at answer time: a process whose heartbeats this one has not been
+    // able to read for a while shows as gone, not as it last was.
+    let now = crate::sink::control::now_ms();
+    let others: Vec<TaskRow> = view
+        .others
+        .iter()
+        .cloned()
+        .map(|r| r.seen_at(now))
+        .collect();
+    for other in &others {
         let mut entry = json!({"id": other.task, "state": other.state, "worker_id": other.worker});
         if let Some(trace) = &other.trace {
             entry["trace"] = json!(trace);
@@ -201,7 +211,7 @@ fn status_with(
         "type": "sink",
     });
     if let Some(body) = body.as_object_mut() {
-        super::figures::add(body, connector, &worker, plugins);
+        super::figures::add(body, connector, &worker, &others, plugins);
     }
     body
 }

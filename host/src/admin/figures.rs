@@ -114,20 +114,20 @@ fn across_processes(
 }
 
 /// Adds sluice's own figures of `connector` to its status answer `body`; `worker` is this
-/// process.
+/// process, `others` the other processes' heartbeats as the answer shows them.
 pub(super) fn add(
     body: &mut Map<String, Value>,
     connector: &ConnectorHandle,
     worker: &str,
+    others: &[TaskRow],
     plugins: &AllPluginCalls,
 ) {
     let metrics = &connector.metrics;
-    let view = connector.view();
     let (partitions, processes) = across_processes(
         worker,
         metrics.lags(),
         (metrics.rows_per_second() * 10.0).round() / 10.0,
-        &view.others,
+        others,
     );
     let lag: i64 = partitions.iter().map(|p| p.lag).sum();
     let rows_per_second: f64 = processes.iter().map(|p| p.rows_per_second).sum();
@@ -161,7 +161,8 @@ pub(super) fn add(
             })
         })
         .collect();
-    let last_error = view
+    let last_error = connector
+        .view()
         .last_error
         .map(|e| json!({"message": e.message, "at": e.at_ms}));
     let figures = json!({
@@ -270,6 +271,19 @@ mod tests {
             .collect();
         assert_eq!(listed, [("a", 0, 3), ("c", 1, 61)]);
         assert_eq!(shares.iter().map(|s| s.lag).sum::<i64>(), 64);
+    }
+
+    #[test]
+    fn topics_that_differ_only_in_case_are_two_partitions() {
+        let own = vec![(0, "Orders".to_string(), 0, 4)];
+        let others = [heartbeat("b", 0, 10, Some((&[("orders", 0, 6)], 1.0)))];
+        let (partitions, shares) = across_processes("a", own, 0.0, &others);
+        let listed: Vec<(&str, &str, i64)> = partitions
+            .iter()
+            .map(|p| (p.worker.as_str(), p.topic.as_str(), p.lag))
+            .collect();
+        assert_eq!(listed, [("a", "Orders", 4), ("b", "orders", 6)]);
+        assert_eq!(shares.iter().map(|s| s.lag).sum::<i64>(), 10);
     }
 
     #[test]

@@ -107,6 +107,26 @@ pub struct Heartbeat {
     pub figures: TaskFigures,
 }
 
+/// A heartbeat older than this is a process that is gone: its tasks run nowhere, and its
+/// figures are old. The one rule for every reader (status, handover, offsets reset).
+pub const HEARTBEAT_STALE: std::time::Duration = std::time::Duration::from_secs(15);
+
+impl TaskRow {
+    /// Older than [`HEARTBEAT_STALE`] at `now` (ms since the epoch).
+    pub fn is_stale(&self, now: i64) -> bool {
+        now - self.updated_at > i64::try_from(HEARTBEAT_STALE.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The row as a reader at `now` shows it: a stale one `UNASSIGNED` and without figures.
+    pub fn seen_at(mut self, now: i64) -> TaskRow {
+        if self.is_stale(now) {
+            self.state = "UNASSIGNED".into();
+            self.figures = None;
+        }
+        self
+    }
+}
+
 /// Now, in milliseconds since the epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -335,5 +355,40 @@ impl Sink {
             table: "sluice_offsets".into(),
             source,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(updated_at: i64) -> TaskRow {
+        TaskRow {
+            worker: "b".into(),
+            task: 0,
+            state: "RUNNING".into(),
+            trace: None,
+            updated_at,
+            figures: Some(TaskFigures {
+                partitions: vec![PartitionLag {
+                    topic: "t".into(),
+                    partition: 0,
+                    lag: 9,
+                }],
+                process_rows_per_second: 1.0,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_stale_heartbeat_shows_unassigned_and_without_figures() {
+        let stale = HEARTBEAT_STALE.as_millis() as i64;
+        let now = 1_000_000;
+        let fresh = row(now - stale).seen_at(now);
+        assert_eq!(fresh, row(now - stale), "at the limit it still counts");
+        let gone = row(now - stale - 1).seen_at(now);
+        assert_eq!(gone.state, "UNASSIGNED");
+        assert_eq!(gone.figures, None);
+        assert!(row(now - stale - 1).is_stale(now));
     }
 }

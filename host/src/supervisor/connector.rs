@@ -37,9 +37,6 @@ const CHECK_INTERVAL: Duration = Duration::from_millis(250);
 /// How often the runner reads the operator's target from the database and writes its
 /// tasks' heartbeats: every process applies a pause or a stop within about this long.
 pub const CONTROL_INTERVAL: Duration = Duration::from_secs(2);
-/// A heartbeat older than this is another process that is gone: its tasks show as
-/// `UNASSIGNED`.
-pub const HEARTBEAT_STALE: Duration = Duration::from_secs(15);
 /// Longest a sync with the database may hold the runner (commands wait meanwhile).
 pub(super) const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
 /// A task that ran this long without failing starts its restart backoff over.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::connector::{CONTROL_INTERVAL, HEARTBEAT_STALE, Runner, SYNC_TIMEOUT};
+use super::connector::{CONTROL_INTERVAL, Runner, SYNC_TIMEOUT};
 use super::handle::{ConnectorState, ConnectorView, LastError, TaskView, kc_task_state};
 use crate::sink::Sink;
 use crate::sink::control::{ControlRow, Heartbeat, PartitionLag, Target, TaskFigures, now_ms};
@@ -63,14 +63,7 @@ impl Runner {
             .await?
             .into_iter()
             .filter(|row| row.worker != self.context.worker_id)
-            .map(|mut row| {
-                if now - row.updated_at > HEARTBEAT_STALE.as_millis() as i64 {
-                    // A process gone: its tasks run nowhere, and its figures are old.
-                    row.state = "UNASSIGNED".into();
-                    row.figures = None;
-                }
-                row
-            })
+            .map(|row| row.seen_at(now))
             .collect();
         Ok(row)
     }
