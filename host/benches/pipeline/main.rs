@@ -90,6 +90,9 @@ struct Options {
     only: Vec<String>,
     /// The sluice binary to measure.
     sluice: PathBuf,
+    /// `sluice` is another build than this benchmark's (`--sluice`): the runs leave the
+    /// tables to it, so that an older sluice meets a database at its own schema version.
+    other_build: bool,
 }
 
 impl Options {
@@ -99,6 +102,7 @@ impl Options {
             partitions: 4,
             only: Vec::new(),
             sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
+            other_build: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -112,6 +116,7 @@ impl Options {
                 }
                 "--only" => options.only = value().split(',').map(str::to_string).collect(),
                 "--sluice" => {
+                    options.other_build = true;
                     // Relative to where scripts/bench.sh runs (the repository), not to
                     // where cargo runs the bench (host/).
                     let path = PathBuf::from(value());

@@ -29,14 +29,15 @@ impl Timeline {
         partitions: i32,
         at: Duration,
     ) -> u64 {
-        let integer = match sink.dialect() {
-            sluice::sink::Dialect::MySql => "SIGNED",
-            _ => "BIGINT",
+        // `partition` is a reserved word in MySQL and MariaDB: there it is quoted.
+        let (integer, partition) = match sink.dialect() {
+            sluice::sink::Dialect::MySql => ("SIGNED", "`partition`"),
+            _ => ("BIGINT", "partition"),
         };
         let columns: Vec<String> = (0..partitions)
             .map(|p| {
                 format!(
-                    "CAST(COALESCE(SUM(CASE WHEN partition = {p} THEN next_offset END), 0) AS {integer})"
+                    "CAST(COALESCE(SUM(CASE WHEN {partition} = {p} THEN next_offset END), 0) AS {integer})"
                 )
             })
             .collect();
