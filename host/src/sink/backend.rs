@@ -7,7 +7,7 @@ use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type,
 };
 
-use super::dialect::{Dialect, TableSpec, timestamp_text};
+use super::dialect::{Dialect, TableSpec, TimestampText};
 use super::pg_copy::CopyIn;
 use super::{OffsetAdvance, Run, SinkError};
 use crate::config::{ColumnType, WriteMode};
@@ -39,9 +39,10 @@ macro_rules! scalar_binds {
             SqlValue::Int(v) => $query.bind(*v),
             SqlValue::Double(v) => $query.bind(*v),
             SqlValue::Bool(v) => $query.bind(*v),
-            SqlValue::Text(v) => $query.bind(v.clone()),
-            SqlValue::Bytes(v) => $query.bind(v.clone()),
-            SqlValue::Timestamp(t) => $query.bind(timestamp_text(t)),
+            // Borrowed: each database's arguments encode a value as it is bound.
+            SqlValue::Text(v) => $query.bind(v.as_str()),
+            SqlValue::Bytes(v) => $query.bind(v.as_slice()),
+            SqlValue::Timestamp(t) => $query.bind(TimestampText::of(t).as_str()),
         }
     };
 }

@@ -361,41 +361,54 @@ impl Dialect {
 
 /// `YYYY-MM-DD HH:MM:SS.ffffff`, the form all three accept for a timestamp.
 pub fn timestamp_text(t: &chrono::NaiveDateTime) -> String {
-    use chrono::{Datelike, Timelike};
-    // chrono's formatter interprets the pattern for every value (it was a tenth of the
-    // PostgreSQL sink's CPU); years 0..=9999 outside a leap second are written directly,
-    // the rest (a sign before the year, a 60th second) by chrono.
-    let year = t.year();
-    let nanos = t.nanosecond();
-    if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
-        return t.format("%Y-%m-%d %H:%M:%S%.6f").to_string();
-    }
-    let mut out = [0u8; 26];
-    let mut put = |at: usize, value: u32, width: usize| {
-        let mut v = value;
-        for i in (0..width).rev() {
-            out[at + i] = b'0' + (v % 10) as u8;
-            v /= 10;
+    TimestampText::of(t).as_str().to_owned()
+}
+
+/// A timestamp's text (`YYYY-MM-DD HH:MM:SS.ffffff`) without an allocation for years
+/// 0..=9999 outside a leap second: the writes put it into a statement's arguments or a
+/// `COPY` buffer once per row, so until then it lives on the stack.
+pub enum TimestampText {
+    /// Written directly: 26 ASCII bytes.
+    Plain([u8; 26]),
+    /// A sign before the year, or a 60th second: written by chrono.
+    Other(String),
+}
+
+impl TimestampText {
+    pub fn of(t: &chrono::NaiveDateTime) -> TimestampText {
+        use chrono::{Datelike, Timelike};
+        // chrono's formatter interprets the pattern for every value (it was a tenth of the
+        // PostgreSQL sink's CPU); the common years are written directly.
+        let year = t.year();
+        let nanos = t.nanosecond();
+        if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
+            return TimestampText::Other(t.format("%Y-%m-%d %H:%M:%S%.6f").to_string());
         }
-    };
-    put(0, year as u32, 4);
-    put(5, t.month(), 2);
-    put(8, t.day(), 2);
-    put(11, t.hour(), 2);
-    put(14, t.minute(), 2);
-    put(17, t.second(), 2);
-    put(20, nanos / 1000, 6);
-    for (at, c) in [
-        (4, b'-'),
-        (7, b'-'),
-        (10, b' '),
-        (13, b':'),
-        (16, b':'),
-        (19, b'.'),
-    ] {
-        out[at] = c;
+        let mut out = *b"0000-00-00 00:00:00.000000";
+        let mut put = |at: usize, value: u32, width: usize| {
+            let mut v = value;
+            for i in (0..width).rev() {
+                out[at + i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        };
+        put(0, year as u32, 4);
+        put(5, t.month(), 2);
+        put(8, t.day(), 2);
+        put(11, t.hour(), 2);
+        put(14, t.minute(), 2);
+        put(17, t.second(), 2);
+        put(20, nanos / 1000, 6);
+        TimestampText::Plain(out)
     }
-    out.iter().map(|&b| char::from(b)).collect()
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            // Only ASCII digits and separators are ever written into it.
+            TimestampText::Plain(bytes) => std::str::from_utf8(bytes).unwrap_or_default(),
+            TimestampText::Other(text) => text,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -436,6 +449,14 @@ mod tests {
         );
         for t in &times {
             assert_eq!(timestamp_text(t), chrono_text(t), "{t:?}");
+            // Years 0..=9999 outside a leap second are written without chrono, on the stack.
+            let plain = (0..=9999).contains(&chrono::Datelike::year(t))
+                && chrono::Timelike::nanosecond(t) < 1_000_000_000;
+            assert_eq!(
+                matches!(TimestampText::of(t), TimestampText::Plain(_)),
+                plain,
+                "{t:?}"
+            );
         }
     }
 

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use sqlx::{Executor, PgConnection};
 
-use super::dialect::{Dialect, TableSpec, timestamp_text};
+use super::dialect::{Dialect, TableSpec, TimestampText};
 use crate::config::ColumnType;
 use crate::map::SqlValue;
 
@@ -245,7 +245,7 @@ fn encode(out: &mut Vec<u8>, value: &SqlValue, column_type: ColumnType) -> Resul
             escape(out, v.as_bytes())
         }
         (SqlValue::Timestamp(t), Timestamp | Timestamptz) => {
-            out.extend_from_slice(timestamp_text(t).as_bytes());
+            out.extend_from_slice(TimestampText::of(t).as_str().as_bytes());
             // A timestamptz is a UTC instant; without the offset PostgreSQL would read it
             // in the session's time zone.
             if column_type == Timestamptz {

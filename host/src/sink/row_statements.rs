@@ -18,7 +18,14 @@ impl Dialect {
     /// `(?, ?), (?, ?)`: `rows` groups of `width` placeholders (MySQL, SQLite).
     fn value_groups(self, rows: usize, width: usize) -> String {
         let group = format!("({})", vec!["?"; width].join(", "));
-        vec![group; rows].join(", ")
+        let mut out = String::with_capacity(rows * (group.len() + 2));
+        for row in 0..rows {
+            if row > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&group);
+        }
+        out
     }
 
     /// Multi-row insert or upsert for MySQL and SQLite: binds every column of every row.
