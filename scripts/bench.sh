@@ -19,7 +19,8 @@
 #   scripts/bench.sh --sluice path/to/sluice            # measure another build; it
 #                                         # makes its own tables, so give an older one
 #                                         # fresh databases (SLUICE_TEST_POSTGRES_URL,
-#                                         # SLUICE_TEST_MYSQL_URL)
+#                                         # SLUICE_TEST_MYSQL_URL); the "keys present" run
+#                                         # makes them itself, at this build's version
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests

@@ -90,9 +90,6 @@ struct Options {
     only: Vec<String>,
     /// The sluice binary to measure.
     sluice: PathBuf,
-    /// `sluice` is another build than this benchmark's (`--sluice`): the runs leave the
-    /// tables to it, so that an older sluice meets a database at its own schema version.
-    other_build: bool,
 }
 
 impl Options {
@@ -102,7 +99,6 @@ impl Options {
             partitions: 4,
             only: Vec::new(),
             sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
-            other_build: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -116,7 +112,6 @@ impl Options {
                 }
                 "--only" => options.only = value().split(',').map(str::to_string).collect(),
                 "--sluice" => {
-                    options.other_build = true;
                     // Relative to where scripts/bench.sh runs (the repository), not to
                     // where cargo runs the bench (host/).
                     let path = PathBuf::from(value());
@@ -132,6 +127,13 @@ impl Options {
             }
         }
         options
+    }
+
+    /// `sluice` is another build than this benchmark's (`--sluice`): the runs leave the
+    /// tables to it ([`runs::prepare_tables`]), so that an older sluice meets a database
+    /// at its own schema version.
+    fn other_build(&self) -> bool {
+        self.sluice != Path::new(env!("CARGO_BIN_EXE_sluice"))
     }
 
     fn wants(&self, name: &str) -> bool {

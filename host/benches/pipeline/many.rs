@@ -70,10 +70,7 @@ pub(crate) async fn many_connectors(
     std::fs::write(&config_path, &yaml).expect("write config");
     let config = scenarios[0].config(&broker.bootstrap, &db);
     let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
-    // Another build (`--sluice`) prepares its own tables, at its own schema version.
-    if !options.other_build {
-        sink.prepare().await.expect("prepare");
-    }
+    crate::runs::prepare_tables(options, &sink, false).await;
 
     let process = Process::start(&options.sluice, &config_path, &[]);
     let pid = process.child.id();

@@ -34,6 +34,16 @@ pub(crate) async fn committed(sink: &Sink, connector: &str, topic: &str) -> u64 
     .unwrap_or(0) as u64
 }
 
+/// Prepares sluice's tables and the run's table with this benchmark's library, unless the
+/// process measured is another build (`--sluice`) and `needed` is false: that build, with
+/// `create_table: true`, prepares its own at its own schema version, where this library's
+/// version would be newer than an older sluice accepts.
+pub(crate) async fn prepare_tables(options: &Options, sink: &Sink, needed: bool) {
+    if needed || !options.other_build() {
+        sink.prepare().await.expect("prepare");
+    }
+}
+
 /// A connector's scenario for `run`, on `topic`, with a short name (its task threads are
 /// named after it, and Linux keeps 15 characters of a thread's name); `registry` the
 /// Schema Registry of an Avro run.
@@ -222,12 +232,8 @@ pub(crate) async fn run_sluice(
     let config_path = scenario.write(dir.path(), &broker.bootstrap, &db);
     let config = scenario.config(&broker.bootstrap, &db);
     let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
-    // Another build prepares its own tables (with `create_table: true`): this benchmark's
-    // library would put sluice's tables at its own schema version, which an older sluice
-    // refuses. A run with the keys present needs the table first.
-    if !options.other_build || run.keys_present {
-        sink.prepare().await.expect("prepare");
-    }
+    // A run with the keys present needs the table before the process starts.
+    prepare_tables(options, &sink, run.keys_present).await;
     if run.keys_present {
         // Every key of the backlog, written before (src_offset -1: not counted below).
         sink.execute_statement(&format!(
@@ -422,10 +428,7 @@ pub(crate) async fn restart_to_first_commit(
     let config_path = scenario.write(dir.path(), &broker.bootstrap, &db);
     let config = scenario.config(&broker.bootstrap, &db);
     let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
-    // Another build (`--sluice`) prepares its own tables, at its own schema version.
-    if !options.other_build {
-        sink.prepare().await.expect("prepare");
-    }
+    prepare_tables(options, &sink, false).await;
     let process = Process::start(&options.sluice, &config_path, &[]);
     let deadline = Instant::now() + Duration::from_secs(120);
     while committed(&sink, &scenario.connector, topic).await < options.records / 10

@@ -29,11 +29,12 @@ impl Timeline {
         partitions: i32,
         at: Duration,
     ) -> u64 {
-        // `partition` is a reserved word in MySQL and MariaDB: there it is quoted.
-        let (integer, partition) = match sink.dialect() {
-            sluice::sink::Dialect::MySql => ("SIGNED", "`partition`"),
-            _ => ("BIGINT", "partition"),
+        let integer = match sink.dialect() {
+            sluice::sink::Dialect::MySql => "SIGNED",
+            _ => "BIGINT",
         };
+        // Quoted as the sink quotes it: `partition` is a reserved word in MySQL and MariaDB.
+        let partition = sink.dialect().quote_one("partition");
         let columns: Vec<String> = (0..partitions)
             .map(|p| {
                 format!(
