@@ -105,6 +105,10 @@ named_enum! {
         /// type change, a new required field without a default, another key), or none at
         /// all (no schema, no record type, no key field).
         SchemaIncompatible => "schema_incompatible",
+        /// With derived columns: a field's name is no column name the sink's database
+        /// takes (empty, too long, a control character, a trailing space where refused, a
+        /// system column's name), or the schema has more fields than a table takes.
+        ColumnName => "column_name",
         /// The database refused the row: a constraint, a length, a value out of range.
         DatabaseRefused => "database_refused",
     }

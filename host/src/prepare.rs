@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::config::{ConnectorConfig, DedupIdSource, ErrorPolicy, Format};
+use crate::config::{ColumnNameRules, ConnectorConfig, DedupIdSource, ErrorPolicy, Format};
 use crate::dedup::{self, DedupKey};
 use crate::failure::{Failure, FailureClass, Stage};
 use crate::format::{Decoders, RecordSchemas, RegistryError, Resolved};
@@ -221,6 +221,15 @@ impl Preparer {
                         .versioning(connector.envelope)
                         .map(|v| v.column),
                 )
+                .with_names(ColumnNameRules::for_scheme(
+                    connector
+                        .sink
+                        .url
+                        .expose()
+                        .split("://")
+                        .next()
+                        .unwrap_or_default(),
+                ))
             }),
             fixed_table: connector
                 .sink
@@ -528,6 +537,7 @@ impl Preparer {
                 MapError::Truncate => FailureClass::Truncate,
                 MapError::TableName(_) => FailureClass::TableName,
                 MapError::SchemaIncompatible(_) => FailureClass::SchemaIncompatible,
+                MapError::ColumnName(_) => FailureClass::ColumnName,
             };
             (Stage::Map, class, e.to_string())
         };
@@ -536,11 +546,7 @@ impl Preparer {
             Some(deriver) => {
                 let none = RecordSchemas::default();
                 let schemas = schemas.get(index).unwrap_or(&none);
-                Some(
-                    deriver
-                        .shape(schemas)
-                        .map_err(|why| map_failure(MapError::SchemaIncompatible(why)))?,
-                )
+                Some(deriver.shape(schemas).map_err(map_failure)?)
             }
             None => None,
         };

@@ -146,8 +146,8 @@ async fn rows_with_word(scenario: &Scenario, db: &TestDb, word: &str) -> i64 {
     };
     let sql = format!(
         "SELECT CAST(COUNT(*) AS {big}) FROM {} WHERE {} = '{word}'",
-        dialect.quote(sink.table_name()),
-        dialect.quote("word"),
+        dialect.quote_table(sink.table_name()),
+        dialect.quote_one("word"),
     );
     let count = sink.query_integers(sql, 1).await.expect("count")[0].unwrap_or(0);
     sink.close().await;

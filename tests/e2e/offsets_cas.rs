@@ -286,7 +286,7 @@ async fn keys_equal_at_the_databases_precision_are_one_key(db: Backend) {
                 } else {
                     "BIGINT"
                 },
-                sink.dialect().quote(sink.table_name())
+                sink.dialect().quote_table(sink.table_name())
             ),
             1,
         )

@@ -42,8 +42,8 @@ async fn rows_with_word(run: &Pipeline, word: &str) -> i64 {
     };
     let sql = format!(
         "SELECT CAST(COUNT(*) AS {big}) FROM {} WHERE {} = '{word}'",
-        sink.dialect().quote(sink.table_name()),
-        sink.dialect().quote("word"),
+        sink.dialect().quote_table(sink.table_name()),
+        sink.dialect().quote_one("word"),
     );
     let count = sink.query_integers(sql, 1).await.expect("count")[0].unwrap_or(0);
     sink.close().await;

@@ -45,10 +45,10 @@ impl SequenceStats {
 /// Count, distinct count, minimum and maximum of an integer column of the sink's table.
 pub async fn sequence_stats(sink: &Sink, column: &str) -> Result<SequenceStats, SinkError> {
     let dialect = sink.dialect();
-    let c = dialect.quote(column);
+    let c = dialect.quote_one(column);
     let sql = format!(
         "SELECT CAST(COUNT(*) AS {big}), CAST(COUNT(DISTINCT {c}) AS {big}), CAST(MIN({c}) AS {big}), CAST(MAX({c}) AS {big}) FROM {}",
-        dialect.quote(sink.table_name()),
+        dialect.quote_table(sink.table_name()),
         big = if dialect == Dialect::MySql {
             "SIGNED"
         } else {
@@ -66,7 +66,10 @@ pub async fn sequence_stats(sink: &Sink, column: &str) -> Result<SequenceStats, 
 
 /// Deletes every row of the sink table (the demo's fresh start).
 async fn clear_table(sink: &Sink) -> Result<(), SinkError> {
-    let sql = format!("DELETE FROM {}", sink.dialect().quote(sink.table_name()));
+    let sql = format!(
+        "DELETE FROM {}",
+        sink.dialect().quote_table(sink.table_name())
+    );
     sink.execute_statement(&sql).await
 }
 

@@ -13,6 +13,7 @@ mod interpolate;
 mod load;
 #[cfg(test)]
 mod load_tests;
+mod names;
 mod problem;
 mod redact;
 mod routing;
@@ -37,11 +38,11 @@ pub use dead_letter::{MIN_SIGNING_KEY_BYTES, SigningKeys};
 pub use files::plugin_problems;
 pub use formats::{Format, RegistryTls, SchemaRegistryConfig, Urls};
 pub use load::{ConfigError, load_file, load_str};
+pub use names::{ColumnNameRules, NameLimit, name_limit, table_name_problem};
 pub use problem::Problem;
 pub use redact::{is_secret_key, redact_document, redact_url};
 pub use routing::{
-    CapturePattern, NameLimit, SourceField, TableFrom, TableTemplate, TemplatePart, TopicPattern,
-    name_limit, table_name_problem,
+    CapturePattern, SourceField, TableFrom, TableTemplate, TemplatePart, TopicPattern,
 };
 pub use secret::{Properties, Secret, SecretUrl};
 pub use semantic::{check_plugin_memory, check_plugin_timeout};
@@ -62,6 +63,8 @@ pub mod defaults {
     pub const BATCH_LINGER: Duration = Duration::from_millis(50);
     /// Where a partition with no stored offset starts.
     pub const AUTO_OFFSET_RESET: &str = "earliest";
+    /// Debezium's default `unavailable.value.placeholder` (`sink.unavailable_value`).
+    pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
     /// Records of aborted producer transactions never reach the pipeline; a consumer
     /// reads up to the last stable offset.
     pub const ISOLATION_LEVEL: &str = "read_committed";

@@ -9,6 +9,8 @@
 use std::fmt;
 
 use regex::Regex;
+
+use super::names::{name_limit, table_name_problem};
 use serde::Deserialize;
 
 /// `topics_regex`: a pattern of topic names. It is matched from the start of a name (as
@@ -322,71 +324,6 @@ impl PartialEq for CapturePattern {
     }
 }
 
-/// The longest table name a database takes, in bytes for PostgreSQL (63: longer names are
-/// cut short, so two long names could meet) and in characters for MySQL and MariaDB (64);
-/// SQLite has no limit. `scheme` is the sink URL's.
-pub fn name_limit(scheme: &str) -> Option<NameLimit> {
-    match scheme {
-        "postgres" | "postgresql" => Some(NameLimit::Bytes(63)),
-        "mysql" | "mariadb" => Some(NameLimit::Chars(64)),
-        _ => None,
-    }
-}
-
-/// How long a name may be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameLimit {
-    Bytes(usize),
-    Chars(usize),
-}
-
-/// `Err` says why a table name that a template made cannot be a table of this database:
-/// empty, too long, or with a character that is not quoted safely everywhere (control
-/// characters, quotes, backslashes; MySQL refuses a trailing space).
-pub fn table_name_problem(name: &str, limit: Option<NameLimit>) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("the table name is empty".into());
-    }
-    match limit {
-        Some(NameLimit::Bytes(most)) if name.len() > most => {
-            return Err(format!(
-                "table name \"{name}\" is {} bytes long, and the database takes {most} at most",
-                name.len()
-            ));
-        }
-        Some(NameLimit::Chars(most)) if name.chars().count() > most => {
-            return Err(format!(
-                "table name \"{name}\" is {} characters long, and the database takes {most} at most",
-                name.chars().count()
-            ));
-        }
-        _ => {}
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| c.is_control() || matches!(c, '"' | '`' | '\\'))
-    {
-        return Err(format!(
-            "table name \"{}\" has {c:?}, which sluice does not put in a table name",
-            name.escape_debug()
-        ));
-    }
-    // A template may read what producers write (`{source.table}`): sluice's own tables
-    // (offsets, ids, tombstones) are never a record's table.
-    if name
-        .get(..7)
-        .is_some_and(|prefix| prefix.eq_ignore_ascii_case("sluice_"))
-    {
-        return Err(format!(
-            "table name \"{name}\" starts with sluice_, which names sluice's own tables"
-        ));
-    }
-    if name.ends_with(' ') || name.starts_with(' ') {
-        return Err(format!("table name \"{name}\" starts or ends with a space"));
-    }
-    Ok(())
-}
-
 /// The checks of `topics`/`topics_regex` and `sink.table`/`table_from`/`schema` that the
 /// JSON Schema cannot make. With a list of topics, a template that reads only the topic is
 /// tried on each of them here: a name the database cannot take, or two topics meeting in
@@ -629,34 +566,6 @@ mod tests {
     fn patterns_that_the_two_engines_read_apart_are_refused() {
         for bad in ["^t\\d+", "^(?i)orders", "", "^(unclosed"] {
             assert!(TopicPattern::try_from(bad.to_string()).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn table_names_are_checked_against_the_database() {
-        let pg = name_limit("postgres");
-        let my = name_limit("mysql");
-        assert!(table_name_problem(&"a".repeat(63), pg).is_ok());
-        assert!(
-            table_name_problem(&"a".repeat(64), pg)
-                .unwrap_err()
-                .contains("64 bytes")
-        );
-        assert!(table_name_problem(&"a".repeat(64), my).is_ok());
-        assert!(table_name_problem(&"é".repeat(40), pg).is_err());
-        assert!(table_name_problem(&"é".repeat(40), my).is_ok());
-        assert!(table_name_problem(&"a".repeat(500), name_limit("sqlite")).is_ok());
-        assert!(table_name_problem("shop.public.orders", pg).is_ok());
-        for bad in [
-            "a\"b",
-            "a`b",
-            "a\\b",
-            "a\nb",
-            "",
-            "trailing ",
-            "SLUICE_offsets",
-        ] {
-            assert!(table_name_problem(bad, my).is_err(), "{bad:?}");
         }
     }
 }

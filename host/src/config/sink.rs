@@ -58,6 +58,13 @@ pub struct SinkConfig {
     /// What a truncate event (`op: t` under `envelope: debezium`) does to the table.
     #[serde(default)]
     pub on_truncate: OnTruncate,
+    /// Under `envelope: debezium`: the text Debezium writes for a value it did not read
+    /// (its `unavailable.value.placeholder`; an unchanged TOASTed column under
+    /// `REPLICA IDENTITY DEFAULT`). A column holding it (as text, as its bytes, or as an
+    /// array of it) is left out of that row's write, which then updates the stored row;
+    /// a row that is not stored fails alone. Default `__debezium_unavailable_value`.
+    #[serde(default)]
+    pub unavailable_value: Option<String>,
     /// PostgreSQL, `exactly_once` only: `off` commits each batch without waiting for its
     /// write-ahead log to reach disk (`SET LOCAL synchronous_commit = off`). A database
     /// crash may then lose the last commits, rows and offsets together, and they are
@@ -78,6 +85,13 @@ pub enum SynchronousCommit {
 }
 
 impl SinkConfig {
+    /// Debezium's placeholder for a value it did not read (`unavailable_value`).
+    pub fn unavailable_value(&self) -> &str {
+        self.unavailable_value
+            .as_deref()
+            .unwrap_or(defaults::UNAVAILABLE_VALUE)
+    }
+
     /// The configured columns; none when they are derived from the records' schemas.
     pub fn columns(&self) -> &[(String, ColumnConfig)] {
         self.columns.as_ref().map_or(&[], |c| c.0.as_slice())

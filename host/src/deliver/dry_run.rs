@@ -276,6 +276,8 @@ pub fn sql_json(value: &SqlValue) -> Value {
             json!({"base64": base64::engine::general_purpose::STANDARD.encode(v)})
         }
         SqlValue::Timestamp(t) => json!(crate::sink::dialect::timestamp_text(t)),
+        // Left out of the write: the stored value stays.
+        SqlValue::Unavailable => json!({"unavailable": true}),
     }
 }
 

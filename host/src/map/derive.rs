@@ -11,11 +11,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::config::{ColumnType, DeriveConfig, Envelope, SinkKey};
+use crate::config::{ColumnNameRules, ColumnType, DeriveConfig, Envelope, SinkKey};
 use crate::format::RecordSchemas;
 use crate::format::shape::{Field, FieldType};
 
-use super::{Column, JsonPointer, RowMapper, Source};
+use super::{Column, JsonPointer, MapError, RowMapper, Source};
 
 /// Most shapes kept per connector task; past it the cache starts again (a schema seen
 /// again is derived again, which is cheap).
@@ -71,7 +71,7 @@ impl DerivedShape {
 }
 
 /// A key and a value schema, kept alive while their pointers key the cache.
-type Entry = (RecordSchemas, Result<Arc<DerivedShape>, String>);
+type Entry = (RecordSchemas, Result<Arc<DerivedShape>, MapError>);
 
 /// Derives shapes for one connector's records.
 #[derive(Debug)]
@@ -83,6 +83,8 @@ pub struct Deriver {
     envelope: Envelope,
     /// The version column sluice writes itself (`sink.version.column`), if any.
     version_column: Option<String>,
+    /// What column names the sink's database takes.
+    names: ColumnNameRules,
     cache: Mutex<HashMap<(usize, usize), Entry>>,
 }
 
@@ -106,13 +108,21 @@ impl Deriver {
             key,
             envelope,
             version_column,
+            names: ColumnNameRules::for_scheme(""),
             cache: Mutex::new(HashMap::new()),
         }
     }
 
+    /// This deriver, checking column names against `names` (the sink database's rules).
+    pub fn with_names(mut self, names: ColumnNameRules) -> Self {
+        self.names = names;
+        self
+    }
+
     /// The shape of a record with these schemas; `Err` says why its schema derives no
-    /// columns (a per-record failure of class `schema_incompatible`).
-    pub fn shape(&self, schemas: &RecordSchemas) -> Result<Arc<DerivedShape>, String> {
+    /// columns: a per-record failure of class `schema_incompatible`, or `column_name` for
+    /// a field whose name the database cannot take as a column.
+    pub fn shape(&self, schemas: &RecordSchemas) -> Result<Arc<DerivedShape>, MapError> {
         let at = (pointer_of(&schemas.value), pointer_of(&schemas.key));
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, shape)) = cache.get(&at) {
@@ -126,7 +136,27 @@ impl Deriver {
         shape
     }
 
-    fn derive(&self, schemas: &RecordSchemas) -> Result<DerivedShape, String> {
+    fn derive(&self, schemas: &RecordSchemas) -> Result<DerivedShape, MapError> {
+        let shape = self
+            .derive_columns(schemas)
+            .map_err(MapError::SchemaIncompatible)?;
+        for column in &shape.columns {
+            self.names.problem(&column.name).map_err(|why| {
+                MapError::ColumnName(if column.name == column.field {
+                    why
+                } else {
+                    format!("field {}: {why}", column.field.escape_debug())
+                })
+            })?;
+        }
+        let count = shape.columns.len() + usize::from(self.version_column.is_some());
+        self.names
+            .count_problem(count)
+            .map_err(MapError::ColumnName)?;
+        Ok(shape)
+    }
+
+    fn derive_columns(&self, schemas: &RecordSchemas) -> Result<DerivedShape, String> {
         if schemas.value.is_none() && self.envelope != Envelope::None {
             // A change event's tombstone: passed over (Debezium) or refused (OpenCDC)
             // by the mapping, which reads no column of it.
@@ -195,10 +225,23 @@ impl Deriver {
             SinkKey::Columns(names) => names.clone(),
             SinkKey::RecordKey => {
                 let Some(key) = &schemas.key else {
-                    return Err(
-                        "key: record_key reads the key's schema, and this record's key has none (a null key?)"
-                            .into(),
-                    );
+                    let why = "key: record_key reads the key's schema, and this record's key has none (a null key?)";
+                    if self.envelope == Envelope::None {
+                        return Err(why.into());
+                    }
+                    // A change event without a key: Debezium's truncate (op t) has a null
+                    // key and no row. It reaches `on_truncate`; any other change of this
+                    // shape fails alone, in order with its partition's other changes.
+                    let mut mapper = self.base.clone();
+                    mapper.columns = Vec::new();
+                    mapper.key = Vec::new();
+                    mapper.keyless = Some(why.into());
+                    return Ok(DerivedShape {
+                        columns: Vec::new(),
+                        key: Vec::new(),
+                        from_row: false,
+                        mapper,
+                    });
                 };
                 let fields = key.shape.fields();
                 if fields.is_empty() {
@@ -345,233 +388,5 @@ fn type_label(field_type: &FieldType) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{Format, SinkConfig};
-    use crate::format::WriterSchema;
-    use crate::map::{RowOp, SqlValue};
-    use crate::record::Record;
-
-    fn field(name: &str, field_type: FieldType, optional: bool) -> Field {
-        Field {
-            name: name.into(),
-            field_type,
-            optional,
-            default: None,
-        }
-    }
-
-    fn record(fields: Vec<Field>) -> FieldType {
-        FieldType::Record {
-            name: "Row".into(),
-            fields,
-        }
-    }
-
-    fn writer(shape: FieldType) -> Option<Arc<WriterSchema>> {
-        Some(Arc::new(WriterSchema {
-            reference: None,
-            format: "connect_json",
-            shape,
-            message: None,
-        }))
-    }
-
-    fn sink(yaml: &str) -> SinkConfig {
-        serde_yaml_ng::from_str(yaml).expect("a sink")
-    }
-
-    fn deriver(yaml: &str, envelope: Envelope) -> Deriver {
-        let sink = sink(yaml);
-        let base = RowMapper::new(&sink, Format::ConnectJson, envelope);
-        let version = sink.versioning(envelope).map(|v| v.column);
-        Deriver::new(
-            base,
-            sink.derive.clone(),
-            sink.key.clone(),
-            envelope,
-            version,
-        )
-    }
-
-    fn row_schema() -> FieldType {
-        record(vec![
-            field("id", FieldType::Int64, false),
-            field("name", FieldType::String, true),
-            field("nothing", FieldType::Null, true),
-            field("tags", FieldType::Array(Box::new(FieldType::String)), true),
-            field(
-                "at",
-                FieldType::LocalTimestamp(crate::format::shape::TimeUnit::Micros),
-                true,
-            ),
-        ])
-    }
-
-    fn value_record(value: &str, key: Option<&str>) -> Record {
-        Record {
-            topic: "t".into(),
-            partition: 0,
-            offset: 7,
-            timestamp: None,
-            key: key.map(|k| k.as_bytes().to_vec()),
-            value: Some(value.as_bytes().to_vec()),
-            headers: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn fields_become_columns_of_their_types_and_map_in_order() {
-        let d = deriver(
-            "{url: 'sqlite://x', table: t, mode: upsert, key: [id]}",
-            Envelope::None,
-        );
-        let schemas = RecordSchemas {
-            key: None,
-            value: writer(row_schema()),
-        };
-        let shape = d.shape(&schemas).expect("a shape");
-        let names: Vec<(&str, ColumnType, bool)> = shape
-            .columns
-            .iter()
-            .map(|c| (c.name.as_str(), c.column_type, c.optional))
-            .collect();
-        assert_eq!(
-            names,
-            vec![
-                ("id", ColumnType::Bigint, false),
-                ("name", ColumnType::Text, true),
-                ("tags", ColumnType::Json, true),
-                ("at", ColumnType::Timestamp, true),
-            ]
-        );
-        assert_eq!(shape.key, vec![0]);
-        let op = shape
-            .mapper()
-            .map(&value_record(
-                r#"{"id": 5, "name": "x", "tags": ["a"], "at": "2024-01-02 03:04:05.000006"}"#,
-                None,
-            ))
-            .expect("maps");
-        let RowOp::Write(values) = op else {
-            panic!("a write: {op:?}")
-        };
-        assert_eq!(values[0], SqlValue::Int(5));
-        assert_eq!(values[1], SqlValue::Text("x".into()));
-        assert_eq!(values[2], SqlValue::Text(r#"["a"]"#.into()));
-        assert_eq!(values.len(), 4);
-        // The same schema finds the same shape.
-        assert!(Arc::ptr_eq(&shape, &d.shape(&schemas).expect("again")));
-    }
-
-    #[test]
-    fn a_debezium_event_derives_its_rows_columns_and_the_key_from_the_key_schema() {
-        let d = deriver(
-            "{url: 'sqlite://x', table: t, mode: upsert, key: record_key, derive: {rename: {name: full_name}, exclude: [tags], types: {at: timestamptz}}}",
-            Envelope::Debezium,
-        );
-        let envelope = record(vec![
-            field("before", row_schema(), true),
-            field("after", row_schema(), true),
-            field(
-                "source",
-                record(vec![field("lsn", FieldType::Int64, true)]),
-                false,
-            ),
-            field("op", FieldType::String, false),
-        ]);
-        let schemas = RecordSchemas {
-            key: writer(record(vec![field("id", FieldType::Int64, false)])),
-            value: writer(envelope),
-        };
-        let shape = d.shape(&schemas).expect("a shape");
-        let names: Vec<(&str, ColumnType)> = shape
-            .columns
-            .iter()
-            .map(|c| (c.name.as_str(), c.column_type))
-            .collect();
-        assert_eq!(
-            names,
-            vec![
-                ("id", ColumnType::Bigint),
-                ("full_name", ColumnType::Text),
-                ("at", ColumnType::Timestamptz),
-            ]
-        );
-        assert_eq!(shape.key_names(), vec!["id"]);
-        let op = shape
-            .mapper()
-            .map(&value_record(
-                r#"{"op": "u", "before": null, "after": {"id": 9, "name": "n", "at": "2024-01-02T03:04:05Z"}, "source": {"connector": "postgresql", "ts_ms": 1700000000000, "snapshot": "false", "lsn": 12}}"#,
-                Some(r#"{"id": 9}"#),
-            ))
-            .expect("maps");
-        let RowOp::Write(values) = op else {
-            panic!("a write: {op:?}")
-        };
-        assert_eq!(values[0], SqlValue::Int(9));
-        assert_eq!(values[1], SqlValue::Text("n".into()));
-        // The version follows the row's columns.
-        assert_eq!(values.len(), 4);
-        let delete = shape
-            .mapper()
-            .map(&value_record(
-                r#"{"op": "d", "before": {"id": 9}, "after": null, "source": {"connector": "postgresql", "ts_ms": 1700000000001, "snapshot": "false", "lsn": 13}}"#,
-                Some(r#"{"id": 9}"#),
-            ))
-            .expect("maps");
-        assert!(
-            matches!(delete, RowOp::Delete(ref k) if k[0] == SqlValue::Int(9)),
-            "{delete:?}"
-        );
-    }
-
-    #[test]
-    fn schemas_that_derive_no_columns_say_why() {
-        let d = deriver(
-            "{url: 'sqlite://x', table: t, mode: upsert, key: [uid]}",
-            Envelope::None,
-        );
-        let schemas = RecordSchemas {
-            key: None,
-            value: writer(row_schema()),
-        };
-        let why = d.shape(&schemas).expect_err("no uid field");
-        assert!(why.contains("key column uid is not a field"), "{why}");
-
-        let d = deriver(
-            "{url: 'sqlite://x', table: t, mode: upsert, key: record_key}",
-            Envelope::None,
-        );
-        let why = d.shape(&schemas).expect_err("no key schema");
-        assert!(why.contains("record_key"), "{why}");
-
-        let d = deriver("{url: 'sqlite://x', table: t}", Envelope::None);
-        let scalar = RecordSchemas {
-            key: None,
-            value: writer(FieldType::String),
-        };
-        let why = d.shape(&scalar).expect_err("not a record");
-        assert!(why.contains("record's fields"), "{why}");
-
-        let d = deriver(
-            "{url: 'sqlite://x', table: t, derive: {rename: {name: ID}}}",
-            Envelope::None,
-        );
-        let why = d.shape(&schemas).expect_err("two fields, one column");
-        assert!(why.contains("both become column"), "{why}");
-
-        let d = deriver("{url: 'sqlite://x', table: t}", Envelope::Debezium);
-        let why = d.shape(&schemas).expect_err("no after row");
-        assert!(why.contains("no after or before row"), "{why}");
-
-        let d = deriver(
-            "{url: 'sqlite://x', table: t, mode: upsert, key: [id], version: {from: $offset, column: Name}}",
-            Envelope::None,
-        );
-        let why = d
-            .shape(&schemas)
-            .expect_err("a field named as the version column");
-        assert!(why.contains("sink.version.column"), "{why}");
-    }
-}
+#[path = "derive_tests.rs"]
+mod tests;

@@ -37,6 +37,19 @@ pub enum SqlValue {
     Bytes(Vec<u8>),
     /// A UTC instant (for `timestamptz`) or a wall-clock time (for `timestamp`).
     Timestamp(NaiveDateTime),
+    /// The source did not send this column's value (Debezium's unavailable-value
+    /// placeholder: an unchanged TOASTed column under `REPLICA IDENTITY DEFAULT`). A row
+    /// holding one is a patch: its write sets only the columns it carries, and keeps the
+    /// stored value of this one (`sink/patch.rs`). Never bound.
+    Unavailable,
+}
+
+impl SqlValue {
+    /// Whether a row leaves out a column the source did not send: it updates the stored
+    /// row instead of writing a whole one.
+    pub fn is_patch(row: &[SqlValue]) -> bool {
+        row.iter().any(|v| matches!(v, SqlValue::Unavailable))
+    }
 }
 
 /// What a record asks of the table.
@@ -79,6 +92,11 @@ pub enum MapError {
     /// With derived columns: the record's schema gives no columns the table can take.
     #[error("{0}")]
     SchemaIncompatible(String),
+    /// With derived columns: a field's name is no column name the database takes (empty,
+    /// too long, a control character, a system column's name), or the schema has more
+    /// fields than a table takes columns.
+    #[error("{0}")]
+    ColumnName(String),
 }
 
 /// A JSON pointer (RFC 6901), split into its unescaped tokens once, when the connector is
@@ -183,6 +201,13 @@ pub struct RowMapper {
     /// last column of a row, and after the key of a delete.
     version: Option<VersionSource>,
     on_truncate: OnTruncate,
+    /// Debezium's placeholder for a value it did not read (`sink.unavailable_value`, under
+    /// `envelope: debezium`): a column holding it maps to [`SqlValue::Unavailable`].
+    placeholder: Option<Placeholder>,
+    /// Why this mapper writes and deletes no row, though it applies a truncate: a change
+    /// event whose key `key: record_key` needs is missing (Debezium's truncate event has a
+    /// null key). Its creates, updates and deletes fail alone with this reason.
+    keyless: Option<String>,
 }
 
 impl RowMapper {
@@ -215,6 +240,9 @@ impl RowMapper {
                 .versioning(envelope)
                 .map(|v| VersionSource::parse(&v.from)),
             on_truncate: sink.on_truncate,
+            placeholder: (envelope == Envelope::Debezium)
+                .then(|| Placeholder::new(sink.unavailable_value())),
+            keyless: None,
         }
     }
 
@@ -260,6 +288,7 @@ impl RowMapper {
             && self.format == Format::Json
             && self.envelope == Envelope::Debezium
             && !matches!(self.version, Some(VersionSource::Pointer(_)))
+            && self.keyless.is_none()
             && let Some((mapped, source)) = self.map_debezium_borrowed(record, raw)
         {
             return (mapped, source);
@@ -312,8 +341,19 @@ impl RowMapper {
         let mut row = Vec::with_capacity(self.columns.len() + 1);
         for (index, column) in self.columns.iter().enumerate() {
             let value = self.column_value(column, record, document, raw)?;
-            if value == SqlValue::Null && self.key.contains(&index) {
-                return Err(column_error(column, "is a key column and cannot be null"));
+            if self.key.contains(&index) {
+                match value {
+                    SqlValue::Null => {
+                        return Err(column_error(column, "is a key column and cannot be null"));
+                    }
+                    SqlValue::Unavailable => {
+                        return Err(column_error(
+                            column,
+                            "is a key column, and the change event carries Debezium's unavailable-value placeholder in it",
+                        ));
+                    }
+                    _ => {}
+                }
             }
             row.push(value);
         }
@@ -400,6 +440,11 @@ impl RowMapper {
         let event = event
             .ok_or_else(|| MapError::NotAChangeEvent("a change event is a JSON document".into()))?;
         let change = envelope::read(self.envelope, event).map_err(MapError::NotAChangeEvent)?;
+        if let Some(why) = &self.keyless
+            && !matches!(change, Change::Truncate)
+        {
+            return Err(MapError::SchemaIncompatible(why.clone()));
+        }
         let on_delete = self.version.as_ref().and_then(VersionSource::for_delete);
         let source = match change {
             Change::Delete { .. } => on_delete.as_ref().or(self.version.as_ref()),
@@ -497,6 +542,11 @@ impl RowMapper {
             // Converted from where it lies in the document, not from a copy.
             Source::Pointer(pointer) => {
                 let found = document.and_then(|d| pointer.find(d)).unwrap_or(&NULL);
+                if let Some(placeholder) = &self.placeholder
+                    && placeholder.is(found)
+                {
+                    return Ok(SqlValue::Unavailable);
+                }
                 if self.decoded
                     && let Some(bytes) = decoded_bytes(found, column.column_type)
                 {
@@ -562,6 +612,40 @@ impl RowMapper {
             key_values.push(self.version_value(version, record, None)?);
         }
         Ok(RowOp::Delete(key_values))
+    }
+}
+
+/// Debezium's placeholder for a value it did not read, in each form a value may take:
+/// the text itself (text, JSON, enums), its bytes (a `bytes` column: base64 in Connect
+/// JSON, `{"base64": …}` once decoded from Avro), and an array holding only it (an array
+/// column).
+#[derive(Debug, Clone, PartialEq)]
+struct Placeholder {
+    text: String,
+    base64: String,
+}
+
+impl Placeholder {
+    fn new(text: &str) -> Self {
+        use base64::Engine;
+        Placeholder {
+            text: text.to_string(),
+            base64: base64::engine::general_purpose::STANDARD.encode(text.as_bytes()),
+        }
+    }
+
+    /// Whether `value` is the placeholder rather than a value.
+    fn is(&self, value: &Value) -> bool {
+        match value {
+            Value::String(s) => *s == self.text || *s == self.base64,
+            Value::Object(map) if map.len() == 1 => {
+                matches!(map.get("base64"), Some(Value::String(s)) if *s == self.base64)
+            }
+            Value::Array(items) if items.len() == 1 => {
+                matches!(&items[0], Value::String(s) if *s == self.text || *s == self.base64)
+            }
+            _ => false,
+        }
     }
 }
 

@@ -81,6 +81,7 @@ fn sink(columns: &[(&str, &str, ColumnType)], key: &[&str]) -> SinkConfig {
         create_table: true,
         version: None,
         on_truncate: Default::default(),
+        unavailable_value: None,
         synchronous_commit: Default::default(),
     }
 }

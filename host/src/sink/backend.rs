@@ -43,6 +43,9 @@ macro_rules! scalar_binds {
             SqlValue::Text(v) => $query.bind(v.as_str()),
             SqlValue::Bytes(v) => $query.bind(v.as_slice()),
             SqlValue::Timestamp(t) => $query.bind(TimestampText::of(t).as_str()),
+            // Never bound: a patch sets only the columns it carries (`patch.rs`), and the
+            // bulk writers refuse a row holding one (`patch_in_bulk`).
+            SqlValue::Unavailable => $query.bind(Option::<String>::None),
         }
     };
 }
@@ -223,6 +226,18 @@ where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     for run in runs {
+        if let Run::Patch(rows) = run {
+            let rows = match table.version {
+                // A patch older than its key's tombstone came after the row was deleted.
+                Some(_) => {
+                    super::tombstones::drop_deleted::<DB>(conn, dialect, table, rows.clone())
+                        .await?
+                }
+                None => rows.clone(),
+            };
+            super::patch::write_patches::<DB>(conn, dialect, table, &rows).await?;
+            continue;
+        }
         if table.version.is_some() {
             write_versioned::<DB>(conn, dialect, table, mode, run, copy_in).await?;
             continue;
@@ -294,6 +309,7 @@ where
                 .collect();
             tombstones::remember::<DB>(conn, dialect, table, &deletes).await
         }
+        Run::Patch(_) => Err(patch_in_bulk()),
         Run::Truncate(version) => {
             write_one::<DB>(conn, dialect, table, mode, run, copy_in).await?;
             match version {
@@ -334,10 +350,14 @@ where
             )
         }
         Run::Truncate(_) => return Ok(()),
+        Run::Patch(_) => return Err(patch_in_bulk()),
     };
     for chunk in rows.chunks(dialect.rows_per_statement(width)) {
+        if chunk.iter().any(|row| SqlValue::is_patch(row)) {
+            return Err(patch_in_bulk());
+        }
         let sql = match (run, mode) {
-            (Run::Truncate(_), _) => return Ok(()),
+            (Run::Truncate(_) | Run::Patch(_), _) => return Ok(()),
             (Run::Delete(_), _) => dialect.delete_values(table, chunk.len()),
             (Run::Write(_), WriteMode::Insert) => dialect.insert_values(table, chunk.len(), false),
             (Run::Write(_), WriteMode::Upsert) => dialect.insert_values(table, chunk.len(), true),
@@ -352,6 +372,13 @@ where
         query.execute(&mut *conn).await?;
     }
     Ok(())
+}
+
+/// A patch (a row that leaves out columns) met by a bulk writer: a bug, never written.
+pub(super) fn patch_in_bulk() -> sqlx::Error {
+    sqlx::Error::Protocol(
+        "internal error (a bug in sluice, please report it): a row without all its columns reached a bulk write".into(),
+    )
 }
 
 /// Runs a query that returns one row of integers (counts, min, max).

@@ -340,9 +340,9 @@ impl Sink {
     pub async fn read_all_offsets(&self) -> Result<Vec<(String, i32, i64)>, SinkError> {
         let sql = format!(
             "SELECT topic, {}, next_offset FROM sluice_offsets WHERE connector = {} ORDER BY topic, {}",
-            self.dialect.quote("partition"),
+            self.dialect.quote_one("partition"),
             self.dialect.param(1),
-            self.dialect.quote("partition")
+            self.dialect.quote_one("partition")
         );
         each_pool!(self, pool, DB => {
             sqlx::query_as::<DB, (String, i32, i64)>(AssertSqlSafe(sql))

@@ -76,7 +76,7 @@ impl TableSpec {
     /// The table's name quoted for `dialect`.
     pub fn quoted(&self, dialect: Dialect) -> String {
         match &self.naming {
-            Naming::Split => dialect.quote(&self.name),
+            Naming::Split => dialect.quote_table(&self.name),
             Naming::One { schema, identifier } => {
                 let table = dialect.quote_one(identifier);
                 match schema {
@@ -123,8 +123,9 @@ impl Dialect {
         }
     }
 
-    /// Quotes an identifier, each part of `schema.table` apart.
-    pub fn quote(self, name: &str) -> String {
+    /// Quotes a table name given as text, each part of `schema.table` apart. Never for a
+    /// column: a column name is one identifier, dots and all ([`Dialect::quote_one`]).
+    pub fn quote_table(self, name: &str) -> String {
         name.split('.')
             .map(|part| self.quote_one(part))
             .collect::<Vec<_>>()
@@ -226,7 +227,7 @@ impl Dialect {
             "SELECT source_topic, source_partition, source_offset, record_key, record_value, {headers} \
              FROM {} WHERE connector = {} AND (source_topic, source_partition, source_offset) > ({}, {}, {}) \
              ORDER BY source_topic, source_partition, source_offset LIMIT {limit}",
-            self.quote(table),
+            self.quote_table(table),
             self.param(1),
             self.param(2),
             self.param(3),
@@ -245,7 +246,7 @@ impl Dialect {
                 let not_null = if in_key { " NOT NULL" } else { "" };
                 format!(
                     "{} {}{not_null}",
-                    self.quote(name),
+                    self.quote_one(name),
                     self.type_name(*ty, in_key)
                 )
             })
@@ -286,7 +287,7 @@ impl Dialect {
             self.now(),
             p(4),
             p(5),
-            self.quote("partition"),
+            self.quote_one("partition"),
             p(6),
             p(7)
         )
@@ -298,7 +299,7 @@ impl Dialect {
         let p = |n| self.param(n);
         format!(
             "INSERT INTO sluice_offsets (connector, topic, {}, next_offset, cluster_id, topic_id) VALUES ({}, {}, {}, {}, {}, {})",
-            self.quote("partition"),
+            self.quote_one("partition"),
             p(1),
             p(2),
             p(3),
@@ -312,7 +313,7 @@ impl Dialect {
     pub fn read_offsets(self) -> String {
         format!(
             "SELECT {}, next_offset, cluster_id, topic_id FROM sluice_offsets WHERE connector = {} AND topic = {}",
-            self.quote("partition"),
+            self.quote_one("partition"),
             self.param(1),
             self.param(2)
         )
@@ -331,7 +332,7 @@ impl Dialect {
     pub fn delete_dead_letter(self, table: &str) -> String {
         format!(
             "DELETE FROM {} WHERE connector = {} AND source_topic = {} AND source_partition = {} AND source_offset = {}",
-            self.quote(table),
+            self.quote_table(table),
             self.param(1),
             self.param(2),
             self.param(3),
@@ -353,7 +354,7 @@ impl Dialect {
     pub fn column_list(self, table: &TableSpec, indices: &[usize]) -> String {
         indices
             .iter()
-            .map(|&i| self.quote(&table.columns[i].0))
+            .map(|&i| self.quote_one(&table.columns[i].0))
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -404,8 +405,8 @@ impl TimestampText {
 
     pub fn as_str(&self) -> &str {
         match self {
-            // Only ASCII digits and separators are ever written into it.
-            TimestampText::Plain(bytes) => std::str::from_utf8(bytes).unwrap_or_default(),
+            TimestampText::Plain(bytes) => std::str::from_utf8(bytes)
+                .expect("only ASCII digits and separators are written into a timestamp"),
             TimestampText::Other(text) => text,
         }
     }

@@ -161,6 +161,13 @@ pub fn classify(error: &sqlx::Error) -> ErrorClass {
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Tls(_) => ErrorClass::Transient,
         sqlx::Error::Database(db) => {
+            // A patch with no stored row to keep its left-out columns from.
+            if db
+                .try_downcast_ref::<super::patch::UnavailableRow>()
+                .is_some()
+            {
+                return ErrorClass::Refused;
+            }
             if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
                 // MySQL's own error numbers say more than the SQLSTATEs it shares.
                 return classify_mysql(mysql.number());

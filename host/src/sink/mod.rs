@@ -26,6 +26,7 @@ pub mod dialect;
 mod error;
 mod nodelay;
 mod offsets;
+mod patch;
 mod pg_copy;
 mod pools;
 mod postgres;

@@ -178,9 +178,12 @@ impl Sink {
     ) -> Result<Forgotten, SinkError> {
         let d = self.dialect;
         let p = |n| d.param(n);
-        let partition = d.quote("partition");
+        let partition = d.quote_one("partition");
         let connector = self.connector.clone();
-        let dead_letter_table = self.dead_letter_table.as_ref().map(|t| d.quote(&t.name));
+        let dead_letter_table = self
+            .dead_letter_table
+            .as_ref()
+            .map(|t| d.quote_table(&t.name));
         each_pool!(self, pool, DB => {
             let mut tx = pool
                 .begin_with(d.begin())

@@ -138,6 +138,7 @@ async fn write_unnest(
         Run::Delete(keys) => (keys, table.delete_columns()),
         // Written by `backend::write_one`.
         Run::Truncate(_) => return Ok(()),
+        Run::Patch(_) => return Err(super::backend::patch_in_bulk()),
     };
     if rows.is_empty() {
         return Ok(());
@@ -154,7 +155,7 @@ async fn write_unnest(
     // SELECT "a"::BIGINT, "b"::TEXT FROM UNNEST($1::int8[], $2::text[]) AS v("a", "b")
     let names: Vec<String> = indices
         .iter()
-        .map(|&i| d.quote(&table.columns[i].0))
+        .map(|&i| d.quote_one(&table.columns[i].0))
         .collect();
     let params: Vec<String> = arrays
         .iter()
@@ -177,7 +178,7 @@ async fn write_unnest(
         table
             .key
             .iter()
-            .map(|&i| format!("{left}.{0} = v.{0}", d.quote(&table.columns[i].0)))
+            .map(|&i| format!("{left}.{0} = v.{0}", d.quote_one(&table.columns[i].0)))
             .collect::<Vec<_>>()
             .join(" AND ")
     };
@@ -185,12 +186,12 @@ async fn write_unnest(
     // With a version column: only rows whose stored version is older (or NULL) change.
     let older = |new: &str| {
         table.version.map_or(String::new(), |v| {
-            let v = d.quote(&table.columns[v].0);
+            let v = d.quote_one(&table.columns[v].0);
             format!(" AND (t.{v} IS NULL OR t.{v} < {new}.{v})")
         })
     };
     let sql = match (run, mode) {
-        (Run::Truncate(_), _) => return Ok(()),
+        (Run::Truncate(_) | Run::Patch(_), _) => return Ok(()),
         (Run::Delete(_), _) => format!(
             "DELETE FROM {t} AS t USING ({source}) AS v WHERE {}{}",
             key_match("t"),
@@ -205,7 +206,7 @@ async fn write_unnest(
             } else {
                 let set: Vec<String> = values
                     .iter()
-                    .map(|&i| format!("{0} = EXCLUDED.{0}", d.quote(&table.columns[i].0)))
+                    .map(|&i| format!("{0} = EXCLUDED.{0}", d.quote_one(&table.columns[i].0)))
                     .collect();
                 let condition = older("EXCLUDED");
                 match condition.strip_prefix(" AND ") {
@@ -224,7 +225,7 @@ async fn write_unnest(
         (Run::Write(_), WriteMode::Update) => {
             let set: Vec<String> = values
                 .iter()
-                .map(|&i| format!("{0} = v.{0}", d.quote(&table.columns[i].0)))
+                .map(|&i| format!("{0} = v.{0}", d.quote_one(&table.columns[i].0)))
                 .collect();
             format!(
                 "UPDATE {t} AS t SET {} FROM ({source}) AS v WHERE {}",

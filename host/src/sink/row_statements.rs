@@ -18,14 +18,8 @@ impl Dialect {
     /// `(?, ?), (?, ?)`: `rows` groups of `width` placeholders (MySQL, SQLite).
     fn value_groups(self, rows: usize, width: usize) -> String {
         let group = format!("({})", vec!["?"; width].join(", "));
-        let mut out = String::with_capacity(rows * (group.len() + 2));
-        for row in 0..rows {
-            if row > 0 {
-                out.push_str(", ");
-            }
-            out.push_str(&group);
-        }
-        out
+        // Borrowed groups: one allocation for the statement, not one per row.
+        vec![group.as_str(); rows].join(", ")
     }
 
     /// Multi-row insert or upsert for MySQL and SQLite: binds every column of every row.
@@ -45,26 +39,28 @@ impl Dialect {
                         table
                             .key
                             .iter()
-                            .map(|&i| format!("{0} = {0}", self.quote(&table.columns[i].0)))
+                            .map(|&i| format!("{0} = {0}", self.quote_one(&table.columns[i].0)))
                             .collect()
                     } else if let Some(v) = table.version {
                         // Assignments run left to right, each seeing the ones before: the
                         // version column comes last, so every test reads the stored one.
-                        let v = self.quote(&table.columns[v].0);
+                        let v = self.quote_one(&table.columns[v].0);
                         let newer = format!("{v} IS NULL OR {v} < VALUES({v})");
                         values
                             .iter()
                             .map(|&i| {
                                 format!(
                                     "{0} = IF({newer}, VALUES({0}), {0})",
-                                    self.quote(&table.columns[i].0)
+                                    self.quote_one(&table.columns[i].0)
                                 )
                             })
                             .collect()
                     } else {
                         values
                             .iter()
-                            .map(|&i| format!("{0} = VALUES({0})", self.quote(&table.columns[i].0)))
+                            .map(|&i| {
+                                format!("{0} = VALUES({0})", self.quote_one(&table.columns[i].0))
+                            })
                             .collect()
                     };
                     sql.push_str(&format!(" ON DUPLICATE KEY UPDATE {}", set.join(", ")));
@@ -80,12 +76,12 @@ impl Dialect {
                         let set: Vec<String> = values
                             .iter()
                             .map(|&i| {
-                                format!("{0} = excluded.{0}", self.quote(&table.columns[i].0))
+                                format!("{0} = excluded.{0}", self.quote_one(&table.columns[i].0))
                             })
                             .collect();
                         sql.push_str(&format!("DO UPDATE SET {}", set.join(", ")));
                         if let Some(v) = table.version {
-                            let v = self.quote(&table.columns[v].0);
+                            let v = self.quote_one(&table.columns[v].0);
                             let t = table.quoted(self);
                             sql.push_str(&format!(
                                 " WHERE {t}.{v} IS NULL OR {t}.{v} < excluded.{v}"
@@ -108,7 +104,7 @@ impl Dialect {
                 let first: Vec<String> = table
                     .columns
                     .iter()
-                    .map(|(n, _)| format!("? AS {}", self.quote(n)))
+                    .map(|(n, _)| format!("? AS {}", self.quote_one(n)))
                     .collect();
                 let rest = vec![
                     format!("SELECT {}", vec!["?"; table.columns.len()].join(", "));
@@ -122,11 +118,11 @@ impl Dialect {
                 let on: Vec<String> = table
                     .key
                     .iter()
-                    .map(|&i| format!("t.{0} = v.{0}", self.quote(&table.columns[i].0)))
+                    .map(|&i| format!("t.{0} = v.{0}", self.quote_one(&table.columns[i].0)))
                     .collect();
                 let set: Vec<String> = values
                     .iter()
-                    .map(|&i| format!("t.{0} = v.{0}", self.quote(&table.columns[i].0)))
+                    .map(|&i| format!("t.{0} = v.{0}", self.quote_one(&table.columns[i].0)))
                     .collect();
                 format!(
                     "UPDATE {t} AS t JOIN ({derived}) AS v ON {} SET {}",
@@ -139,12 +135,12 @@ impl Dialect {
                 let v = |i: usize| format!("v.column{}", i + 1);
                 let set: Vec<String> = values
                     .iter()
-                    .map(|&i| format!("{} = {}", self.quote(&table.columns[i].0), v(i)))
+                    .map(|&i| format!("{} = {}", self.quote_one(&table.columns[i].0), v(i)))
                     .collect();
                 let on: Vec<String> = table
                     .key
                     .iter()
-                    .map(|&i| format!("{t}.{} = {}", self.quote(&table.columns[i].0), v(i)))
+                    .map(|&i| format!("{t}.{} = {}", self.quote_one(&table.columns[i].0), v(i)))
                     .collect();
                 format!(
                     "UPDATE {t} SET {} FROM (VALUES {}) AS v WHERE {}",
@@ -184,13 +180,13 @@ impl Dialect {
 
     fn delete_versioned(self, table: &TableSpec, rows: usize, version: usize) -> String {
         let t = table.quoted(self);
-        let v = self.quote(&table.columns[version].0);
+        let v = self.quote_one(&table.columns[version].0);
         let bound = table.delete_columns();
         match self {
             Dialect::MySql => {
                 let first: Vec<String> = bound
                     .iter()
-                    .map(|&i| format!("? AS {}", self.quote(&table.columns[i].0)))
+                    .map(|&i| format!("? AS {}", self.quote_one(&table.columns[i].0)))
                     .collect();
                 let mut derived = format!("SELECT {}", first.join(", "));
                 for _ in 1..rows {
@@ -202,7 +198,7 @@ impl Dialect {
                 let on: Vec<String> = table
                     .key
                     .iter()
-                    .map(|&i| format!("t.{0} = d.{0}", self.quote(&table.columns[i].0)))
+                    .map(|&i| format!("t.{0} = d.{0}", self.quote_one(&table.columns[i].0)))
                     .collect();
                 format!(
                     "DELETE t FROM {t} AS t JOIN ({derived}) AS d ON {} WHERE t.{v} IS NULL OR t.{v} < d.{v}",
@@ -220,7 +216,7 @@ impl Dialect {
                     .map(|(n, &i)| {
                         format!(
                             "{t}.{} = d.column{}",
-                            self.quote(&table.columns[i].0),
+                            self.quote_one(&table.columns[i].0),
                             n + 1
                         )
                     })
@@ -229,7 +225,7 @@ impl Dialect {
                 let found: Vec<String> = table
                     .key
                     .iter()
-                    .map(|&i| format!("{t}.{}", self.quote(&table.columns[i].0)))
+                    .map(|&i| format!("{t}.{}", self.quote_one(&table.columns[i].0)))
                     .collect();
                 let dv = format!("d.column{}", bound.len());
                 format!(
@@ -250,7 +246,7 @@ impl Dialect {
         match table.version {
             None => format!("DELETE FROM {t}"),
             Some(v) => {
-                let v = self.quote(&table.columns[v].0);
+                let v = self.quote_one(&table.columns[v].0);
                 format!(
                     "DELETE FROM {t} WHERE {v} IS NULL OR {v} < {}",
                     self.param(1)

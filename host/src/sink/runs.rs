@@ -17,6 +17,28 @@ pub enum Run<'a> {
     Delete(Vec<&'a [SqlValue]>),
     /// Every row of the table, or with a version column every row older than this one.
     Truncate(Option<&'a SqlValue>),
+    /// Rows that leave out columns the source did not send ([`SqlValue::Unavailable`],
+    /// all in the same places): each updates the stored row's other columns, and fails
+    /// alone when no row is stored (`sink/patch.rs`).
+    Patch(Vec<&'a [SqlValue]>),
+}
+
+/// Whether two patches leave out the same columns.
+fn same_gaps(a: &[SqlValue], b: &[SqlValue]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| matches!(x, SqlValue::Unavailable) == matches!(y, SqlValue::Unavailable))
+}
+
+/// Adds a patch to the runs: to the last run when that is a patch with the same gaps.
+fn push_patch<'a>(runs: &mut Vec<Run<'a>>, row: &'a [SqlValue]) {
+    match runs.last_mut() {
+        Some(Run::Patch(rows)) if rows.first().is_some_and(|first| same_gaps(first, row)) => {
+            rows.push(row)
+        }
+        _ => runs.push(Run::Patch(vec![row])),
+    }
 }
 
 /// Splits operations into runs, keeping their order across kinds. With `dedupe` (upsert and
@@ -41,6 +63,8 @@ pub(super) fn runs<'a>(
     let mut runs: Vec<Run<'a>> = Vec::new();
     for op in ops {
         match (op, runs.last_mut()) {
+            // In order with the rest: a whole row before it is in place when it runs.
+            (RowOp::Write(row), _) if SqlValue::is_patch(row) => push_patch(&mut runs, row),
             (RowOp::Write(row), Some(Run::Write(rows))) => rows.push(row),
             (RowOp::Write(row), _) => runs.push(Run::Write(vec![row])),
             (RowOp::Delete(k), Some(Run::Delete(keys))) => keys.push(k),
@@ -67,7 +91,7 @@ pub(super) fn runs<'a>(
                         .map(|(v, &t)| bound_key(dialect, t, v))
                         .collect()
                 }),
-                Run::Truncate(_) => {}
+                Run::Truncate(_) | Run::Patch(_) => {}
             }
         }
     }
@@ -107,7 +131,8 @@ pub(super) enum Bound {
 /// keys: what the database will see, not what the record held.
 pub(super) fn bound_key(dialect: Dialect, column_type: ColumnType, value: &SqlValue) -> Bound {
     match value {
-        SqlValue::Null => Bound::Null,
+        // A key is never unavailable (the mapper refuses it); it compares as NULL.
+        SqlValue::Null | SqlValue::Unavailable => Bound::Null,
         SqlValue::Int(v) => Bound::Int(*v),
         SqlValue::Double(v) => {
             let bits = v.to_bits() as i64;
@@ -183,6 +208,18 @@ fn versioned_runs<'a>(
             .drain()
             .map(|(key, (_, write, values))| (key, write, values))
             .collect();
+        // A patch keeps the stored values of the columns it leaves out: it runs after the
+        // whole rows, each alone among its key's operations (see below).
+        let patches: Vec<&'a [SqlValue]> = {
+            let (patches, rest): (Vec<_>, Vec<_>) = entries
+                .into_iter()
+                .partition(|e| e.1 && SqlValue::is_patch(e.2));
+            entries = rest;
+            let mut patches: Vec<(Vec<Bound>, &'a [SqlValue])> =
+                patches.into_iter().map(|e| (e.0, e.2)).collect();
+            patches.sort_by_cached_key(|e| (order_key(dialect, &e.0), e.0.clone()));
+            patches.into_iter().map(|e| e.1).collect()
+        };
         // Lock order: keys as a loose MySQL collation may compare them, then exactly. Keys
         // that such a collation takes for one stay two operations here: each is
         // conditional on the stored version, so whichever runs second changes the row
@@ -195,6 +232,9 @@ fn versioned_runs<'a>(
         }
         if !writes.is_empty() {
             runs.push(Run::Write(writes));
+        }
+        for patch in patches {
+            push_patch(runs, patch);
         }
     };
     let mut newest: Newest<'a> = HashMap::new();
@@ -222,6 +262,12 @@ fn versioned_runs<'a>(
         let Some(stamp) = values.get(at) else {
             continue;
         };
+        // A patch after another operation on its key cannot be folded into it (the newest
+        // would win whole, and the columns the patch leaves out would lose the earlier
+        // row's values): what came before is written first.
+        if write && SqlValue::is_patch(values) && newest.contains_key(&key) {
+            flush(&mut newest, &mut runs);
+        }
         match newest.get(&key) {
             Some((kept, _, _)) if version_text(kept) > version_text(stamp) => {}
             _ => {
@@ -284,7 +330,7 @@ mod tests {
 
     fn values(run: &Run<'_>) -> Vec<SqlValue> {
         match run {
-            Run::Write(rows) | Run::Delete(rows) => {
+            Run::Write(rows) | Run::Delete(rows) | Run::Patch(rows) => {
                 rows.iter().map(|r| r[r.len() - 1].clone()).collect()
             }
             Run::Truncate(_) => Vec::new(),

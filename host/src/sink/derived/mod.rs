@@ -281,10 +281,26 @@ impl Sink {
                 for alter in alters(&present) {
                     tracing::info!(connector = %self.connector, table = %table,
                         statement = %alter, "adding a column for a new field (evolve: add_columns)");
-                    match sqlx::query::<DB>(sqlx::AssertSqlSafe(alter))
+                    // Under a savepoint where DDL is transactional: a failed ALTER
+                    // aborts PostgreSQL's transaction, and the catalog is read after it.
+                    let savepoint = |verb: &str| sqlx::AssertSqlSafe(format!("{verb} sluice_alter"));
+                    if transactional {
+                        sqlx::query::<DB>(savepoint("SAVEPOINT"))
+                            .execute(&mut *conn)
+                            .await
+                            .map_err(db_error("alter"))?;
+                    }
+                    let altered = sqlx::query::<DB>(sqlx::AssertSqlSafe(alter))
                         .execute(&mut *conn)
-                        .await
-                    {
+                        .await;
+                    if transactional {
+                        let verb = if altered.is_ok() { "RELEASE SAVEPOINT" } else { "ROLLBACK TO SAVEPOINT" };
+                        sqlx::query::<DB>(savepoint(verb))
+                            .execute(&mut *conn)
+                            .await
+                            .map_err(db_error("alter"))?;
+                    }
+                    match altered {
                         Ok(_) => {}
                         // Added meanwhile (MySQL takes no lock on a table here).
                         Err(e) if error::is_duplicate_column(&e) => {}
