@@ -375,6 +375,54 @@ async fn debezium_truncate_deletes_what_came_before(kind: Backend) {
 }
 for_each_database!(debezium_truncate_deletes_what_came_before);
 
+/// Debezium's placeholder for an unchanged TOASTed value never overwrites the stored one:
+/// an update carrying it sets only its other columns (also after a whole update of the
+/// same key in the same batch), and one for a row that is not stored fails alone.
+async fn debezium_placeholders_keep_the_stored_value(kind: Backend) {
+    let run = FormatRun::new(kind).await;
+    let t = run.topic.clone();
+    let config = run.config(
+        "connect_json",
+        COLUMNS,
+        "[id]",
+        "    key_format: connect_json\n    envelope: debezium",
+    );
+    let k = |id| key(&t, id);
+    let unread = "__debezium_unavailable_value";
+    let change = |id, op: &str, lsn, name: &str, micros| {
+        record(
+            &k(id),
+            Some(&event(&t, op, lsn, Value::Null, customer(id, name, micros))),
+        )
+    };
+    let records = vec![
+        change(1, "c", 10, "kept", 0),
+        change(1, "u", 20, unread, 5_000_000),
+        change(2, "c", 30, "x", 0),
+        change(2, "u", 40, "y", 0),
+        change(2, "u", 50, unread, 7_000_000),
+        // No row 3 is stored: nothing to keep its name from.
+        change(3, "u", 60, unread, 0),
+    ];
+    run.produce(json!({"serializer": "raw"}), records).await;
+    let sluice = run.start(&config);
+    run.wait_for(2, 1, 120, &sluice).await;
+    super::wait_for_offset(&run.db, &run.connector, &run.topic, 0, 6, 60).await;
+    assert_eq!(
+        run.rows(&[("id", "bigint"), ("name", "text")]).await,
+        vec![
+            row(&[Some("1"), Some("kept")]),
+            row(&[Some("2"), Some("y")])
+        ]
+    );
+    // The patches' other columns were written: both rows were created at 0, and the
+    // patches moved them to 5 s and 7 s.
+    let stamps = run.rows(&[("id", "bigint"), ("updated_at", "text")]).await;
+    assert_ne!(stamps[0][1], stamps[1][1], "{stamps:?}");
+    sluice.terminate();
+}
+for_each_database!(debezium_placeholders_keep_the_stored_value);
+
 /// Conduit's OpenCDC records, versioned by `metadata.opencdc.readAt` (nanoseconds, as
 /// text): creates, an update, a delete by `key`, a late update after the delete.
 async fn opencdc_records_by_version(kind: Backend) {
