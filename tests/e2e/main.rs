@@ -47,6 +47,8 @@
 //!   by Confluent's serializers through the suite's Schema Registry ([`registry`]): every
 //!   type, the registry down, unknown ids and broken frames.
 //! - [`fuzz_formats`]: arbitrary bytes at every decoder: never a panic.
+//! - [`debezium`]: a real Debezium 3.6 PostgreSQL connector in a Kafka Connect worker, on
+//!   a PostgreSQL cluster of its own with logical decoding, writing to the test broker.
 //! - [`cdc`]: Debezium and OpenCDC change streams (`envelope`), versioned upserts and
 //!   deletes (`sink.version`): late changes, replays and truncates change nothing they must not.
 //! - [`shared_pools`]: many connectors in one process share a few connections per
@@ -64,6 +66,7 @@ mod admin_surface;
 mod cdc;
 mod config_corpus;
 mod dashboards;
+mod debezium;
 mod dedup;
 mod dlq_forgery;
 mod dlq_topic;
