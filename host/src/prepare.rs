@@ -221,15 +221,7 @@ impl Preparer {
                         .versioning(connector.envelope)
                         .map(|v| v.column),
                 )
-                .with_names(ColumnNameRules::for_scheme(
-                    connector
-                        .sink
-                        .url
-                        .expose()
-                        .split("://")
-                        .next()
-                        .unwrap_or_default(),
-                ))
+                .with_names(ColumnNameRules::for_scheme(connector.sink.url.scheme()))
             }),
             fixed_table: connector
                 .sink

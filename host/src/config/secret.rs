@@ -74,6 +74,11 @@ impl SecretUrl {
         &self.url
     }
 
+    /// The URL's scheme (`postgres`, `mysql`, …): what names the database.
+    pub fn scheme(&self) -> &str {
+        self.url.split("://").next().unwrap_or_default()
+    }
+
     /// The URL as it is shown: with its password and secret query parameters replaced by
     /// `***`, or as the file wrote it when it came from `${…}`.
     pub fn redacted(&self) -> String {

@@ -543,7 +543,7 @@ impl RowMapper {
             Source::Pointer(pointer) => {
                 let found = document.and_then(|d| pointer.find(d)).unwrap_or(&NULL);
                 if let Some(placeholder) = &self.placeholder
-                    && placeholder.is(found)
+                    && placeholder.is(found, column.column_type)
                 {
                     return Ok(SqlValue::Unavailable);
                 }
@@ -634,15 +634,19 @@ impl Placeholder {
         }
     }
 
-    /// Whether `value` is the placeholder rather than a value.
-    fn is(&self, value: &Value) -> bool {
+    /// Whether `value`, read for a `column_type` column, is the placeholder rather than a
+    /// value. Its bytes' base64 form counts only for a `bytes` column: in a text column
+    /// that text is a value like any other.
+    fn is(&self, value: &Value, column_type: ColumnType) -> bool {
+        let text =
+            |s: &str| s == self.text || (column_type == ColumnType::Bytes && s == self.base64);
         match value {
-            Value::String(s) => *s == self.text || *s == self.base64,
-            Value::Object(map) if map.len() == 1 => {
+            Value::String(s) => text(s),
+            Value::Object(map) if map.len() == 1 && column_type == ColumnType::Bytes => {
                 matches!(map.get("base64"), Some(Value::String(s)) if *s == self.base64)
             }
             Value::Array(items) if items.len() == 1 => {
-                matches!(&items[0], Value::String(s) if *s == self.text || *s == self.base64)
+                matches!(&items[0], Value::String(s) if s == &self.text)
             }
             _ => false,
         }

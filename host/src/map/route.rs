@@ -229,13 +229,7 @@ impl TableRouter {
     /// The router of `connector`, when its sink has a table template; `None` for one table.
     pub fn for_connector(connector: &ConnectorConfig) -> Option<Self> {
         let template = connector.sink.table_template()?.clone();
-        let scheme = connector
-            .sink
-            .url
-            .expose()
-            .split("://")
-            .next()
-            .unwrap_or_default();
+        let scheme = connector.sink.url.scheme();
         let claims = CLAIMS
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

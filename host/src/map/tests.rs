@@ -507,3 +507,70 @@ fn a_version_in_the_row_after_is_read_before_for_a_delete() {
         RowOp::Delete(vec![SqlValue::Int(4), v(&[9, 42])])
     );
 }
+
+#[test]
+fn debeziums_placeholder_is_left_out_only_where_it_stands_for_a_value() {
+    let mapper = cdc_mapper(Envelope::Debezium, None, OnTruncate::Fail);
+    let event = |after: &str| {
+        format!(
+            r#"{{"op": "u", "before": null, "after": {after}, "source": {{"connector": "postgresql", "lsn": 7}}}}"#
+        )
+    };
+    let name = |after: &str| match mapper.map(&record(None, Some(&event(after)))) {
+        Ok(RowOp::Write(row)) => row[1].clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        name(r#"{"id": 1, "name": "__debezium_unavailable_value"}"#),
+        SqlValue::Unavailable
+    );
+    assert_eq!(
+        name(r#"{"id": 1, "name": ["__debezium_unavailable_value"]}"#),
+        SqlValue::Unavailable
+    );
+    // The base64 of its bytes is a placeholder only in a bytes column.
+    assert_eq!(
+        name(r#"{"id": 1, "name": "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="}"#),
+        SqlValue::Text("X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==".into())
+    );
+    // In a key column it fails the record.
+    let key = mapper.map(&record(
+        None,
+        Some(&event(
+            r#"{"id": "__debezium_unavailable_value", "name": "x"}"#,
+        )),
+    ));
+    assert!(
+        matches!(&key, Err(MapError::Column { column, message }) if column == "id" && message.contains("placeholder")),
+        "{key:?}"
+    );
+    // Another placeholder, as Debezium may be told to write it.
+    let mut sink = sink(
+        &[
+            ("id", "/id", ColumnType::Bigint),
+            ("name", "/name", ColumnType::Text),
+        ],
+        &["id"],
+    );
+    sink.unavailable_value = Some("<toast>".into());
+    let custom = RowMapper::new(&sink, Format::Json, Envelope::Debezium);
+    let row = custom
+        .map(&record(
+            None,
+            Some(&event(r#"{"id": 1, "name": "<toast>"}"#)),
+        ))
+        .unwrap();
+    assert!(
+        matches!(row, RowOp::Write(ref r) if r[1] == SqlValue::Unavailable),
+        "{row:?}"
+    );
+    // Without an envelope, the text is a value.
+    let plain = RowMapper::new(&sink, Format::Json, Envelope::None);
+    let row = plain
+        .map(&record(None, Some(r#"{"id": 1, "name": "<toast>"}"#)))
+        .unwrap();
+    assert!(
+        matches!(row, RowOp::Write(ref r) if r[1] == SqlValue::Text("<toast>".into())),
+        "{row:?}"
+    );
+}

@@ -43,8 +43,9 @@ macro_rules! scalar_binds {
             SqlValue::Text(v) => $query.bind(v.as_str()),
             SqlValue::Bytes(v) => $query.bind(v.as_slice()),
             SqlValue::Timestamp(t) => $query.bind(TimestampText::of(t).as_str()),
-            // Never bound: a patch sets only the columns it carries (`patch.rs`), and the
-            // bulk writers refuse a row holding one (`patch_in_bulk`).
+            // Never bound: `runs::runs`, the one way from operations to runs, puts every row
+            // holding one in a `Run::Patch`, which sets only the columns it carries
+            // (`patch.rs`); COPY and UNNEST refuse the value outright.
             SqlValue::Unavailable => $query.bind(Option::<String>::None),
         }
     };
@@ -227,14 +228,10 @@ where
 {
     for run in runs {
         if let Run::Patch(rows) = run {
-            let rows = match table.version {
-                // A patch older than its key's tombstone came after the row was deleted.
-                Some(_) => {
-                    super::tombstones::drop_deleted::<DB>(conn, dialect, table, rows.clone())
-                        .await?
-                }
-                None => rows.clone(),
-            };
+            // With a version: a patch older than its key's tombstone came after the row
+            // was deleted.
+            let rows =
+                super::tombstones::drop_deleted::<DB>(conn, dialect, table, rows.clone()).await?;
             super::patch::write_patches::<DB>(conn, dialect, table, &rows).await?;
             continue;
         }
@@ -353,9 +350,6 @@ where
         Run::Patch(_) => return Err(patch_in_bulk()),
     };
     for chunk in rows.chunks(dialect.rows_per_statement(width)) {
-        if chunk.iter().any(|row| SqlValue::is_patch(row)) {
-            return Err(patch_in_bulk());
-        }
         let sql = match (run, mode) {
             (Run::Truncate(_) | Run::Patch(_), _) => return Ok(()),
             (Run::Delete(_), _) => dialect.delete_values(table, chunk.len()),

@@ -92,11 +92,7 @@ fn update_statement(dialect: Dialect, table: &TableSpec, set: &[usize]) -> Strin
         .iter()
         .map(|&i| format!("{} = {}", dialect.quote_one(&table.columns[i].0), next(i)))
         .collect();
-    let mut conditions: Vec<String> = table
-        .key
-        .iter()
-        .map(|&i| format!("{} = {}", dialect.quote_one(&table.columns[i].0), next(i)))
-        .collect();
+    let mut conditions = key_conditions(dialect, table, &mut next);
     if let Some(v) = table.version {
         let quoted = dialect.quote_one(&table.columns[v].0);
         conditions.push(format!("({quoted} IS NULL OR {quoted} < {})", next(v)));
@@ -109,20 +105,26 @@ fn update_statement(dialect: Dialect, table: &TableSpec, set: &[usize]) -> Strin
     )
 }
 
-/// Whether a row is stored under the key; binds the key.
-fn stored_statement(dialect: Dialect, table: &TableSpec) -> String {
-    let conditions: Vec<String> = table
+/// `"k" = $n` for each key column, `next` giving each column's placeholder.
+fn key_conditions(
+    dialect: Dialect,
+    table: &TableSpec,
+    next: &mut impl FnMut(usize) -> String,
+) -> Vec<String> {
+    table
         .key
         .iter()
-        .enumerate()
-        .map(|(n, &i)| {
-            format!(
-                "{} = {}",
-                dialect.quote_one(&table.columns[i].0),
-                placeholder(dialect, table, i, n + 1)
-            )
-        })
-        .collect();
+        .map(|&i| format!("{} = {}", dialect.quote_one(&table.columns[i].0), next(i)))
+        .collect()
+}
+
+/// Whether a row is stored under the key; binds the key.
+fn stored_statement(dialect: Dialect, table: &TableSpec) -> String {
+    let mut n = 0;
+    let conditions = key_conditions(dialect, table, &mut |column| {
+        n += 1;
+        placeholder(dialect, table, column, n)
+    });
     format!(
         "SELECT 1 FROM {} WHERE {}",
         table.quoted(dialect),
@@ -161,9 +163,6 @@ where
     let update = update_statement(dialect, table, &set);
     let stored = stored_statement(dialect, table);
     for row in rows {
-        if table.key.iter().any(|&i| !matches!(row.get(i), Some(v) if *v != SqlValue::Unavailable && *v != SqlValue::Null)) {
-            return Err(refused(table, row, "its key is not in the change event"));
-        }
         let matched = if set.is_empty() {
             0
         } else {

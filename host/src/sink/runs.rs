@@ -201,55 +201,55 @@ fn versioned_runs<'a>(
             .collect::<Vec<Bound>>()
     };
     let mut runs: Vec<Run<'a>> = Vec::new();
-    // Per key: (its version, whether it is a write, the values).
-    type Newest<'a> = HashMap<Vec<Bound>, (&'a SqlValue, bool, &'a [SqlValue])>;
+    // Per key: (its version, what the operation does, the values).
+    type Newest<'a> = HashMap<Vec<Bound>, (&'a SqlValue, Kind, &'a [SqlValue])>;
     let flush = |newest: &mut Newest<'a>, runs: &mut Vec<Run<'a>>| {
-        let mut entries: Vec<(Vec<Bound>, bool, &'a [SqlValue])> = newest
+        let mut entries: Vec<(Vec<Bound>, Kind, &'a [SqlValue])> = newest
             .drain()
-            .map(|(key, (_, write, values))| (key, write, values))
+            .map(|(key, (_, kind, values))| (key, kind, values))
             .collect();
-        // A patch keeps the stored values of the columns it leaves out: it runs after the
-        // whole rows, each alone among its key's operations (see below).
-        let patches: Vec<&'a [SqlValue]> = {
-            let (patches, rest): (Vec<_>, Vec<_>) = entries
-                .into_iter()
-                .partition(|e| e.1 && SqlValue::is_patch(e.2));
-            entries = rest;
-            let mut patches: Vec<(Vec<Bound>, &'a [SqlValue])> =
-                patches.into_iter().map(|e| (e.0, e.2)).collect();
-            patches.sort_by_cached_key(|e| (order_key(dialect, &e.0), e.0.clone()));
-            patches.into_iter().map(|e| e.1).collect()
-        };
         // Lock order: keys as a loose MySQL collation may compare them, then exactly. Keys
         // that such a collation takes for one stay two operations here: each is
         // conditional on the stored version, so whichever runs second changes the row
         // only if it is newer.
         entries.sort_by_cached_key(|e| (order_key(dialect, &e.0), e.0.clone()));
-        let deletes: Vec<&'a [SqlValue]> = entries.iter().filter(|e| !e.1).map(|e| e.2).collect();
-        let writes: Vec<&'a [SqlValue]> = entries.iter().filter(|e| e.1).map(|e| e.2).collect();
+        let of = |kind: Kind| -> Vec<&'a [SqlValue]> {
+            entries
+                .iter()
+                .filter(|e| e.1 == kind)
+                .map(|e| e.2)
+                .collect()
+        };
+        let (deletes, writes) = (of(Kind::Delete), of(Kind::Write));
         if !deletes.is_empty() {
             runs.push(Run::Delete(deletes));
         }
         if !writes.is_empty() {
             runs.push(Run::Write(writes));
         }
-        for patch in patches {
+        // A patch keeps the stored values of the columns it leaves out: it runs after the
+        // whole rows, each alone among its key's operations (see below).
+        for patch in of(Kind::Patch) {
             push_patch(runs, patch);
         }
     };
     let mut newest: Newest<'a> = HashMap::new();
     for op in ops {
-        let (key, at, write, values) = match op {
+        let (key, at, kind, values) = match op {
             RowOp::Write(row) => (
                 key_of(row, &mut table.key.iter().copied()),
                 version,
-                true,
+                if SqlValue::is_patch(row) {
+                    Kind::Patch
+                } else {
+                    Kind::Write
+                },
                 row,
             ),
             RowOp::Delete(values) => (
                 key_of(values, &mut (0..table.key.len())),
                 table.key.len(),
-                false,
+                Kind::Delete,
                 values,
             ),
             RowOp::Truncate(bound) => {
@@ -265,18 +265,27 @@ fn versioned_runs<'a>(
         // A patch after another operation on its key cannot be folded into it (the newest
         // would win whole, and the columns the patch leaves out would lose the earlier
         // row's values): what came before is written first.
-        if write && SqlValue::is_patch(values) && newest.contains_key(&key) {
+        if kind == Kind::Patch && newest.contains_key(&key) {
             flush(&mut newest, &mut runs);
         }
         match newest.get(&key) {
             Some((kept, _, _)) if version_text(kept) > version_text(stamp) => {}
             _ => {
-                newest.insert(key, (stamp, write, values.as_slice()));
+                newest.insert(key, (stamp, kind, values.as_slice()));
             }
         }
     }
     flush(&mut newest, &mut runs);
     runs
+}
+
+/// What a versioned operation does to its key's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Delete,
+    Write,
+    /// A write that leaves out columns ([`Run::Patch`]).
+    Patch,
 }
 
 /// A version as it compares: its text (NULL first).
@@ -546,6 +555,45 @@ mod versioned_tests {
 
     fn delete(k: &str, version: &str) -> RowOp {
         RowOp::Delete(vec![text(k), text(version)])
+    }
+
+    fn patch(k: &str, version: &str) -> RowOp {
+        RowOp::Write(vec![text(k), SqlValue::Unavailable, text(version)])
+    }
+
+    /// Whether any whole-row run holds a row that leaves out a column.
+    fn patch_in_a_write(runs: &[Run<'_>]) -> bool {
+        runs.iter().any(
+            |r| matches!(r, Run::Write(rows) if rows.iter().any(|row| SqlValue::is_patch(row))),
+        )
+    }
+
+    #[test]
+    fn a_patch_runs_after_what_came_before_on_its_key_and_never_in_a_write() {
+        // a: a whole row then a patch, which must not fold into one (the patch would win
+        // whole and its left-out column lose "whole"); b: a patch alone.
+        let ops = vec![write("a", "whole", "1"), patch("a", "2"), patch("b", "3")];
+        let versioned = runs(&ops, &table(), Dialect::Postgres, true);
+        assert!(!patch_in_a_write(&versioned), "{versioned:?}");
+        assert!(
+            matches!(&versioned[0], Run::Write(rows) if rows.len() == 1 && rows[0][1] == text("whole"))
+        );
+        assert!(
+            matches!(&versioned[1], Run::Patch(rows) if rows.len() == 2),
+            "{versioned:?}"
+        );
+        // Without a version: in record order, a patch its own run.
+        let mut plain = table();
+        plain.version = None;
+        let ops = vec![
+            RowOp::Write(vec![text("a"), text("whole"), text("1")]),
+            RowOp::Write(vec![text("a"), SqlValue::Unavailable, text("2")]),
+            RowOp::Write(vec![text("b"), text("x"), text("3")]),
+        ];
+        let ordered = runs(&ops, &plain, Dialect::MySql, true);
+        assert!(!patch_in_a_write(&ordered), "{ordered:?}");
+        assert_eq!(ordered.len(), 3, "{ordered:?}");
+        assert!(matches!(&ordered[1], Run::Patch(_)));
     }
 
     #[test]

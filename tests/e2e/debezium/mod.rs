@@ -209,16 +209,23 @@ impl LogicalPostgres {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
-    fn run_tool(&self, tool: &str, args: &[&str]) {
+    /// A command running PostgreSQL's `tool`, as the `postgres` user when we are root
+    /// (initdb and the server refuse root).
+    fn command(&self, tool: &str) -> Command {
         let program = self.bin.join(tool);
-        let mut command = if self.as_postgres {
+        if self.as_postgres {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(&program);
             c
         } else {
             Command::new(&program)
-        };
-        let output = command
+        }
+    }
+
+    fn run_tool(&self, tool: &str, args: &[&str]) {
+        let program = self.bin.join(tool);
+        let output = self
+            .command(tool)
             .args(args)
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
@@ -238,15 +245,8 @@ impl LogicalPostgres {
 impl Drop for LogicalPostgres {
     fn drop(&mut self) {
         let data = self.dir.path().join("data");
-        let program = self.bin.join("pg_ctl");
-        let mut command = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&program);
-            c
-        } else {
-            Command::new(&program)
-        };
-        let _ = command
+        let _ = self
+            .command("pg_ctl")
             .args(["-D", path_str(&data), "-m", "immediate", "-w", "stop"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
