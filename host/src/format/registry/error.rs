@@ -26,7 +26,8 @@ pub enum RegistryError {
     Invalid { url: String, message: String },
     /// The registry answered one schema in a form that cannot be used (no `schema` text,
     /// an unknown `schemaType`, malformed references, a reference cycle, references nested
-    /// too deep): that schema's records fail (`decode_failed`), not the task.
+    /// too deep, an answer larger than [`MAX_BODY`](super::transport::MAX_BODY)): that
+    /// schema's records fail (`decode_failed`), not the task, and it is not retried.
     #[error("{what}: {message}")]
     Unusable { what: String, message: String },
 }

@@ -35,7 +35,7 @@ use crate::format::{Reference, RegisteredSchema, SchemaType};
 
 pub use cache::{CAPACITY, Lru};
 pub use error::RegistryError;
-use transport::{Endpoint, path_segment};
+use transport::{Endpoint, GetError, path_segment};
 
 /// Deepest chain of references followed (a schema referencing one referencing one …).
 pub const MAX_REFERENCE_DEPTH: usize = 32;
@@ -345,7 +345,6 @@ impl RegistryClient {
         })
     }
 
-    /// An [`RegistryError::Invalid`] about the registry as a whole.
     /// GET `path`, trying the URLs in turn from the one that answered last; the JSON of a
     /// 2xx answer, or the error the answer means.
     async fn fetch(&self, path: &str, lookup: &Lookup<'_>) -> Result<Value, RegistryError> {
@@ -367,7 +366,7 @@ impl RegistryClient {
             .await;
             let answer = match answer {
                 // 5xx, and 408 and 429 (a timeout, a rate limit): another URL, or later.
-                Ok(answer) if answer.status >= 500 || matches!(answer.status, 408 | 429) => {
+                Ok(answer) if retry_elsewhere(answer.status) => {
                     self.observe("unavailable", started);
                     let message = format!(
                         "answered {} for {}: {}",
@@ -379,7 +378,22 @@ impl RegistryClient {
                     continue;
                 }
                 Ok(answer) => answer,
-                Err(message) => {
+                Err(error @ GetError::TooLarge { status, .. }) if retry_elsewhere(status) => {
+                    self.observe("unavailable", started);
+                    last_failure = Some((
+                        endpoint.shown.clone(),
+                        format!("{error}, for {}", lookup.what()),
+                    ));
+                    continue;
+                }
+                // The registry answered, too much to read: that answer's, not an outage.
+                Err(GetError::TooLarge { status, length }) => {
+                    self.inner.preferred.store(index, Ordering::Relaxed);
+                    let error = too_large(endpoint, status, length, lookup);
+                    self.observe(error.outcome(), started);
+                    return Err(error);
+                }
+                Err(GetError::NoAnswer(message)) => {
                     self.observe("unavailable", started);
                     last_failure = Some((endpoint.shown.clone(), message));
                     continue;
@@ -465,6 +479,38 @@ impl RegistryClient {
             text,
             references,
         })
+    }
+}
+
+/// Whether an answer's status says to ask another URL, or later: 5xx, and 408 and 429 (a
+/// timeout, a rate limit).
+fn retry_elsewhere(status: u16) -> bool {
+    status >= 500 || matches!(status, 408 | 429)
+}
+
+/// What an answer (not to retry elsewhere) whose body is over [`transport::MAX_BODY`]
+/// means: a refusal is still one ([`RegistryError::Denied`]); anything else fails the
+/// records of what was looked up ([`RegistryError::Unusable`], `decode_failed`), not the
+/// task, and is not retried: the registry answered, and a schema's answer never changes.
+fn too_large(
+    endpoint: &Endpoint,
+    status: u16,
+    length: Option<u64>,
+    lookup: &Lookup<'_>,
+) -> RegistryError {
+    if matches!(status, 401 | 403) {
+        return RegistryError::Denied {
+            url: endpoint.shown.clone(),
+            status,
+        };
+    }
+    RegistryError::Unusable {
+        what: lookup.what(),
+        message: format!(
+            "{} {}",
+            endpoint.shown,
+            GetError::TooLarge { status, length }
+        ),
     }
 }
 

@@ -549,3 +549,106 @@ async fn a_rate_limit_or_timeout_is_waited_out_not_a_failure() {
         );
     }
 }
+
+/// Answers every request with `status` and a body of `length` bytes sent without a
+/// `content-length` (the end of the body is the end of the connection).
+async fn streamed(status: u16, length: usize) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 1024];
+                let _ = stream.read(&mut buffer).await;
+                let head = format!("HTTP/1.1 {status} X\r\nconnection: close\r\n\r\n");
+                let _ = stream.write_all(head.as_bytes()).await;
+                let chunk = vec![b' '; 64 * 1024];
+                let mut left = length;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if stream.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    url
+}
+
+/// A schema's answer larger than the bound is that schema's failure (`Unusable`: its
+/// records fail with `decode_failed`), not an outage to wait out: it names the schema,
+/// the URL (without its password) and the bound, and the registry's other schemas are
+/// still fetched. Answered with or without a `content-length`, for an id or a reference.
+#[tokio::test]
+async fn an_answer_over_the_bound_fails_that_schema_not_the_registry() {
+    let over = format!(r#"{{"schema": "{}"}}"#, "x".repeat(transport::MAX_BODY));
+    let mut routes = HashMap::new();
+    routes.insert("/schemas/ids/1".to_string(), (200, over.clone()));
+    routes.insert(
+        "/schemas/ids/2".to_string(),
+        (200, r#"{"schema": "\"int\""}"#.to_string()),
+    );
+    routes.insert(
+        "/schemas/ids/3".to_string(),
+        (
+            200,
+            json!({"schema": "x", "references": [{"name": "big", "subject": "big", "version": 4}]})
+                .to_string(),
+        ),
+    );
+    routes.insert("/subjects/big/versions/4".to_string(), (200, over.clone()));
+    let url = canned(routes).await;
+    let with_password = url.replace("http://", "http://app:s3cret@");
+    let registry = client(&[with_password]);
+    let error = registry.schema_by_id(1).await.unwrap_err();
+    assert!(!error.is_transient(), "{error}");
+    let RegistryError::Unusable { what, message } = &error else {
+        panic!("{error}")
+    };
+    assert_eq!(what, "schema id 1");
+    let shown = url.replace("http://", "http://app:***@");
+    for needle in [
+        shown.as_str(),
+        "answered 200",
+        &format!("a body of {} bytes", over.len()),
+        "the answer's size exceeded the bound of 16 MiB",
+    ] {
+        assert!(message.contains(needle), "{needle}: {message}");
+    }
+    assert!(!error.to_string().contains("s3cret"), "{error}");
+    assert_eq!(registry.schema_by_id(2).await.unwrap().text, "\"int\"");
+    let error = registry.schema_by_id(3).await.unwrap_err();
+    assert!(
+        matches!(&error, RegistryError::Unusable { what, .. } if what.contains("subject \"big\" version 4")),
+        "{error}"
+    );
+
+    // Without a content-length: read up to the bound, then refused the same way.
+    let error = client(&[streamed(200, transport::MAX_BODY + 1).await])
+        .schema_by_id(5)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, RegistryError::Unusable { message, .. }
+            if message.contains(&format!("a body of more than {} bytes", transport::MAX_BODY))),
+        "{error}"
+    );
+    // A body of exactly the bound is read (and is not JSON here).
+    let error = client(&[streamed(200, transport::MAX_BODY).await])
+        .schema_by_id(5)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, RegistryError::Invalid { .. }), "{error}");
+    // A 503 stays an outage, whatever its body.
+    let error = client(&[streamed(503, transport::MAX_BODY + 1).await])
+        .schema_by_id(5)
+        .await
+        .unwrap_err();
+    assert!(
+        error.is_transient() && error.to_string().contains("503"),
+        "{error}"
+    );
+}

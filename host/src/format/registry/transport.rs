@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Empty, LengthLimitError, Limited};
 use hyper::Request;
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -274,14 +274,39 @@ pub struct Answer {
     pub body: Bytes,
 }
 
+/// Why one URL gave no answer that can be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GetError {
+    /// No answer: cannot connect, a TLS or HTTP error, an I/O error, a timeout (the next
+    /// URL, or later, may answer).
+    #[error("{0}")]
+    NoAnswer(String),
+    /// An answer came (`status`), but its body is larger than [`MAX_BODY`]: `length`
+    /// bytes as its `content-length` said, or more than [`MAX_BODY`] (read until then).
+    /// The rest is not read.
+    #[error(
+        "answered {status} with a body of {}: the answer's size exceeded the bound of {} MiB ({MAX_BODY} bytes) that sluice reads",
+        length.map_or_else(|| format!("more than {MAX_BODY} bytes"), |n| format!("{n} bytes")),
+        MAX_BODY >> 20
+    )]
+    TooLarge { status: u16, length: Option<u64> },
+}
+
+impl From<String> for GetError {
+    fn from(message: String) -> Self {
+        GetError::NoAnswer(message)
+    }
+}
+
 /// GET `path` (below the endpoint's base path) with `authorization`, within
-/// [`REQUEST_TIMEOUT`]. The error is why no answer came (to move to the next URL).
+/// [`REQUEST_TIMEOUT`]. The error is why no answer came (to move to the next URL), or
+/// that its body is over [`MAX_BODY`].
 pub async fn get(
     endpoint: &Endpoint,
     tls: Option<&Arc<rustls::ClientConfig>>,
     authorization: Option<&str>,
     path: &str,
-) -> Result<Answer, String> {
+) -> Result<Answer, GetError> {
     match tokio::time::timeout(
         REQUEST_TIMEOUT,
         exchange(endpoint, tls, authorization, path),
@@ -289,7 +314,10 @@ pub async fn get(
     .await
     {
         Ok(result) => result,
-        Err(_) => Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())),
+        Err(_) => Err(GetError::NoAnswer(format!(
+            "no answer within {} s",
+            REQUEST_TIMEOUT.as_secs()
+        ))),
     }
 }
 
@@ -298,7 +326,7 @@ async fn exchange(
     tls: Option<&Arc<rustls::ClientConfig>>,
     authorization: Option<&str>,
     path: &str,
-) -> Result<Answer, String> {
+) -> Result<Answer, GetError> {
     let http = |e: hyper::Error| format!("HTTP: {}", with_causes(&e));
     let connect = async {
         let stream = tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port))
@@ -344,10 +372,31 @@ async fn exchange(
         .map_err(|e| format!("cannot build the request: {e}"))?;
     let response = sender.send_request(request).await.map_err(http)?;
     let status = response.status().as_u16();
+    // A body announced over the bound is not read at all.
+    let length = response
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    if let Some(length) = length.filter(|&n| n > MAX_BODY as u64) {
+        return Err(GetError::TooLarge {
+            status,
+            length: Some(length),
+        });
+    }
     let body = Limited::new(response.into_body(), MAX_BODY)
         .collect()
         .await
-        .map_err(|e| format!("reading the answer (at most {MAX_BODY} bytes): {e}"))?
+        .map_err(|e| {
+            if e.downcast_ref::<LengthLimitError>().is_some() {
+                GetError::TooLarge {
+                    status,
+                    length: None,
+                }
+            } else {
+                GetError::NoAnswer(format!("reading the answer: {e}"))
+            }
+        })?
         .to_bytes();
     Ok(Answer { status, body })
 }
