@@ -144,8 +144,10 @@ pub enum ErrorClass {
     /// exhausted).
     Transient,
     /// The database refused the rows themselves: a constraint (unique, foreign key, check,
-    /// not null) or a value it cannot store (too long, out of range, bad encoding). The
-    /// refused rows are isolated and handled by the error policy.
+    /// not null), a value it cannot store (too long, out of range, bad encoding), bytes its
+    /// protocol cannot carry (a NUL), or a limit a value or a row can pass (an index entry
+    /// or a row too large, a name too long, too many columns). Never transient: the same
+    /// rows fail again. The refused rows are isolated and handled by the error policy.
     Refused,
     /// Anything else (a missing table, a privilege, a syntax error): retrying cannot help.
     Permanent,
@@ -173,11 +175,12 @@ pub fn classify(error: &sqlx::Error) -> ErrorClass {
                 return classify_mysql(mysql.number());
             }
             let code = db.code().unwrap_or_default();
-            if db
-                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-                .is_some()
-            {
-                return classify_postgres(&code);
+            if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                let ends_session = matches!(
+                    pg.severity(),
+                    sqlx::postgres::PgSeverity::Fatal | sqlx::postgres::PgSeverity::Panic
+                );
+                return classify_postgres(&code, ends_session);
             }
             code.parse::<i64>()
                 .map_or(ErrorClass::Permanent, classify_sqlite)
@@ -186,10 +189,17 @@ pub fn classify(error: &sqlx::Error) -> ErrorClass {
     }
 }
 
-/// PostgreSQL SQLSTATEs (appendix A of its manual).
-fn classify_postgres(sqlstate: &str) -> ErrorClass {
+/// PostgreSQL SQLSTATEs (appendix A of its manual); `ends_session` for an error of
+/// severity FATAL or PANIC, after which the server closes the connection.
+fn classify_postgres(sqlstate: &str, ends_session: bool) -> ErrorClass {
     let class = sqlstate.get(..2).unwrap_or_default();
     match (class, sqlstate) {
+        // A protocol violation the session outlives (severity ERROR): the bytes of the
+        // statement, such as a NUL in an identifier or in text, which the protocol's
+        // strings cannot hold; the same rows fail again. A FATAL one ends the connection
+        // (PgBouncer says 08P01 when it drops a client: query_wait_timeout, server conn
+        // crashed) and is waited out with the rest of class 08.
+        (_, "08P01") if !ends_session => ErrorClass::Refused,
         // connection exceptions; insufficient resources (too many connections, disk full,
         // out of memory)
         ("08" | "53", _)
@@ -199,8 +209,10 @@ fn classify_postgres(sqlstate: &str) -> ErrorClass {
         | (_, "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "57P05" | "25006" | "58030") => {
             ErrorClass::Transient
         }
-        // data exceptions; integrity constraint violations
-        ("22" | "23", _) => ErrorClass::Refused,
+        // data exceptions; integrity constraint violations; program limits a value or a
+        // row can pass (an index row or a row too large, a string too long for a
+        // tsvector, a value nested too deep, too many columns); a name too long
+        ("22" | "23" | "54", _) | (_, "42622") => ErrorClass::Refused,
         _ => ErrorClass::Permanent,
     }
 }
@@ -218,10 +230,12 @@ fn classify_mysql(number: u16) -> ErrorClass {
             ErrorClass::Transient
         }
         // null, duplicate, out of range, incorrect value, incorrect string, data too long,
-        // truncated, foreign keys, CHECK (MySQL 3819, MariaDB 4025)
-        1048 | 1062 | 1264 | 1265 | 1292 | 1366 | 1406 | 1451 | 1452 | 1690 | 3819 | 4025 => {
-            ErrorClass::Refused
-        }
+        // truncated, foreign keys, CHECK (MySQL 3819, MariaDB 4025); and what a record's
+        // content can pass: a name too long, too many columns, a row too large, an
+        // incorrect column name, an invalid character string, an illegal or incorrect
+        // value for its type, invalid JSON text
+        1048 | 1062 | 1264 | 1265 | 1292 | 1366 | 1406 | 1451 | 1452 | 1690 | 3819 | 4025
+        | 1059 | 1117 | 1118 | 1166 | 1300 | 1367 | 1411 | 3140 => ErrorClass::Refused,
         _ => ErrorClass::Permanent,
     }
 }
@@ -272,7 +286,10 @@ mod tests {
         use ErrorClass::*;
         for (code, class) in [
             ("08006", Transient),
-            ("08P01", Transient),
+            ("08000", Transient),
+            ("08003", Transient),
+            // A NUL in a statement: the record's content, never waited out.
+            ("08P01", Refused),
             ("40001", Transient),
             ("40P01", Transient),
             ("55P03", Transient),
@@ -284,13 +301,30 @@ mod tests {
             ("23505", Refused),
             ("23514", Refused),
             ("22001", Refused),
+            ("22021", Refused),
+            ("54000", Refused),
+            ("54001", Refused),
+            ("54011", Refused),
+            ("42622", Refused),
             ("42P01", Permanent),
             ("42501", Permanent),
             ("28P01", Permanent),
             ("57P04", Permanent),
             ("", Permanent),
         ] {
-            assert_eq!(classify_postgres(code), class, "{code}");
+            assert_eq!(classify_postgres(code, false), class, "{code}");
+        }
+        // FATAL: the connection is gone (PgBouncer drops clients with 08P01), so waited
+        // out; the class of every other code does not depend on its severity.
+        for (code, class) in [
+            ("08P01", Transient),
+            ("08006", Transient),
+            ("57P01", Transient),
+            ("53300", Transient),
+            ("28P01", Permanent),
+            ("3D000", Permanent),
+        ] {
+            assert_eq!(classify_postgres(code, true), class, "FATAL {code}");
         }
     }
 
@@ -307,6 +341,11 @@ mod tests {
             (1062, Refused),
             (1406, Refused),
             (4025, Refused),
+            (1059, Refused),
+            (1118, Refused),
+            (1166, Refused),
+            (1300, Refused),
+            (3140, Refused),
             (1146, Permanent),
             (1045, Permanent),
             (1064, Permanent),
