@@ -11,7 +11,9 @@ use crate::config::{ColumnNameRules, ConnectorConfig, DedupIdSource, ErrorPolicy
 use crate::dedup::{self, DedupKey};
 use crate::failure::{Failure, FailureClass, Stage};
 use crate::format::{Decoders, RecordSchemas, RegistryError, Resolved};
-use crate::map::{DerivedShape, Deriver, MapError, RowMapper, RowOp, TableRouter, TableRoutes};
+use crate::map::{
+    DerivedShape, Deriver, MapError, RowMapper, RowOp, TableRouter, TableRoutes, TypeRules,
+};
 use crate::record::{Incoming, Record, RecordExt};
 use crate::validate::{self, RecordSchema};
 
@@ -221,7 +223,10 @@ impl Preparer {
                         .versioning(connector.envelope)
                         .map(|v| v.column),
                 )
-                .with_names(ColumnNameRules::for_scheme(connector.sink.url.scheme()))
+                .for_database(
+                    ColumnNameRules::for_scheme(connector.sink.url.scheme()),
+                    TypeRules::for_scheme(connector.sink.url.scheme()),
+                )
             }),
             fixed_table: connector
                 .sink

@@ -470,3 +470,37 @@ fn synchronous_commit_off_is_postgres_and_exactly_once_only() {
         problems(&at_least_once)
     );
 }
+
+#[test]
+fn column_types_with_parameters_load_where_the_database_holds_them() {
+    let typed = |url: &str, word_type: &str| {
+        GOOD.replace("sqlite://words.db", url).replace(
+            "{ from: /word, type: text }",
+            &format!("{{ from: /word, type: '{word_type}' }}"),
+        )
+    };
+    let config = load_str(&typed("postgres://h/db", "numeric(12,2)"), &no_env).expect("valid");
+    assert_eq!(
+        config.connectors[0].sink.columns()[1].1.column_type,
+        super::ColumnType::Decimal {
+            precision: 12,
+            scale: 2
+        }
+    );
+    assert!(problems(&typed("postgres://h/db", "text[]")).is_empty());
+    assert!(problems(&typed("mariadb://h/db", "numeric(65,30)")).is_empty());
+    assert!(problems(&typed("sqlite://x.db", "smallint")).is_empty());
+    let wide = problems(&typed("mariadb://h/db", "numeric(66,2)"));
+    assert!(
+        wide.iter()
+            .any(|p| p.contains("sink.columns.word.type") && p.contains("65 digits")),
+        "{wide:?}"
+    );
+    let array = problems(&typed("sqlite://x.db", "int[]"));
+    assert!(
+        array.iter().any(|p| p.contains("PostgreSQL array")),
+        "{array:?}"
+    );
+    let unknown = problems(&typed("sqlite://x.db", "numeric(3,4)"));
+    assert!(!unknown.is_empty(), "a scale past the precision is refused");
+}

@@ -5,6 +5,7 @@
 //! mirrors these structs and is what editors use for completion.
 
 mod admin;
+mod column_type;
 mod connector;
 mod dead_letter;
 mod files;
@@ -33,6 +34,7 @@ mod prop_tests;
 
 use serde::Deserialize;
 
+pub use column_type::{ColumnType, ElementType, MAX_DECIMAL_PRECISION, UnknownColumnType};
 pub use connector::*;
 pub use dead_letter::{MIN_SIGNING_KEY_BYTES, SigningKeys};
 pub use files::plugin_problems;

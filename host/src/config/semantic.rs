@@ -214,6 +214,7 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
             ));
         }
         problems.extend(sink_checks::derive_problems(connector, &at));
+        problems.extend(sink_checks::column_type_problems(connector, &at));
         if !sink.derives_columns() {
             for (k, key) in sink.key_columns().iter().enumerate() {
                 if !sink.columns().iter().any(|(name, _)| name == key) {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::routing::{TableFrom, TableTemplate};
 use super::units::HumanDuration;
-use super::{SecretUrl, defaults};
+use super::{ColumnType, SecretUrl, defaults};
 
 /// The table a connector writes.
 #[derive(Debug, Clone, Deserialize)]
@@ -354,47 +354,6 @@ pub struct ColumnConfig {
     /// The portable column type.
     #[serde(rename = "type")]
     pub column_type: ColumnType,
-}
-
-/// The portable column vocabulary, mapped to each SQL dialect in `sink::dialect`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ColumnType {
-    Bigint,
-    Int,
-    Double,
-    Numeric,
-    Text,
-    Bool,
-    Timestamp,
-    Timestamptz,
-    Date,
-    /// A time of day (PostgreSQL `TIME`, MySQL `TIME(6)`, SQLite `TEXT`): microseconds.
-    Time,
-    Json,
-    Bytes,
-    Uuid,
-}
-
-impl ColumnType {
-    /// The name as `connectors.yaml` spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            ColumnType::Bigint => "bigint",
-            ColumnType::Int => "int",
-            ColumnType::Double => "double",
-            ColumnType::Numeric => "numeric",
-            ColumnType::Text => "text",
-            ColumnType::Bool => "bool",
-            ColumnType::Timestamp => "timestamp",
-            ColumnType::Timestamptz => "timestamptz",
-            ColumnType::Date => "date",
-            ColumnType::Time => "time",
-            ColumnType::Json => "json",
-            ColumnType::Bytes => "bytes",
-            ColumnType::Uuid => "uuid",
-        }
-    }
 }
 
 /// How rows are written.

@@ -10,6 +10,52 @@ use super::WriteMode;
 use super::problem::Problem;
 use super::semantic::valid_identifier;
 
+/// Column types the sink's database cannot hold as sluice writes them: arrays outside
+/// PostgreSQL, and `numeric(p,s)` wider than MySQL's and MariaDB's DECIMAL (65 digits,
+/// 30 after the point), which would round values in silence.
+pub(super) fn column_type_problems(
+    connector: &ConnectorConfig,
+    at: &dyn Fn(&str) -> String,
+) -> Vec<Problem> {
+    let sink = &connector.sink;
+    let scheme = sink.url.scheme();
+    let postgres = matches!(scheme, "postgres" | "postgresql");
+    let mysql = matches!(scheme, "mysql" | "mariadb");
+    let named = sink
+        .columns()
+        .iter()
+        .map(|(name, c)| (format!("sink.columns.{name}.type"), c.column_type))
+        .chain(
+            sink.derive
+                .types
+                .iter()
+                .map(|(name, t)| (format!("sink.derive.types.{name}"), *t)),
+        );
+    let mut problems = Vec::new();
+    for (path, column_type) in named {
+        match column_type {
+            super::ColumnType::Array(_) if !postgres => problems.push(Problem::new(
+                at(&path),
+                format!(
+                    "{column_type} is a PostgreSQL array, and this sink is {scheme}: use json (a JSON array)"
+                ),
+            )),
+            super::ColumnType::Decimal { precision, scale }
+                if mysql && (precision > 65 || scale > 30) =>
+            {
+                problems.push(Problem::new(
+                    at(&path),
+                    format!(
+                        "{column_type} is wider than {scheme}'s DECIMAL takes (65 digits, 30 after the point): narrow it, or write the values as text"
+                    ),
+                ))
+            }
+            _ => {}
+        }
+    }
+    problems
+}
+
 /// Derived columns (`sink.columns` left out), `key: record_key`, `sink.derive` and
 /// `sink.evolve`: each needs a schema to read, and works only where columns are derived.
 pub(super) fn derive_problems(

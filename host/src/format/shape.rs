@@ -19,8 +19,11 @@ pub enum TimeUnit {
 pub enum FieldType {
     Null,
     Boolean,
+    /// 16-bit signed integer (Connect `int8`/`int16`, an Avro `int` that Confluent's
+    /// converter marks `connect.type` `int8`/`int16`).
+    Int16,
     /// 32-bit signed integer (Avro `int`, Protobuf `int32`/`sint32`/`sfixed32`, Connect
-    /// `int8`/`int16`/`int32`).
+    /// `int32`).
     Int32,
     /// 64-bit signed integer; unsigned 32-bit Protobuf integers too.
     Int64,
@@ -52,6 +55,9 @@ pub enum FieldType {
     LocalTimestamp(TimeUnit),
     /// A UUID, decoded as text.
     Uuid,
+    /// Text that holds a JSON document (Debezium's `io.debezium.data.Json`), decoded as
+    /// that text: a `json` column takes the document as written.
+    JsonText,
     /// An enumeration, decoded as its symbol.
     Enum {
         name: String,

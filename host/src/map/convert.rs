@@ -31,7 +31,7 @@ pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, Strin
     }
     let mismatch = || format!("{} does not fit type {}", show(value), column_type.name());
     match column_type {
-        ColumnType::Bigint | ColumnType::Int => {
+        ColumnType::Smallint | ColumnType::Int | ColumnType::Bigint => {
             let n = match value {
                 Value::Number(n) => n.as_i64().or_else(|| {
                     n.as_f64()
@@ -42,8 +42,13 @@ pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, Strin
                 _ => None,
             }
             .ok_or_else(mismatch)?;
-            if column_type == ColumnType::Int && i32::try_from(n).is_err() {
-                return Err(format!("{n} is out of range for type int"));
+            let fits = match column_type {
+                ColumnType::Smallint => i16::try_from(n).is_ok(),
+                ColumnType::Int => i32::try_from(n).is_ok(),
+                _ => true,
+            };
+            if !fits {
+                return Err(format!("{n} is out of range for type {column_type}"));
             }
             Ok(SqlValue::Int(n))
         }
@@ -70,6 +75,23 @@ pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, Strin
                 Ok(SqlValue::Text(canonical_decimal(s.trim())))
             }
             _ => Err(mismatch()),
+        },
+        ColumnType::Decimal { precision, scale } => {
+            let text = match value {
+                Value::Number(n) => n.to_string(),
+                Value::String(s) => s.trim().to_string(),
+                _ => return Err(mismatch()),
+            };
+            if !is_decimal(&text) {
+                return Err(mismatch());
+            }
+            let canonical = canonical_decimal(&text);
+            decimal_fits(&canonical, precision, scale)?;
+            Ok(SqlValue::Text(canonical))
+        }
+        ColumnType::Array(element) => match value {
+            Value::Array(items) => array_literal(items, element.scalar()).map(SqlValue::Text),
+            _ => Err(format!("{} is not an array", show(value))),
         },
         ColumnType::Text => Ok(SqlValue::Text(match value {
             Value::String(s) => s.clone(),
@@ -119,6 +141,70 @@ pub fn convert(value: &Value, column_type: ColumnType) -> Result<SqlValue, Strin
             _ => Err(format!("{} is not a UUID", show(value))),
         },
     }
+}
+
+/// Refuses a canonical decimal that `numeric(precision,scale)` would round or overflow:
+/// the databases round extra fractional digits without a word.
+fn decimal_fits(canonical: &str, precision: u16, scale: u16) -> Result<(), String> {
+    let digits = canonical.trim_start_matches('-');
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    let whole = if whole == "0" { 0 } else { whole.len() };
+    if fraction.len() > usize::from(scale) {
+        return Err(format!(
+            "{canonical} does not fit numeric({precision},{scale}): {} digits after the point, and the column keeps {scale}",
+            fraction.len()
+        ));
+    }
+    if whole > usize::from(precision - scale) {
+        return Err(format!(
+            "{canonical} does not fit numeric({precision},{scale}): {whole} digits before the point, and the column keeps {}",
+            precision - scale
+        ));
+    }
+    Ok(())
+}
+
+/// A JSON array as a PostgreSQL array literal of `element` values (`{1,NULL,3}`,
+/// `{"a","b \"c\""}`), each converted as a column of that type would be.
+fn array_literal(items: &[Value], element: ColumnType) -> Result<String, String> {
+    let mut out = String::with_capacity(2 + items.len() * 4);
+    out.push('{');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let quoted = |out: &mut String, text: &str| {
+            out.push('"');
+            for c in text.chars() {
+                if c == '"' || c == '\\' {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out.push('"');
+        };
+        match convert(item, element).map_err(|e| format!("element {i}: {e}"))? {
+            SqlValue::Null => out.push_str("NULL"),
+            SqlValue::Int(n) => out.push_str(&n.to_string()),
+            SqlValue::Double(f) => out.push_str(&format!("{f:e}")),
+            SqlValue::Bool(b) => out.push(if b { 't' } else { 'f' }),
+            SqlValue::Text(text) => quoted(&mut out, &text),
+            SqlValue::Timestamp(t) => {
+                let mut text = t.format("%Y-%m-%d %H:%M:%S%.6f").to_string();
+                // An instant is UTC: without the offset PostgreSQL reads it in the
+                // session's time zone.
+                if element == ColumnType::Timestamptz {
+                    text.push_str("+00");
+                }
+                quoted(&mut out, &text)
+            }
+            SqlValue::Bytes(_) | SqlValue::Unavailable => {
+                return Err(format!("element {i}: {} is no {element}", show(item)));
+            }
+        }
+    }
+    out.push('}');
+    Ok(out)
 }
 
 /// The text of `{"base64": "…"}`, the shape of bytes decoded on arrival.

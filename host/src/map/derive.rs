@@ -11,7 +11,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::config::{ColumnNameRules, ColumnType, DeriveConfig, Envelope, SinkKey};
+use crate::config::{
+    ColumnNameRules, ColumnType, DeriveConfig, ElementType, Envelope, MAX_DECIMAL_PRECISION,
+    SinkKey,
+};
 use crate::format::RecordSchemas;
 use crate::format::shape::{Field, FieldType};
 
@@ -32,6 +35,9 @@ pub struct DerivedColumn {
     /// The field may be null (or absent with a default): a column added for it later is
     /// nullable, and rows before it read NULL.
     pub optional: bool,
+    /// The field is text holding a JSON document (Debezium's `Json`): a `json` column
+    /// takes the document, not a JSON string of it.
+    pub json_text: bool,
 }
 
 /// The columns of one schema, and the mapper that reads them.
@@ -85,6 +91,8 @@ pub struct Deriver {
     version_column: Option<String>,
     /// What column names the sink's database takes.
     names: ColumnNameRules,
+    /// What column types the sink's database holds.
+    types: TypeRules,
     cache: Mutex<HashMap<(usize, usize), Entry>>,
 }
 
@@ -109,13 +117,16 @@ impl Deriver {
             envelope,
             version_column,
             names: ColumnNameRules::for_scheme(""),
+            types: TypeRules::for_scheme(""),
             cache: Mutex::new(HashMap::new()),
         }
     }
 
-    /// This deriver, checking column names against `names` (the sink database's rules).
-    pub fn with_names(mut self, names: ColumnNameRules) -> Self {
+    /// This deriver, checking column names against `names` and deriving types by
+    /// `types` (the sink database's rules).
+    pub fn for_database(mut self, names: ColumnNameRules, types: TypeRules) -> Self {
         self.names = names;
+        self.types = types;
         self
     }
 
@@ -194,7 +205,7 @@ impl Deriver {
                 .unwrap_or_else(|| field.name.clone());
             let column_type = match self.derive.types.get(&name) {
                 Some(&column_type) => column_type,
-                None => match column_type_of(&field.field_type) {
+                None => match column_type_of(&field.field_type, self.types) {
                     Some(column_type) => column_type,
                     // A field that is always null has nothing to keep.
                     None => continue,
@@ -219,6 +230,7 @@ impl Deriver {
                 field: field.name.clone(),
                 column_type,
                 optional: field.optional || field.default.is_some(),
+                json_text: field.field_type == FieldType::JsonText,
             });
         }
         let key_names: Vec<String> = match &self.key {
@@ -292,6 +304,7 @@ impl Deriver {
                     c.field.replace('~', "~0").replace('/', "~1")
                 ))),
                 column_type: c.column_type,
+                json_text: c.json_text,
             })
             .collect();
         let mut mapper = self.base.clone();
@@ -350,15 +363,84 @@ fn field_of<'t>(record: &'t FieldType, name: &str) -> Option<&'t FieldType> {
     }
 }
 
-/// The portable column type of a schema type (docs/configuration.md, "Derived columns");
-/// `None` for a field that is always null.
-pub fn column_type_of(field_type: &FieldType) -> Option<ColumnType> {
+/// What the columns of a sink's database hold, for the types derived from a schema: the
+/// same value must compare equal in the source and the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TypeRules {
+    /// Arrays of scalars are arrays (PostgreSQL); elsewhere they are JSON.
+    arrays: bool,
+    /// The widest exact decimal a column holds, `(precision, scale)`: wider decimals
+    /// are written to one this wide, and a value that does not fit it fails alone.
+    /// `None`: any decimal fits an unconstrained column.
+    max_decimal: Option<(u16, u16)>,
+}
+
+impl TypeRules {
+    /// The rules of the database a sink URL's `scheme` names.
+    pub fn for_scheme(scheme: &str) -> Self {
+        match scheme {
+            "postgres" | "postgresql" => TypeRules {
+                arrays: true,
+                max_decimal: Some((MAX_DECIMAL_PRECISION, MAX_DECIMAL_PRECISION)),
+            },
+            // MySQL's and MariaDB's DECIMAL: 65 digits, 30 after the point.
+            "mysql" | "mariadb" => TypeRules {
+                arrays: false,
+                max_decimal: Some((65, 30)),
+            },
+            _ => TypeRules {
+                arrays: false,
+                max_decimal: None,
+            },
+        }
+    }
+
+    /// An exact decimal of the schema's precision (unconstrained: `None`) and scale.
+    fn decimal(self, precision: Option<u32>, scale: u32) -> ColumnType {
+        let (max_precision, max_scale) = match self.max_decimal {
+            Some(max) => max,
+            None => {
+                return match precision {
+                    Some(p) => decimal(p, scale, MAX_DECIMAL_PRECISION, MAX_DECIMAL_PRECISION),
+                    None => ColumnType::Numeric,
+                };
+            }
+        };
+        match precision {
+            Some(p) => decimal(p, scale, max_precision, max_scale),
+            // PostgreSQL's NUMERIC takes every value of a variable scale; MySQL's widest
+            // DECIMAL is as near as it gets, with the values past it failing alone.
+            None if max_precision == MAX_DECIMAL_PRECISION => ColumnType::Numeric,
+            None => ColumnType::Decimal {
+                precision: max_precision,
+                scale: max_scale,
+            },
+        }
+    }
+}
+
+/// `numeric(p,s)` within a database's bounds.
+fn decimal(precision: u32, scale: u32, max_precision: u16, max_scale: u16) -> ColumnType {
+    let scale = u16::try_from(scale).unwrap_or(u16::MAX).min(max_scale);
+    let precision = u16::try_from(precision)
+        .unwrap_or(u16::MAX)
+        .clamp(1, max_precision)
+        .max(scale);
+    ColumnType::Decimal { precision, scale }
+}
+
+/// The portable column type of a schema type in a database of `rules`
+/// (docs/configuration.md, "Columns from the schema"); `None` for a field that is always
+/// null.
+pub fn column_type_of(field_type: &FieldType, rules: TypeRules) -> Option<ColumnType> {
     Some(match field_type {
         FieldType::Null => return None,
         FieldType::Boolean => ColumnType::Bool,
+        FieldType::Int16 => ColumnType::Smallint,
         FieldType::Int32 => ColumnType::Int,
         FieldType::Int64 => ColumnType::Bigint,
-        FieldType::UInt64 | FieldType::Decimal { .. } => ColumnType::Numeric,
+        FieldType::UInt64 => rules.decimal(Some(20), 0),
+        FieldType::Decimal { precision, scale } => rules.decimal(*precision, *scale),
         FieldType::Float32 | FieldType::Float64 => ColumnType::Double,
         FieldType::String | FieldType::Enum { .. } => ColumnType::Text,
         FieldType::Bytes | FieldType::Fixed { .. } => ColumnType::Bytes,
@@ -367,6 +449,12 @@ pub fn column_type_of(field_type: &FieldType) -> Option<ColumnType> {
         FieldType::Timestamp(_) => ColumnType::Timestamptz,
         FieldType::LocalTimestamp(_) => ColumnType::Timestamp,
         FieldType::Uuid => ColumnType::Uuid,
+        FieldType::JsonText => ColumnType::Json,
+        FieldType::Array(items) if rules.arrays => match column_type_of(items, rules) {
+            Some(element) if element.is_decimal() => ColumnType::Array(ElementType::Numeric),
+            Some(element) => ElementType::of(element).map_or(ColumnType::Json, ColumnType::Array),
+            None => ColumnType::Json,
+        },
         FieldType::Record { .. }
         | FieldType::Array(_)
         | FieldType::Map(_)

@@ -230,8 +230,10 @@ fn a_truncate_without_a_key_reaches_on_truncate_under_record_key() {
 #[test]
 fn field_names_the_database_cannot_take_fail_as_column_name() {
     let named = |names: &[&str], scheme: &str| {
-        let d = deriver("{url: 'sqlite://x', table: t}", Envelope::None)
-            .with_names(ColumnNameRules::for_scheme(scheme));
+        let d = deriver("{url: 'sqlite://x', table: t}", Envelope::None).for_database(
+            ColumnNameRules::for_scheme(scheme),
+            TypeRules::for_scheme(scheme),
+        );
         let schemas = RecordSchemas {
             key: None,
             value: writer(record(
@@ -323,4 +325,174 @@ fn schemas_that_derive_no_columns_say_why() {
         .expect_err("a field named as the version column")
         .to_string();
     assert!(why.contains("sink.version.column"), "{why}");
+}
+
+/// A real Debezium 3.6.3 snapshot event of a table with a column of each kind
+/// (tests/e2e/cdc/fixtures/real), as Connect's `JsonConverter` wrote it.
+const REAL_KINDS: &str =
+    include_str!("../../../tests/e2e/cdc/fixtures/real/json/00_snapshot__kinds_read.value.json");
+const REAL_KINDS_KEY: &str =
+    include_str!("../../../tests/e2e/cdc/fixtures/real/json/00_snapshot__kinds_read.key.json");
+
+/// A row's values, or why it fails.
+type Mapped = Result<Vec<SqlValue>, MapError>;
+
+/// The columns a real event derives in a database, and its row's values there.
+fn real_kinds(scheme: &str) -> (Vec<(String, ColumnType)>, Mapped) {
+    let d = deriver(
+        "{url: 'sqlite://x', table: t, mode: upsert, key: record_key}",
+        Envelope::Debezium,
+    )
+    .for_database(
+        ColumnNameRules::for_scheme(scheme),
+        TypeRules::for_scheme(scheme),
+    );
+    let (value, schema) =
+        crate::format::connect_json::decode(REAL_KINDS.as_bytes()).expect("decodes");
+    let (_, key_schema) =
+        crate::format::connect_json::decode(REAL_KINDS_KEY.as_bytes()).expect("decodes");
+    let schemas = RecordSchemas {
+        key: writer(crate::format::connect_json::shape(&key_schema).expect("a key shape")),
+        value: writer(crate::format::connect_json::shape(&schema).expect("a shape")),
+    };
+    let shape = d.shape(&schemas).expect("derives");
+    let columns = shape
+        .columns
+        .iter()
+        .map(|c| (c.name.clone(), c.column_type))
+        .collect();
+    let record = value_record(&value.to_string(), Some(r#"{"id": 1}"#));
+    let values = shape.mapper().map(&record).map(|op| match op {
+        RowOp::Write(values) => values,
+        other => panic!("a write: {other:?}"),
+    });
+    (columns, values)
+}
+
+#[test]
+fn a_real_debezium_event_derives_the_types_its_source_had() {
+    use ColumnType::*;
+    let decimal = |precision, scale| Decimal { precision, scale };
+    let (pg, values) = real_kinds("postgres");
+    let types = |columns: &[(String, ColumnType)]| {
+        columns
+            .iter()
+            .map(|(name, t)| (name.as_str().to_owned(), *t))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let pg = types(&pg);
+    assert_eq!(pg["c_int2"], Smallint);
+    assert_eq!(pg["c_int4"], Int);
+    assert_eq!(pg["c_int8"], Bigint);
+    assert_eq!(pg["c_numeric_12_2"], decimal(12, 2));
+    assert_eq!(pg["c_numeric"], Numeric);
+    assert_eq!(pg["c_jsonb"], Json);
+    assert_eq!(pg["c_uuid"], Uuid);
+    assert_eq!(pg["c_timestamptz"], Timestamptz);
+    assert_eq!(pg["c_timestamp"], Timestamp);
+    assert_eq!(pg["c_enum"], Text);
+    assert_eq!(pg["c_int_array"], Array(ElementType::Int));
+    assert_eq!(pg["c_text_array"], Array(ElementType::Text));
+    let values = values.expect("maps on PostgreSQL");
+    let at = |name: &str| {
+        let (columns, _) = real_kinds("postgres");
+        let i = columns
+            .iter()
+            .position(|(n, _)| n == name)
+            .expect("a column");
+        values[i].clone()
+    };
+    assert_eq!(at("c_int2"), SqlValue::Int(-32768));
+    assert_eq!(at("c_numeric_12_2"), SqlValue::Text("1234567890.12".into()));
+    // The document as Debezium wrote it, not a JSON string of it.
+    assert_eq!(
+        at("c_jsonb"),
+        SqlValue::Text(r#"{"a": [1, 2.5, null], "b": {"c": "d"}}"#.into())
+    );
+    assert_eq!(at("c_int_array"), SqlValue::Text("{1,NULL,-3}".into()));
+    assert_eq!(
+        at("c_text_array"),
+        SqlValue::Text(r#"{"x","y z",NULL}"#.into())
+    );
+    assert!(matches!(at("c_timestamptz"), SqlValue::Timestamp(_)));
+
+    // MariaDB: arrays are JSON, the unconstrained numeric is the widest DECIMAL, and this
+    // row's value of it (36 decimals) fails alone rather than being rounded.
+    let (my, values) = real_kinds("mariadb");
+    let my = types(&my);
+    assert_eq!(my["c_int2"], Smallint);
+    assert_eq!(my["c_numeric_12_2"], decimal(12, 2));
+    assert_eq!(my["c_numeric"], decimal(65, 30));
+    assert_eq!(my["c_int_array"], Json);
+    assert_eq!(my["c_jsonb"], Json);
+    match values {
+        Err(MapError::Column { column, message }) => {
+            assert_eq!(column, "c_numeric");
+            assert!(message.contains("numeric(65,30)"), "{message}");
+        }
+        other => panic!("c_numeric fails on MariaDB: {other:?}"),
+    }
+    let (lite, values) = real_kinds("sqlite");
+    let lite = types(&lite);
+    assert_eq!(lite["c_numeric"], Numeric);
+    assert_eq!(lite["c_int_array"], Json);
+    assert!(values.is_ok(), "{values:?}");
+}
+
+/// The same real event through Confluent's `AvroConverter`: its schema (id 2) and the
+/// datum after the 5-byte frame.
+const REAL_KINDS_AVSC: &str =
+    include_str!("../../../tests/e2e/cdc/fixtures/real/avro/schemas/2.avsc");
+const REAL_KINDS_AVRO: &[u8] =
+    include_bytes!("../../../tests/e2e/cdc/fixtures/real/avro/00_snapshot__kinds_read.value.bin");
+
+#[test]
+fn a_real_debezium_avro_event_derives_the_types_of_its_json_twin() {
+    use ColumnType::*;
+    let schema = crate::format::avro::AvroSchema::parse(REAL_KINDS_AVSC, &[]).expect("parses");
+    let value = schema.decode(&REAL_KINDS_AVRO[5..]).expect("decodes");
+    let d = deriver(
+        "{url: 'postgres://h/db', table: t, mode: upsert, key: [id]}",
+        Envelope::Debezium,
+    )
+    .for_database(
+        ColumnNameRules::for_scheme("postgres"),
+        TypeRules::for_scheme("postgres"),
+    );
+    let schemas = RecordSchemas {
+        key: None,
+        value: writer(schema.shape()),
+    };
+    let shape = d.shape(&schemas).expect("derives");
+    let types: std::collections::BTreeMap<&str, ColumnType> = shape
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.column_type))
+        .collect();
+    // What Connect JSON derives (the test above), now from Avro: `connect.type: int16`,
+    // and `connect.name` for Uuid, ZonedTimestamp and Json.
+    assert_eq!(types["c_int2"], Smallint);
+    assert_eq!(
+        types["c_numeric_12_2"],
+        Decimal {
+            precision: 12,
+            scale: 2
+        }
+    );
+    assert_eq!(types["c_numeric"], Numeric);
+    assert_eq!(types["c_uuid"], Uuid);
+    assert_eq!(types["c_timestamptz"], Timestamptz);
+    assert_eq!(types["c_jsonb"], Json);
+    assert_eq!(types["c_int_array"], Array(ElementType::Int));
+    let record = value_record(&value.to_string(), None);
+    let RowOp::Write(values) = shape.mapper().map(&record).expect("maps") else {
+        panic!("a write")
+    };
+    let at =
+        |name: &str| values[shape.columns.iter().position(|c| c.name == name).unwrap()].clone();
+    assert_eq!(
+        at("c_jsonb"),
+        SqlValue::Text(r#"{"a": [1, 2.5, null], "b": {"c": "d"}}"#.into())
+    );
+    assert_eq!(at("c_numeric_12_2"), SqlValue::Text("1234567890.12".into()));
 }

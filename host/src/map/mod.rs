@@ -19,7 +19,7 @@ mod version;
 
 pub use convert::convert;
 use convert::decoded_bytes;
-pub use derive::{DerivedColumn, DerivedShape, Deriver, column_type_of};
+pub use derive::{DerivedColumn, DerivedShape, Deriver, TypeRules, column_type_of};
 use envelope::Change;
 pub use route::{SourceRead, TableRouter, TableRoutes};
 use version::VersionSource;
@@ -183,6 +183,9 @@ struct Column {
     name: String,
     source: Source,
     column_type: ColumnType,
+    /// The value is text holding a JSON document (a derived column of Debezium's
+    /// `io.debezium.data.Json`): a `json` column takes that document as written.
+    json_text: bool,
 }
 
 /// Maps records for one sink. Built once per task from the connector's configuration.
@@ -223,6 +226,7 @@ impl RowMapper {
                 name: name.clone(),
                 source: Source::parse(&c.from),
                 column_type: c.column_type,
+                json_text: false,
             })
             .collect();
         let key = sink
@@ -552,6 +556,12 @@ impl RowMapper {
                 {
                     return bytes.map_err(|message| column_error(column, &message));
                 }
+                if column.json_text
+                    && column.column_type == ColumnType::Json
+                    && let Value::String(text) = found
+                {
+                    return json_document(text).map_err(|message| column_error(column, &message));
+                }
                 return convert(found, column.column_type)
                     .map_err(|message| column_error(column, &message));
             }
@@ -658,6 +668,15 @@ fn column_error(column: &Column, message: &str) -> MapError {
         column: column.name.clone(),
         message: message.to_string(),
     }
+}
+
+/// Text holding a JSON document, as the document: written as it is (PostgreSQL's `jsonb`
+/// keeps `1.50` as written, where a round trip through a double would not), once it is
+/// known to be JSON.
+fn json_document(text: &str) -> Result<SqlValue, String> {
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
+        .map_err(|e| format!("is not a JSON document: {e}"))?;
+    Ok(SqlValue::Text(text.to_string()))
 }
 
 /// Raw bytes (`$key`, `$value`): kept as bytes for a `bytes` column, read as UTF-8 text

@@ -3,6 +3,8 @@
 //! statements that write rows: `row_statements.rs`). Statement text is
 //! built here; binding and running it is in the backend modules.
 
+use std::borrow::Cow;
+
 use crate::config::ColumnType;
 
 /// A database family.
@@ -149,14 +151,18 @@ impl Dialect {
     }
 
     /// The SQL type of a column; key columns in MySQL need a bounded length to be indexed.
-    pub fn type_name(self, column_type: ColumnType, in_key: bool) -> &'static str {
+    pub fn type_name(self, column_type: ColumnType, in_key: bool) -> Cow<'static, str> {
         use ColumnType::*;
-        match self {
+        Cow::Borrowed(match self {
             Dialect::Postgres => match column_type {
+                Smallint => "SMALLINT",
                 Bigint => "BIGINT",
                 Int => "INTEGER",
                 Double => "DOUBLE PRECISION",
                 Numeric => "NUMERIC",
+                Decimal { precision, scale } => {
+                    return Cow::Owned(format!("NUMERIC({precision},{scale})"));
+                }
                 Text => "TEXT",
                 Bool => "BOOLEAN",
                 Timestamp => "TIMESTAMP",
@@ -166,12 +172,20 @@ impl Dialect {
                 Json => "JSONB",
                 Bytes => "BYTEA",
                 Uuid => "UUID",
+                Array(element) => {
+                    return Cow::Owned(format!("{}[]", self.type_name(element.scalar(), false)));
+                }
             },
             Dialect::MySql => match column_type {
+                Smallint => "SMALLINT",
                 Bigint => "BIGINT",
                 Int => "INT",
                 Double => "DOUBLE",
-                Numeric => "DECIMAL(38,10)",
+                // The widest DECIMAL: 65 digits, 30 after the point.
+                Numeric => "DECIMAL(65,30)",
+                Decimal { precision, scale } => {
+                    return Cow::Owned(format!("DECIMAL({},{})", precision.min(65), scale.min(30)));
+                }
                 // Keys compare exactly: "Orders" and "orders" are two keys.
                 Text if in_key => "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
                 Text => "TEXT",
@@ -179,19 +193,19 @@ impl Dialect {
                 Timestamp | Timestamptz => "DATETIME(6)",
                 Date => "DATE",
                 Time => "TIME(6)",
-                Json => "JSON",
+                Json | Array(_) => "JSON",
                 Bytes if in_key => "VARBINARY(255)",
                 Bytes => "LONGBLOB",
                 Uuid => "CHAR(36)",
             },
             Dialect::Sqlite => match column_type {
-                Bigint | Int | Bool => "INTEGER",
+                Smallint | Bigint | Int | Bool => "INTEGER",
                 Double => "REAL",
-                Numeric => "NUMERIC",
+                Numeric | Decimal { .. } => "NUMERIC",
                 Bytes => "BLOB",
-                Text | Timestamp | Timestamptz | Date | Time | Json | Uuid => "TEXT",
+                Text | Timestamp | Timestamptz | Date | Time | Json | Uuid | Array(_) => "TEXT",
             },
-        }
+        })
     }
 
     /// The statement that opens a batch's transaction. SQLite's `IMMEDIATE` takes the

@@ -211,13 +211,17 @@ macro_rules! each_pool {
 pub(crate) use each_pool;
 
 /// A column type as PostgreSQL's `format_type` names the type sluice creates for it.
-fn pg_type_name(column_type: crate::config::ColumnType) -> &'static str {
+fn pg_type_name(column_type: crate::config::ColumnType) -> std::borrow::Cow<'static, str> {
     use crate::config::ColumnType::*;
-    match column_type {
+    std::borrow::Cow::Borrowed(match column_type {
+        Smallint => "smallint",
         Bigint => "bigint",
         Int => "integer",
         Double => "double precision",
         Numeric => "numeric",
+        Decimal { precision, scale } => {
+            return format!("numeric({precision},{scale})").into();
+        }
         Text => "text",
         Bool => "boolean",
         Timestamp => "timestamp without time zone",
@@ -227,7 +231,8 @@ fn pg_type_name(column_type: crate::config::ColumnType) -> &'static str {
         Json => "jsonb",
         Bytes => "bytea",
         Uuid => "uuid",
-    }
+        Array(element) => return format!("{}[]", pg_type_name(element.scalar())).into(),
+    })
 }
 
 /// A connection taken from the pool for one transaction. Dropped before the work on it ran
@@ -577,7 +582,7 @@ impl Sink {
                 let mismatch = table.columns.iter().find(|(name, t)| {
                     !columns
                         .iter()
-                        .any(|(n, found)| n == name && *found == pg_type_name(*t))
+                        .any(|(n, found)| n == name && *found == pg_type_name(*t).as_ref())
                 });
                 if kind != "r" && kind != "p" {
                     Some(format!("it is not a plain table (relkind {kind})"))

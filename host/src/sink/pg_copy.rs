@@ -221,7 +221,8 @@ fn encode(out: &mut Vec<u8>, value: &SqlValue, column_type: ColumnType) -> Resul
     use ColumnType::*;
     match (value, column_type) {
         (SqlValue::Null, _) => out.extend_from_slice(b"\\N"),
-        (SqlValue::Int(v), Bigint | Int) => {
+        // An integer field in a wider decimal column too.
+        (SqlValue::Int(v), Smallint | Int | Bigint | Numeric | Decimal { .. }) => {
             let _ = write!(Out(out), "{v}");
         }
         // `{:e}` is the shortest text that reads back as the same double.
@@ -241,9 +242,10 @@ fn encode(out: &mut Vec<u8>, value: &SqlValue, column_type: ColumnType) -> Resul
                 out.push(HEX[usize::from(b & 15)]);
             }
         }
-        (SqlValue::Text(v), Numeric | Text | Date | Time | Json | Uuid) => {
-            escape(out, v.as_bytes())
-        }
+        (
+            SqlValue::Text(v),
+            Numeric | Decimal { .. } | Text | Date | Time | Json | Uuid | Array(_),
+        ) => escape(out, v.as_bytes()),
         (SqlValue::Timestamp(t), Timestamp | Timestamptz) => {
             out.extend_from_slice(TimestampText::of(t).as_str().as_bytes());
             // A timestamptz is a UTC instant; without the offset PostgreSQL would read it

@@ -27,7 +27,9 @@ enum ColumnArray {
 impl ColumnArray {
     fn new(column_type: ColumnType, capacity: usize) -> Self {
         match column_type {
-            ColumnType::Bigint | ColumnType::Int => ColumnArray::Int(Vec::with_capacity(capacity)),
+            ColumnType::Smallint | ColumnType::Int | ColumnType::Bigint => {
+                ColumnArray::Int(Vec::with_capacity(capacity))
+            }
             ColumnType::Double => ColumnArray::Double(Vec::with_capacity(capacity)),
             ColumnType::Bool => ColumnArray::Bool(Vec::with_capacity(capacity)),
             ColumnType::Bytes => ColumnArray::Bytes(Vec::with_capacity(capacity)),
@@ -65,6 +67,10 @@ impl ColumnArray {
             (ColumnArray::Bool(v), SqlValue::Bool(x)) => v.push(Some(*x)),
             (ColumnArray::Bytes(v), SqlValue::Bytes(x)) => v.push(Some(x.clone())),
             (ColumnArray::Text(v), SqlValue::Text(x)) => v.push(Some(x.clone())),
+            // An integer field in a wider decimal column.
+            (ColumnArray::Text(v), SqlValue::Int(x)) if column_type.is_decimal() => {
+                v.push(Some(x.to_string()))
+            }
             (ColumnArray::Text(v), SqlValue::Timestamp(t)) => {
                 let text = timestamp_text(t);
                 // A timestamptz is a UTC instant; without the offset PostgreSQL would read
@@ -81,7 +87,7 @@ impl ColumnArray {
     }
 }
 
-fn pg_type(column_type: ColumnType) -> &'static str {
+fn pg_type(column_type: ColumnType) -> std::borrow::Cow<'static, str> {
     Dialect::Postgres.type_name(column_type, false)
 }
 

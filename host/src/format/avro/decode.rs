@@ -261,7 +261,7 @@ impl<'a> Decoder<'a> {
                     );
                 }
             },
-            Node::Int => Value::from(self.int()?),
+            Node::Int | Node::Short => Value::from(self.int()?),
             Node::Long => Value::from(self.long()?),
             Node::Float => float(f32::from_le_bytes(self.fixed("a float")?)),
             Node::Double => double(f64::from_le_bytes(self.fixed("a double")?)),
@@ -269,7 +269,9 @@ impl<'a> Decoder<'a> {
                 let n = self.length("bytes")?;
                 base64(self.take(n, "bytes")?)
             }
-            Node::String | Node::Uuid => Value::String(self.string()?),
+            Node::String | Node::Uuid | Node::ZonedTimestamp | Node::JsonText => {
+                Value::String(self.string()?)
+            }
             Node::Fixed { size, .. } => base64(self.take(*size, "a fixed")?),
             Node::Enum { symbols, name } => {
                 let index = self.int()?;

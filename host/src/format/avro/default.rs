@@ -25,7 +25,7 @@ fn convert(nodes: &[Node], id: NodeId, raw: &Value) -> Option<Value> {
     let converted = match nodes.get(id)? {
         Node::Null => raw.is_null().then_some(Value::Null)?,
         Node::Boolean => raw.is_boolean().then(|| raw.clone())?,
-        Node::Int | Node::Long => Value::from(number?),
+        Node::Int | Node::Short | Node::Long => Value::from(number?),
         Node::Float | Node::Double => match raw {
             Value::Number(_) => raw.clone(),
             Value::String(s) if ["NaN", "Infinity", "-Infinity"].contains(&s.as_str()) => {
@@ -33,7 +33,9 @@ fn convert(nodes: &[Node], id: NodeId, raw: &Value) -> Option<Value> {
             }
             _ => return None,
         },
-        Node::String | Node::Uuid => Value::String(text?.to_owned()),
+        Node::String | Node::Uuid | Node::ZonedTimestamp | Node::JsonText => {
+            Value::String(text?.to_owned())
+        }
         Node::Enum { symbols, .. } => {
             let symbol = text?;
             symbols.iter().any(|s| s == symbol).then(|| raw.clone())?

@@ -82,14 +82,25 @@ enum Node {
     },
     /// Any other union, decoded as `{"<branch name>": value}` (null for a null branch).
     Union(Vec<Branch>),
-    /// `decimal` on `bytes` (`size` None) or on a `fixed` of `size` bytes.
+    /// `decimal` on `bytes` (`size` None) or on a `fixed` of `size` bytes; `precision`
+    /// `None` for Connect's `Decimal` without `connect.decimal.precision`.
     Decimal {
-        precision: u32,
+        precision: Option<u32>,
         scale: u32,
         size: Option<usize>,
     },
-    /// `uuid` on `string`: the text as written.
+    /// `uuid` on `string`, or a `string` Confluent's converter names `io.debezium.data.Uuid`:
+    /// the text as written.
     Uuid,
+    /// An `int` Confluent's converter marks `connect.type` `int16` or `int8` (Connect's
+    /// 16- and 8-bit integers): decoded as an `int`.
+    Short,
+    /// A `string` named `io.debezium.time.ZonedTimestamp`: an instant as ISO 8601 text
+    /// with its offset, decoded as that text.
+    ZonedTimestamp,
+    /// A `string` named `io.debezium.data.Json`: a JSON document as text, decoded as that
+    /// text.
+    JsonText,
     /// `uuid` on `fixed(16)`: the 16 bytes as canonical lowercase text.
     UuidFixed,
     /// `date` on `int`.
@@ -206,6 +217,9 @@ impl Shaper<'_> {
             Node::Null => FieldType::Null,
             Node::Boolean => FieldType::Boolean,
             Node::Int => FieldType::Int32,
+            Node::Short => FieldType::Int16,
+            Node::ZonedTimestamp => FieldType::Timestamp(TimeUnit::Micros),
+            Node::JsonText => FieldType::JsonText,
             Node::Long => FieldType::Int64,
             Node::Float => FieldType::Float32,
             Node::Double => FieldType::Float64,
@@ -253,7 +267,7 @@ impl Shaper<'_> {
             Node::Decimal {
                 precision, scale, ..
             } => FieldType::Decimal {
-                precision: Some(*precision),
+                precision: *precision,
                 scale: *scale,
             },
             Node::VariableScaleDecimal => FieldType::Decimal {

@@ -262,7 +262,7 @@ impl Compiler {
         let node = match (logical, size) {
             (Some("decimal"), _) => match decimal_parameters(object, Some(size)) {
                 Some((precision, scale)) => Node::Decimal {
-                    precision,
+                    precision: Some(precision),
                     scale,
                     size: Some(size),
                 },
@@ -319,12 +319,12 @@ impl Compiler {
         let name = match self.nodes.get(id)? {
             Node::Null => "null",
             Node::Boolean => "boolean",
-            Node::Int | Node::Date | Node::Time(TimeUnit::Millis) => "int",
+            Node::Int | Node::Short | Node::Date | Node::Time(TimeUnit::Millis) => "int",
             Node::Long | Node::Time(_) | Node::Timestamp(_) | Node::LocalTimestamp(_) => "long",
             Node::Float => "float",
             Node::Double => "double",
             Node::Bytes | Node::Decimal { .. } => "bytes",
-            Node::String | Node::Uuid => "string",
+            Node::String | Node::Uuid | Node::ZonedTimestamp | Node::JsonText => "string",
             Node::Array { .. } => "array",
             Node::Map { .. } => "map",
             // Named types have their full name above.
@@ -424,7 +424,7 @@ fn primitive_logical(object: &Map<String, Value>, primitive: &str) -> Option<Nod
         ("bytes", "decimal") => {
             let (precision, scale) = decimal_parameters(object, None)?;
             Node::Decimal {
-                precision,
+                precision: Some(precision),
                 scale,
                 size: None,
             }
@@ -449,8 +449,20 @@ fn primitive_logical(object: &Map<String, Value>, primitive: &str) -> Option<Nod
 /// logical type): a `MicroTimestamp` is microseconds, never read as milliseconds. A
 /// `logicalType` beside it is the same type; `connect.name` decides.
 fn connect_logical(object: &Map<String, Value>, primitive: &str) -> Option<Node> {
+    if primitive == "int"
+        && matches!(
+            object.get("connect.type").and_then(Value::as_str),
+            Some("int16" | "int8")
+        )
+        && !object.contains_key("connect.name")
+    {
+        return Some(Node::Short);
+    }
     let name = object.get("connect.name").and_then(Value::as_str)?;
     let node = match (primitive, name) {
+        ("string", "io.debezium.data.Uuid") => Node::Uuid,
+        ("string", "io.debezium.time.ZonedTimestamp") => Node::ZonedTimestamp,
+        ("string", "io.debezium.data.Json") => Node::JsonText,
         ("int", "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date") => Node::Date,
         ("int", "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time") => {
             Node::Time(TimeUnit::Millis)
@@ -480,16 +492,9 @@ fn connect_logical(object: &Map<String, Value>, primitive: &str) -> Option<Node>
             if scale > crate::format::temporal::MAX_DECIMAL_SCALE {
                 return None;
             }
-            let precision = number("connect.decimal.precision")
-                .or_else(|| {
-                    object
-                        .get("precision")
-                        .and_then(Value::as_u64)
-                        .and_then(|p| u32::try_from(p).ok())
-                })
-                .unwrap_or(0)
-                .max(scale)
-                .max(1);
+            // Connect's own parameter says whether the source stated a precision: without
+            // it, the Avro `precision` is the converter's default, not the source's.
+            let precision = number("connect.decimal.precision").map(|p| p.max(scale).max(1));
             Node::Decimal {
                 precision,
                 scale,

@@ -1,7 +1,7 @@
 //! A Connect schema in sluice's vocabulary, matching what [`super::decode`] converts its
 //! payload to.
 //!
-//! - `int8`/`int16`/`int32` are `Int32`, `int64` is `Int64`; `float`/`float32` are
+//! - `int8`/`int16` are `Int16`, `int32` is `Int32`, `int64` is `Int64`; `float`/`float32` are
 //!   `Float32`, `double`/`float64` are `Float64`; `boolean`, `string`, `bytes` as named;
 //! - `array` is an `Array` of its `items`; a `map` with string keys is a `Map` of its
 //!   `values`, one with other keys an `Array` of two-element arrays (`[key, value]`, each
@@ -12,8 +12,9 @@
 //!   given), Connect's `Date`/`Time`/`Timestamp` are `Date`/`Time(Millis)`/
 //!   `Timestamp(Millis)`; Debezium's `Date` is `Date`, `Time`/`MicroTime`/`NanoTime` are
 //!   `Time` in ms/µs/ns, `Timestamp`/`MicroTimestamp`/`NanoTimestamp` are `LocalTimestamp`
-//!   in ms/µs/ns, `Uuid` is `Uuid`; `VariableScaleDecimal` (its scale differs per value),
-//!   `ZonedTimestamp` and `Json` are `String`.
+//!   in ms/µs/ns, `Uuid` is `Uuid`, `ZonedTimestamp` (ISO 8601 text with its offset) is
+//!   `Timestamp(Micros)`, `Json` is `JsonText`; `VariableScaleDecimal` (its scale differs
+//!   per value) is `Decimal` without a precision.
 
 use serde_json::Value;
 
@@ -46,7 +47,8 @@ fn shape_at(schema: &Value, path: &str, depth: usize) -> Result<FieldType, Strin
         shape_at(inner, &format!("{path}.{key}"), depth + 1)
     };
     Ok(match kind {
-        "int8" | "int16" | "int32" => FieldType::Int32,
+        "int8" | "int16" => FieldType::Int16,
+        "int32" => FieldType::Int32,
         "int64" => FieldType::Int64,
         "float" | "float32" => FieldType::Float32,
         "double" | "float64" => FieldType::Float64,
@@ -128,6 +130,8 @@ fn logical(
         ("io.debezium.time.MicroTimestamp", "int64") => FieldType::LocalTimestamp(TimeUnit::Micros),
         ("io.debezium.time.NanoTimestamp", "int64") => FieldType::LocalTimestamp(TimeUnit::Nanos),
         ("io.debezium.data.Uuid", "string") => FieldType::Uuid,
+        ("io.debezium.time.ZonedTimestamp", "string") => FieldType::Timestamp(TimeUnit::Micros),
+        ("io.debezium.data.Json", "string") => FieldType::JsonText,
         // Decoded as a decimal string of its own scale.
         (VARIABLE_SCALE_DECIMAL, "struct") => FieldType::Decimal {
             precision: None,

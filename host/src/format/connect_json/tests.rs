@@ -200,9 +200,10 @@ fn dates_times_and_timestamps() {
             FieldType::LocalTimestamp(TimeUnit::Millis),
             FieldType::LocalTimestamp(TimeUnit::Micros),
             FieldType::LocalTimestamp(TimeUnit::Nanos),
-            FieldType::String,
+            // ZonedTimestamp: an instant; Json: a document as text.
+            FieldType::Timestamp(TimeUnit::Micros),
             FieldType::Uuid,
-            FieldType::String,
+            FieldType::JsonText,
             FieldType::Decimal {
                 precision: None,
                 scale: 0

@@ -1,7 +1,7 @@
 //! A derived table as its catalog lists it ([`Layout`]), and how one schema's rows fit it
 //! ([`Layout::fit`], [`Fitted::project`]).
 
-use crate::config::ColumnType;
+use crate::config::{ColumnType, ElementType};
 use crate::map::{DerivedShape, RowOp, SqlValue};
 
 use super::super::Dialect;
@@ -12,7 +12,7 @@ use super::super::dialect::TableSpec;
 pub struct CatalogColumn {
     pub name: String,
     /// The catalog's spelling of its type (PostgreSQL's `format_type`, MySQL's
-    /// `DATA_TYPE`, SQLite's declared type), lower case.
+    /// `DATA_TYPE` with `decimal(p,s)` spelled out, SQLite's declared type), lower case.
     pub sql_type: String,
     /// Its place in the primary key, from 1; 0 when it is not in it.
     pub key_position: u32,
@@ -72,67 +72,124 @@ pub(super) fn same_name(dialect: Dialect, a: &str, b: &str) -> bool {
 }
 
 /// The portable types a column of catalog type `sql_type` takes, when it is a type sluice
-/// creates (`None` for any other type).
-fn portable_types(dialect: Dialect, sql_type: &str) -> Option<&'static [ColumnType]> {
+/// creates (`None` for any other type); the first is the one it is made for.
+fn portable_types(dialect: Dialect, sql_type: &str) -> Option<Vec<ColumnType>> {
     use ColumnType::*;
     let sql_type = sql_type.trim().to_ascii_lowercase();
+    let decimal = |name: &str| -> Option<ColumnType> {
+        let (p, s) = sql_type
+            .strip_prefix(name)?
+            .strip_prefix('(')?
+            .strip_suffix(')')?
+            .split_once(',')?;
+        Some(Decimal {
+            precision: p.trim().parse().ok()?,
+            scale: s.trim().parse().ok()?,
+        })
+    };
     Some(match dialect {
-        Dialect::Postgres => match sql_type.as_str() {
-            "bigint" => &[Bigint],
-            "integer" => &[Int],
-            "double precision" => &[Double],
-            "numeric" => &[Numeric],
-            "text" => &[Text],
-            "boolean" => &[Bool],
-            "timestamp without time zone" => &[Timestamp],
-            "timestamp with time zone" => &[Timestamptz],
-            "date" => &[Date],
-            "time without time zone" => &[Time],
-            "jsonb" => &[Json],
-            "bytea" => &[Bytes],
-            "uuid" => &[Uuid],
-            _ => return None,
-        },
-        Dialect::MySql => match sql_type.as_str() {
-            "bigint" => &[Bigint],
-            "int" => &[Int],
-            "double" => &[Double],
-            "decimal" => &[Numeric],
-            "varchar" | "text" => &[Text],
-            "tinyint" => &[Bool],
-            "datetime" => &[Timestamp, Timestamptz],
-            "date" => &[Date],
-            "time" => &[Time],
-            // MariaDB's JSON is LONGTEXT with a check.
-            "json" | "longtext" => &[Json, Text],
-            "varbinary" | "longblob" => &[Bytes],
-            "char" => &[Uuid, Text],
-            _ => return None,
-        },
+        Dialect::Postgres => {
+            if let Some(element) = sql_type.strip_suffix("[]") {
+                let element = match element {
+                    e if e.starts_with("numeric") => ElementType::Numeric,
+                    e => ElementType::of(*portable_types(dialect, e)?.first()?)?,
+                };
+                return Some(vec![Array(element)]);
+            }
+            if let Some(decimal) = decimal("numeric") {
+                return Some(vec![decimal]);
+            }
+            vec![match sql_type.as_str() {
+                "smallint" => Smallint,
+                "bigint" => Bigint,
+                "integer" => Int,
+                "double precision" => Double,
+                "numeric" => Numeric,
+                "text" => Text,
+                "boolean" => Bool,
+                "timestamp without time zone" => Timestamp,
+                "timestamp with time zone" => Timestamptz,
+                "date" => Date,
+                "time without time zone" => Time,
+                "jsonb" => Json,
+                "bytea" => Bytes,
+                "uuid" => Uuid,
+                _ => return None,
+            }]
+        }
+        Dialect::MySql => {
+            if let Some(decimal) = decimal("decimal") {
+                return Some(vec![decimal]);
+            }
+            match sql_type.as_str() {
+                "smallint" => vec![Smallint],
+                "bigint" => vec![Bigint],
+                "int" => vec![Int],
+                "double" => vec![Double],
+                "varchar" | "text" => vec![Text],
+                "tinyint" => vec![Bool],
+                "datetime" => vec![Timestamp, Timestamptz],
+                "date" => vec![Date],
+                "time" => vec![Time],
+                // MariaDB's JSON is LONGTEXT with a check.
+                "json" | "longtext" => vec![Json, Text],
+                "varbinary" | "longblob" => vec![Bytes],
+                "char" => vec![Uuid, Text],
+                _ => return None,
+            }
+        }
         Dialect::Sqlite => match sql_type.as_str() {
-            "integer" => &[Bigint, Int, Bool],
-            "real" => &[Double],
-            "numeric" => &[Numeric],
-            "blob" => &[Bytes],
-            "text" => &[Text, Timestamp, Timestamptz, Date, Time, Json, Uuid],
+            "integer" => vec![Bigint, Int, Smallint, Bool],
+            "real" => vec![Double],
+            "numeric" => vec![Numeric],
+            "blob" => vec![Bytes],
+            "text" => vec![Text, Timestamp, Timestamptz, Date, Time, Json, Uuid],
             _ => return None,
         },
     })
 }
 
+/// Most digits before the point of an integer type's values.
+fn integer_digits(column_type: ColumnType) -> Option<u16> {
+    match column_type {
+        ColumnType::Smallint => Some(5),
+        ColumnType::Int => Some(10),
+        ColumnType::Bigint => Some(19),
+        _ => None,
+    }
+}
+
 /// The type a value of `field` type is written as into a column that takes `takes`: the
-/// field's own, or a wider one; `None` when the column cannot take it.
+/// field's own, or a wider one that holds every value of it exactly; `None` when the
+/// column cannot take it (a value could be rounded, cut or refused).
 fn written_as(field: ColumnType, takes: &[ColumnType]) -> Option<ColumnType> {
     use ColumnType::*;
     if takes.contains(&field) {
         return Some(field);
     }
-    let wider: &[ColumnType] = match field {
-        Int => &[Bigint, Numeric],
-        Bigint => &[Numeric],
-        _ => &[],
+    let wider = |column: ColumnType| match (field, column) {
+        (Smallint, Int | Bigint) | (Int, Bigint) => true,
+        (Smallint | Int | Bigint | Decimal { .. }, Numeric) => true,
+        (
+            Smallint | Int | Bigint,
+            Decimal {
+                precision, scale, ..
+            },
+        ) => integer_digits(field).is_some_and(|digits| digits <= precision - scale),
+        (
+            Decimal {
+                precision: p,
+                scale: s,
+            },
+            Decimal { precision, scale },
+        ) => s <= scale && p - s <= precision - scale,
+        // Text written by an earlier sluice (which derived these as text) keeps the text.
+        (Json | Uuid | Numeric | Decimal { .. } | Date | Time, Text) => true,
+        // Arrays in a JSON column (another database's, or an earlier sluice's).
+        (Array(_), Json) => true,
+        _ => false,
     };
-    wider.iter().copied().find(|w| takes.contains(w))
+    takes.iter().copied().find(|&column| wider(column))
 }
 
 impl Layout {
@@ -186,7 +243,7 @@ impl Layout {
                 .iter()
                 .position(|c| same(&c.name, &column.name));
             let takes = portable_types(dialect, &column.sql_type);
-            match (found, takes) {
+            match (found, takes.as_deref()) {
                 (Some(at), Some(takes)) => {
                     let field = &shape.columns[at];
                     let Some(written) = written_as(field.column_type, takes) else {

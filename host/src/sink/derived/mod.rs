@@ -53,7 +53,9 @@ fn catalog_query(dialect: Dialect, spec: &TableSpec) -> String {
             literal(&spec.quoted(dialect))
         ),
         Dialect::MySql => format!(
-            "SELECT CAST(c.COLUMN_NAME AS CHAR), CAST(LOWER(c.DATA_TYPE) AS CHAR), \
+            "SELECT CAST(c.COLUMN_NAME AS CHAR), CAST(CASE WHEN LOWER(c.DATA_TYPE) = 'decimal' \
+             THEN CONCAT('decimal(', c.NUMERIC_PRECISION, ',', c.NUMERIC_SCALE, ')') \
+             ELSE LOWER(c.DATA_TYPE) END AS CHAR), \
              CAST(COALESCE(k.ORDINAL_POSITION, 0) AS CHAR) \
              FROM information_schema.COLUMNS c LEFT JOIN information_schema.KEY_COLUMN_USAGE k \
              ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
