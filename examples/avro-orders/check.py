@@ -76,9 +76,8 @@ def day(v):
 
 
 def exact(v):
-    """A numeric column as a Decimal: PostgreSQL and MySQL give a Decimal (exact); SQLite,
-    which has no exact decimal type, a float of up to 15 significant digits, exact for
-    these amounts (precision 12)."""
+    """A numeric column as a Decimal: PostgreSQL and MySQL give a Decimal; SQLite, which
+    has no exact decimal type, the decimal's exact text."""
     return v if isinstance(v, Decimal) else Decimal(str(v))
 
 

@@ -188,7 +188,8 @@ impl Dialect {
                 }
                 // Keys compare exactly: "Orders" and "orders" are two keys.
                 Text if in_key => "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-                Text => "TEXT",
+                // TEXT holds 64 KiB; PostgreSQL's text, up to 1 GB, needs LONGTEXT.
+                Text => "LONGTEXT",
                 Bool => "BOOLEAN",
                 Timestamp | Timestamptz => "DATETIME(6)",
                 Date => "DATE",
@@ -201,9 +202,19 @@ impl Dialect {
             Dialect::Sqlite => match column_type {
                 Smallint | Bigint | Int | Bool => "INTEGER",
                 Double => "REAL",
-                Numeric | Decimal { .. } => "NUMERIC",
+                // NUMERIC affinity would turn `12345678.123456789012` into a double with
+                // 15 digits: decimals are kept as their exact text.
                 Bytes => "BLOB",
-                Text | Timestamp | Timestamptz | Date | Time | Json | Uuid | Array(_) => "TEXT",
+                Numeric
+                | Decimal { .. }
+                | Text
+                | Timestamp
+                | Timestamptz
+                | Date
+                | Time
+                | Json
+                | Uuid
+                | Array(_) => "TEXT",
             },
         })
     }

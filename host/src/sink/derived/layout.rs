@@ -141,9 +141,19 @@ fn portable_types(dialect: Dialect, sql_type: &str) -> Option<Vec<ColumnType>> {
         Dialect::Sqlite => match sql_type.as_str() {
             "integer" => vec![Bigint, Int, Smallint, Bool],
             "real" => vec![Double],
+            // Created by an earlier sluice for decimals.
             "numeric" => vec![Numeric],
             "blob" => vec![Bytes],
-            "text" => vec![Text, Timestamp, Timestamptz, Date, Time, Json, Uuid],
+            "text" => vec![
+                Text,
+                Timestamp,
+                Timestamptz,
+                Date,
+                Time,
+                Json,
+                Uuid,
+                Numeric,
+            ],
             _ => return None,
         },
     })
