@@ -8,6 +8,9 @@
 //!   Debezium PostgreSQL connector (`pgoutput`) with Connect's JSON or Confluent's Avro
 //!   converter.
 //! - [`smoke`]: creates, updates, deletes and a truncate reach the broker.
+//! - [`replicate`]: a history with every change kind and type edge replicated by sluice
+//!   (JSON and Avro) into PostgreSQL, MariaDB and SQLite through a SIGKILL, compared with
+//!   the source value by value.
 //! - [`capture`]: writes real events as fixtures (`tests/e2e/cdc/fixtures/real/`); ignored
 //!   unless asked for (`--run-ignored only`).
 //!
@@ -34,6 +37,7 @@
 #![allow(dead_code)]
 
 mod capture;
+mod replicate;
 mod smoke;
 
 use std::io::Write;
@@ -795,6 +799,31 @@ impl TopicReader {
         self.state = Some(state);
         finished
     }
+
+    /// Reads on until every record its topics hold now is read (each partition up to its
+    /// high watermark), or `timeout` passes; returns whether it got there. Topics are
+    /// fetched side by side, so a record seen on one topic says nothing of another's:
+    /// after a last change's record, this reads what came before it elsewhere.
+    pub async fn read_to_end(&mut self, timeout: Duration) -> bool {
+        let mut state = self.state.take().expect("reader state");
+        let (state, finished) = tokio::task::spawn_blocking(move || {
+            state.assign_existing();
+            let ends = state.ends();
+            let finished = state.read(timeout, move |records| {
+                ends.iter().all(|(topic, partition, high)| {
+                    *high == 0
+                        || records.iter().any(|r| {
+                            r.topic == *topic && r.partition == *partition && r.offset >= high - 1
+                        })
+                })
+            });
+            (state, finished)
+        })
+        .await
+        .expect("reader thread");
+        self.state = Some(state);
+        finished
+    }
 }
 
 impl ReaderState {
@@ -837,6 +866,28 @@ impl ReaderState {
                 }
             }
         }
+    }
+
+    /// `(topic, partition, high watermark)` of every partition of the assigned topics.
+    fn ends(&self) -> Vec<(String, i32, i64)> {
+        let metadata = self
+            .consumer
+            .fetch_metadata(None, Duration::from_secs(5))
+            .expect("metadata");
+        let mut ends = Vec::new();
+        for topic in metadata.topics() {
+            if !self.assigned.iter().any(|t| t == topic.name()) {
+                continue;
+            }
+            for partition in topic.partitions() {
+                let (_, high) = self
+                    .consumer
+                    .fetch_watermarks(topic.name(), partition.id(), Duration::from_secs(5))
+                    .expect("watermarks");
+                ends.push((topic.name().to_string(), partition.id(), high));
+            }
+        }
+        ends
     }
 
     /// Assigns the topics that exist now (a fetch of a missing one errs); those assigned
