@@ -144,16 +144,9 @@ fn portable_types(dialect: Dialect, sql_type: &str) -> Option<Vec<ColumnType>> {
             // Created by an earlier sluice for decimals.
             "numeric" => vec![Numeric],
             "blob" => vec![Bytes],
-            "text" => vec![
-                Text,
-                Timestamp,
-                Timestamptz,
-                Date,
-                Time,
-                Json,
-                Uuid,
-                Numeric,
-            ],
+            // Decimals too (sluice keeps their exact text): `written_as` takes them into
+            // text, where an integer, a wider type, does not go.
+            "text" => vec![Text, Timestamp, Timestamptz, Date, Time, Json, Uuid],
             _ => return None,
         },
     })

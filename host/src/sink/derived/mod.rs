@@ -395,6 +395,11 @@ mod tests {
             sink.key.clone(),
             envelope,
             None,
+        )
+        // PostgreSQL's types: arrays are arrays.
+        .for_database(
+            crate::config::ColumnNameRules::for_scheme("postgres"),
+            crate::map::TypeRules::for_scheme("postgres"),
         );
         let fields = fields
             .iter()
@@ -564,6 +569,57 @@ mod tests {
             pg.fit(Dialect::Postgres, &base(), &s),
             Err(Misfit::Missing(_))
         ));
+    }
+
+    /// A field goes into an existing column only where every value of it is held exactly:
+    /// decimals by their digits on each side of the point, integers into decimals with
+    /// room for them, text columns only for what an earlier sluice derived as text.
+    #[test]
+    fn columns_take_only_fields_they_hold_exactly() {
+        let fits = |dialect: Dialect, sql_type: &str, field: FieldType| {
+            let s = shape(&[("id", FieldType::Int64, false), ("v", field, true)]);
+            layout(&[("id", "bigint"), ("v", sql_type)])
+                .fit(dialect, &base(), &s)
+                .map(|f| f.spec.columns[1].1)
+        };
+        let decimal = |precision, scale| FieldType::Decimal {
+            precision: Some(precision),
+            scale,
+        };
+        let pg = Dialect::Postgres;
+        assert_eq!(
+            fits(pg, "numeric(12,4)", decimal(10, 2)).ok(),
+            Some(ColumnType::Decimal {
+                precision: 12,
+                scale: 4
+            })
+        );
+        // Two more decimals than the column keeps: it would round them.
+        assert!(fits(pg, "numeric(12,2)", decimal(14, 4)).is_err());
+        assert!(fits(pg, "numeric(12,2)", FieldType::Int64).is_err());
+        assert!(fits(pg, "numeric(20,0)", FieldType::Int64).is_ok());
+        assert!(fits(pg, "numeric", decimal(40, 20)).is_ok());
+        assert_eq!(
+            fits(
+                pg,
+                "integer[]",
+                FieldType::Array(Box::new(FieldType::Int32))
+            )
+            .ok(),
+            Some(ColumnType::Array(crate::config::ElementType::Int))
+        );
+        assert!(fits(pg, "jsonb", FieldType::Array(Box::new(FieldType::Int32))).is_ok());
+        assert!(fits(pg, "smallint", FieldType::Int32).is_err());
+        assert!(fits(pg, "integer", FieldType::Int16).is_ok());
+        // Text an earlier sluice derived keeps taking a document, not an integer.
+        assert!(fits(pg, "text", FieldType::JsonText).is_ok());
+        assert!(fits(pg, "text", FieldType::Int64).is_err());
+        // MySQL's catalog spells a decimal's precision and scale out.
+        assert!(fits(Dialect::MySql, "decimal(38,10)", decimal(12, 2)).is_ok());
+        assert!(fits(Dialect::MySql, "decimal(38,10)", decimal(40, 12)).is_err());
+        // SQLite keeps decimals as text, and an integer does not go there.
+        assert!(fits(Dialect::Sqlite, "text", decimal(20, 12)).is_ok());
+        assert!(fits(Dialect::Sqlite, "text", FieldType::Int64).is_err());
     }
 
     #[test]
