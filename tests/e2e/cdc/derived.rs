@@ -349,3 +349,78 @@ async fn a_column_added_by_hand_is_seen_before_refusing(kind: Backend) {
     assert!(status.success(), "sluice exited with {status}");
 }
 for_each_database!(a_column_added_by_hand_is_seen_before_refusing);
+
+/// Field names a producer may write (issue 43): a dot in a name is one column, never a
+/// schema and a column; an empty name and one with a control character fail their records
+/// alone (class `column_name`), and the records after them land. Each database has its
+/// own rules for names (length, trailing spaces), so this runs on each.
+async fn field_names_fail_only_their_records(kind: Backend) {
+    const DOTTED: &[RowField] = &[
+        ("id", "int64", false),
+        ("name", "string", true),
+        ("a.b", "string", true),
+    ];
+    const EMPTY: &[RowField] = &[("id", "int64", false), ("", "string", true)];
+    const CONTROL: &[RowField] = &[("id", "int64", false), ("bad\u{1}name", "string", true)];
+    let run = FormatRun::new(kind).await;
+    let config = run.config_with(
+        "connect_json",
+        "      evolve: add_columns",
+        "record_key",
+        "    key_format: connect_json\n    envelope: debezium",
+    );
+    let create = |fields: &'static [RowField], id: i64, lsn: i64, after: Value| {
+        record(id, Some(event(fields, "c", lsn, Value::Null, after)))
+    };
+    run.produce(
+        json!({"serializer": "raw"}),
+        vec![
+            create(V1, 1, 10, json!({"id": 1, "name": "ann"})),
+            create(
+                DOTTED,
+                2,
+                11,
+                json!({"id": 2, "name": "bob", "a.b": "dotted"}),
+            ),
+            create(EMPTY, 3, 12, json!({"id": 3, "": "nameless"})),
+            create(CONTROL, 4, 13, json!({"id": 4, "bad\u{1}name": "x"})),
+            create(
+                DOTTED,
+                5,
+                14,
+                json!({"id": 5, "name": "eve", "a.b": "after"}),
+            ),
+        ],
+    )
+    .await;
+    let sluice = run.start(&config);
+    run.wait_for(3, 2, 120, &sluice).await;
+    let row = |id: i64, name: &str, dotted: Option<&str>| {
+        vec![
+            Some(id.to_string()),
+            Some(name.to_string()),
+            dotted.map(str::to_string),
+        ]
+    };
+    assert_eq!(
+        run.rows(&[("id", "bigint"), ("name", "text"), ("a.b", "text")])
+            .await,
+        vec![
+            row(1, "ann", None),
+            row(2, "bob", Some("dotted")),
+            row(5, "eve", Some("after"))
+        ]
+    );
+    let letters = run.letters().await;
+    let classes: Vec<(i64, &str)> = letters.iter().map(|l| (l.0, l.2.as_str())).collect();
+    assert_eq!(
+        classes,
+        vec![(2, "column_name"), (3, "column_name")],
+        "{letters:?}"
+    );
+    assert!(letters[0].3.contains("empty name"), "{letters:?}");
+    assert!(letters[1].3.contains("control character"), "{letters:?}");
+    let status = sluice.terminate();
+    assert!(status.success(), "sluice exited with {status}");
+}
+for_each_database!(field_names_fail_only_their_records);
