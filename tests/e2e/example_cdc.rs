@@ -5,13 +5,28 @@
 //! Test-broker workarounds (Tansu 0.6.0's faults, DESIGN.md), here only: the producer sends
 //! one record per producer batch (`-X batch.num.messages=1`: its memory storage answers a
 //! fetch that starts inside a batch with the next batch), and sluice starts again only
-//! [`harness::EVICTION_WAIT`] after the SIGKILL (a killed member keeps its partitions until
-//! its session expired).
+//! after the example's session timeout has passed since the SIGKILL ([`eviction_wait`]: a
+//! killed member keeps its partitions until its session expired).
 
 use std::time::{Duration, Instant};
 
 use crate::examples::{OwnDatabase, root, run_py, sluice_bin, spawn_py};
 use crate::harness::{self, Backend, Broker, SluiceProcess};
+
+/// How long a SIGKILLed member of the example's group keeps its partitions on the test
+/// broker: the example's own `session.timeout.ms` (longer than the suite's, which
+/// [`harness::EVICTION_WAIT`] is made for), and the same margin. Restarted sooner, the
+/// new process was assigned no partition and the replica stayed behind.
+fn eviction_wait() -> Duration {
+    let text = std::fs::read_to_string(root().join("examples/cdc-replication/connectors.yaml"))
+        .expect("the example's connectors.yaml");
+    let session = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("session.timeout.ms:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_millis);
+    harness::EVICTION_WAIT.max(session + Duration::from_secs(2))
+}
 
 /// The history's size: enough for several batches on each side of the SIGKILL.
 const ORDERS: &str = "300";
@@ -81,7 +96,7 @@ async fn replicate_through_a_sigkill(kind: Backend) {
         sluice.log.display()
     );
     sluice.kill();
-    tokio::time::sleep(harness::EVICTION_WAIT).await;
+    tokio::time::sleep(eviction_wait()).await;
     let sluice = SluiceProcess::start_with_env(&config, &env);
     let produced = tokio::task::spawn_blocking(move || producer.wait())
         .await
