@@ -9,92 +9,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hyper::{Method, StatusCode};
-use serde_json::{Value, json};
+use serde_json::json;
 use sluice::admin::client::AdminClient;
 
+use crate::harness::admin::{
+    admin_section, control, get, sample, scrape, send, tasks_in, wait_status,
+};
 use crate::harness::{self, Backend, Pipeline, Scenario, SluiceProcess, TestDb, free_port};
-
-const TOKEN: &str = "op-token-0123";
-
-/// An `admin:` section on a free port, placed where `Scenario::extra_kafka` goes.
-fn admin_section(port: u16) -> String {
-    format!("admin:\n  listen: \"127.0.0.1:{port}\"\n  token: {TOKEN}")
-}
-
-fn client(port: u16) -> AdminClient {
-    AdminClient::new(&format!("http://127.0.0.1:{port}"), Some(TOKEN.into())).expect("client")
-}
-
-/// `GET path`, answered with 200, as JSON.
-async fn get(port: u16, path: &str) -> Value {
-    let answer = client(port).get(path).await.expect("request");
-    assert_eq!(answer.status, StatusCode::OK, "{path}: {}", answer.body);
-    answer.json()
-}
-
-async fn send(port: u16, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let answer = client(port)
-        .request(method, path, body)
-        .await
-        .expect("request");
-    (answer.status, answer.json())
-}
-
-/// `PUT /connectors/{name}/{action}` (pause, resume, stop), answered 202.
-async fn control(port: u16, name: &str, action: &str) {
-    let (code, body) = send(
-        port,
-        Method::PUT,
-        &format!("/connectors/{name}/{action}"),
-        None,
-    )
-    .await;
-    assert_eq!(code, StatusCode::ACCEPTED, "{action}: {body}");
-}
-
-/// Waits (at most `seconds`) until `check` holds for the connector's status.
-async fn wait_status(port: u16, name: &str, seconds: u64, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    loop {
-        let answer = client(port)
-            .get(&format!("/connectors/{name}/status"))
-            .await;
-        match answer {
-            Ok(answer) if answer.status == StatusCode::OK => {
-                let status = answer.json();
-                if check(&status) {
-                    return status;
-                }
-                assert!(Instant::now() < deadline, "status never matched: {status}");
-            }
-            other => assert!(Instant::now() < deadline, "no status: {other:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn tasks_in(status: &Value, state: &str) -> usize {
-    status["tasks"]
-        .as_array()
-        .map_or(0, |t| t.iter().filter(|t| t["state"] == state).count())
-}
-
-/// The value of the sample `name{labels}` in a scrape.
-fn sample(scrape: &str, name_and_labels: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .find(|line| {
-            line.starts_with(name_and_labels) && line[name_and_labels.len()..].starts_with(' ')
-        })
-        .and_then(|line| line.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-async fn scrape(port: u16) -> String {
-    let answer = client(port).get("/metrics").await.expect("scrape");
-    assert_eq!(answer.status, StatusCode::OK);
-    answer.body
-}
 
 /// The sum of the group's committed offsets over `partitions` partitions of `topic`.
 fn group_committed(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> i64 {

@@ -9,6 +9,7 @@
 
 #![allow(dead_code)]
 
+pub mod admin;
 pub mod proxy;
 
 use std::net::{TcpListener, TcpStream};
