@@ -47,6 +47,8 @@
 //!   by Confluent's serializers through the suite's Schema Registry ([`registry`]): every
 //!   type, the registry down, unknown ids and broken frames.
 //! - [`fuzz_formats`]: arbitrary bytes at every decoder: never a panic.
+//! - [`late_topics`]: topics created after `sluice run` subscribed, read within seconds
+//!   under librdkafka's default metadata refresh.
 //! - [`debezium`]: a real Debezium 3.6 PostgreSQL connector in a Kafka Connect worker, on
 //!   a PostgreSQL cluster of its own with logical decoding, writing to the test broker.
 //! - [`cdc`]: Debezium and OpenCDC change streams (`envelope`), versioned upserts and
@@ -77,6 +79,7 @@ mod faults;
 mod formats;
 mod fuzz_decode_map;
 mod fuzz_formats;
+mod late_topics;
 mod metrics_listen;
 mod offset_integrity;
 mod offsets_cas;

@@ -241,6 +241,7 @@ impl Actor {
             }
         }
         self.transition(TaskEvent::Subscribed)?;
+        let mut late_topics = super::late_topics::LateTopics::new();
         let batch = self.spec.connector.batch.clone();
         let max_bytes = usize::try_from(batch.max_bytes.0).unwrap_or(usize::MAX);
         // Since when the consumer reports errors without records in between.
@@ -268,6 +269,7 @@ impl Actor {
                 Err(mpsc::TryRecvError::Empty) => {}
             }
 
+            late_topics.look(&consumer, &self.spec.connector);
             if let Err(error) = self.step(&consumer, batch.max_records, max_bytes, batch.linger.0) {
                 // The write in flight (of records before the failure) is finished first,
                 // and at-least-once offsets go to Kafka, so that a restart does not deliver
@@ -326,6 +328,7 @@ impl Actor {
                             }
                             PollError::UnknownTopic => {
                                 self.unknown_topic(&consumer, error)?;
+                                late_topics.look_soon();
                                 break;
                             }
                             PollError::OutOfRange | PollError::Transient => {}
@@ -530,7 +533,8 @@ impl Actor {
                 });
             }
         }
-        tracing::warn!(%error, "a subscribed topic does not exist (yet); its partitions are read once it does");
+        // Which topics, and when sluice looks again, is the late topics' warning.
+        tracing::debug!(%error, "a subscribed topic does not exist (yet); its partitions are read once it does");
         Ok(())
     }
 

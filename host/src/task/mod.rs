@@ -17,6 +17,8 @@
 //! - [`buffer`]: records waiting for their batch.
 //! - [`transforming`]: the batch being transformed, on the task's transform thread.
 //! - [`in_flight`]: the batch being written, and what its result does.
+//! - [`late_topics`]: asking again, every few seconds, for subscribed topics that do not
+//!   exist yet.
 //! - [`partitions`]: where each partition stands; moving partitions to stored offsets.
 //! - [`rebalance`]: what an assignment or a revocation does.
 //! - [`state`]: the transition table.
@@ -30,6 +32,7 @@ mod actor;
 mod buffer;
 pub mod handle;
 mod in_flight;
+mod late_topics;
 mod partitions;
 mod rebalance;
 pub mod state;
