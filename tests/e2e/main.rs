@@ -59,6 +59,9 @@
 //!   templates, `sink.table_from`): a topic created mid-run picked up, Debezium events routed
 //!   by their source table, bad table names as dead letters, a SIGKILL across tables.
 //!
+//! - [`unread`]: a connector that reads nothing is DEGRADED, with its true lag: partitions
+//!   no task reads listed, their lag series, `sluice_unread_partitions`, `sluice status`.
+//!
 //! Run one suite with `cargo nextest run --test e2e -E 'test(/^faults::/)'`.
 
 #[macro_use]
@@ -97,3 +100,4 @@ mod schema;
 mod shared_pools;
 mod shown_config;
 mod status_page;
+mod unread;

@@ -129,7 +129,27 @@ pub(super) fn add(
         (metrics.rows_per_second() * 10.0).round() / 10.0,
         others,
     );
-    let lag: i64 = partitions.iter().map(|p| p.lag).sum();
+    // The partitions no task reads count in the lag too: a connector that reads nothing
+    // does not show lag 0.
+    let coverage = connector.coverage.view();
+    let now = crate::sink::control::now_ms();
+    let unread_lag: i64 = coverage.unread.iter().filter_map(|p| p.lag).sum();
+    let lag: i64 = partitions.iter().map(|p| p.lag).sum::<i64>() + unread_lag;
+    let unread: Vec<Value> = coverage
+        .unread
+        .iter()
+        .map(|p| {
+            json!({"topic": p.topic, "partition": p.partition, "lag": p.lag,
+                "since": p.since_ms, "seconds": now.saturating_sub(p.since_ms) / 1000})
+        })
+        .collect();
+    let view = connector.view();
+    let reasons = crate::supervisor::coverage::health(&view, &coverage, now);
+    let health = if reasons.is_empty() {
+        "HEALTHY"
+    } else {
+        "DEGRADED"
+    };
     let rows_per_second: f64 = processes.iter().map(|p| p.rows_per_second).sum();
     let lags: Vec<Value> = partitions
         .into_iter()
@@ -161,13 +181,17 @@ pub(super) fn add(
             })
         })
         .collect();
-    let last_error = connector
-        .view()
+    let last_error = view
         .last_error
         .map(|e| json!({"message": e.message, "at": e.at_ms}));
     let figures = json!({
+        "health": health,
+        "health_reasons": reasons,
         "lag": lag,
         "partitions": lags,
+        "unread_partitions": unread,
+        "unread_grace_seconds": coverage.grace.as_secs(),
+        "coverage_error": coverage.error,
         "rows_per_second": (rows_per_second * 10.0).round() / 10.0,
         "processes": processes,
         "records_consumed": metrics.consumed_total(),

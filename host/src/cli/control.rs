@@ -139,10 +139,13 @@ pub fn status_table(all: &Value) -> String {
             let running = tasks.iter().filter(|t| t["state"] == "RUNNING").count();
             rows.push([
                 name.clone(),
-                status["connector"]["state"]
-                    .as_str()
-                    .unwrap_or("?")
-                    .to_string(),
+                match (
+                    status["connector"]["state"].as_str(),
+                    status["health"].as_str(),
+                ) {
+                    (Some(state), Some("DEGRADED")) => format!("{state} (DEGRADED)"),
+                    (state, _) => state.unwrap_or("?").to_string(),
+                },
                 format!("{running}/{} running", tasks.len()),
                 status["lag"].as_i64().map_or("-".into(), |l| l.to_string()),
                 status["rows_per_second"]
@@ -155,6 +158,11 @@ pub fn status_table(all: &Value) -> String {
             ]);
             if let Some(trace) = status["connector"]["trace"].as_str() {
                 traces.push(format!("{name}: {trace}"));
+            }
+            for reason in status["health_reasons"].as_array().into_iter().flatten() {
+                if let Some(reason) = reason.as_str() {
+                    traces.push(format!("{name}: degraded: {reason}"));
+                }
             }
             for task in &tasks {
                 rows.push([
@@ -239,7 +247,8 @@ mod tests {
                     {"id": 0, "state": "RUNNING", "worker_id": "pod-a"},
                     {"id": 1, "state": "FAILED", "worker_id": "pod-b", "trace": "sink: refused\nmore"}
                 ],
-                "lag": 42, "rows_per_second": 1234.4
+                "lag": 42, "rows_per_second": 1234.4,
+                "health": "DEGRADED", "health_reasons": ["task 1 of pod-b FAILED"]
             }}
         });
         let table = status_table(&all);
@@ -259,5 +268,10 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("words task 1: sink: refused\n"), "{table}");
+        assert!(lines[1].contains("RUNNING (DEGRADED)"), "{table}");
+        assert!(
+            table.contains("words: degraded: task 1 of pod-b FAILED"),
+            "{table}"
+        );
     }
 }

@@ -170,6 +170,41 @@ pub fn connector_topics<C: rdkafka::consumer::ConsumerContext>(
     Ok(topics)
 }
 
+/// Every partition of the connector's topics (topic, partition), as the broker's metadata
+/// has them now.
+pub fn all_partitions(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    connector: &ConnectorConfig,
+) -> Result<Vec<(String, i32)>, KafkaError> {
+    let consumer = outside_consumer(kafka, brokers, connector)?;
+    partitions(
+        &consumer,
+        &connector_topics(&*consumer, connector, GROUP_TIMEOUT)?,
+    )
+}
+
+/// The log of each partition of `asked`: `(low, high)`, its first offset and the one after
+/// its last, as the broker says now; `None` for one it did not answer.
+pub fn log_ranges(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    connector: &ConnectorConfig,
+    asked: &[(String, i32)],
+) -> Vec<Option<(i64, i64)>> {
+    let Ok(consumer) = outside_consumer(kafka, brokers, connector) else {
+        return vec![None; asked.len()];
+    };
+    asked
+        .iter()
+        .map(|(topic, partition)| {
+            consumer
+                .fetch_watermarks(topic, *partition, GROUP_TIMEOUT)
+                .ok()
+        })
+        .collect()
+}
+
 /// Every partition of `topics`, as the broker's metadata has them.
 fn partitions(
     consumer: &BaseConsumer,

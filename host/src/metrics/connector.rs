@@ -302,6 +302,40 @@ impl ConnectorMetrics {
         }
     }
 
+    /// Sets the lag of a partition no task reads (label `task="none"`).
+    pub fn set_unread_lag(&self, topic: &str, partition: i32, lag: i64) {
+        self.all
+            .lag
+            .get_or_create(&self.unread_partition(topic, partition))
+            .set(lag);
+    }
+
+    /// Forgets the lag series of a partition no task read (a task holds it now).
+    pub fn clear_unread_lag(&self, topic: &str, partition: i32) {
+        self.all
+            .lag
+            .remove(&self.unread_partition(topic, partition));
+    }
+
+    fn unread_partition(&self, topic: &str, partition: i32) -> PartitionLabel {
+        PartitionLabel {
+            connector: self.connector.clone(),
+            task: "none".into(),
+            topic: topic.to_string(),
+            partition: partition.to_string(),
+        }
+    }
+
+    /// How many partitions no task has read past the grace (`supervisor::coverage`).
+    pub fn set_unread_partitions(&self, count: i64) {
+        self.all
+            .unread_partitions
+            .get_or_create(&ConnectorLabel {
+                connector: self.connector.clone(),
+            })
+            .set(count);
+    }
+
     /// Forgets the lag of every partition `task` held (its thread ended without cleaning up).
     pub fn clear_task_lags(&self, task: usize) {
         let held: Vec<(String, i32)> = self

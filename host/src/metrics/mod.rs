@@ -149,6 +149,7 @@ pub struct Metrics {
     committed: Family<ConnectorLabel, Counter>,
     batches: Family<ConnectorLabel, Counter>,
     lag: Family<PartitionLabel, Gauge>,
+    unread_partitions: Family<ConnectorLabel, Gauge>,
     batch_duration: HistogramFamily<StageLabel>,
     batch_records: HistogramFamily<ConnectorLabel>,
     retries: Family<ReasonLabel, Counter>,
@@ -239,7 +240,13 @@ impl Metrics {
             lag: register!(
                 r,
                 "consumer_lag",
-                "Records behind: the partition's high watermark minus its stored next offset",
+                "Records behind: the partition's high watermark minus its stored next offset; every partition of the connector's topics, task=\"none\" for one no task reads",
+                Family::default()
+            ),
+            unread_partitions: register!(
+                r,
+                "unread_partitions",
+                "Partitions of the connector's topics that no task has read for longer than a rebalance takes (session.timeout.ms plus 15 s); 0 while the connector is stopped",
                 Family::default()
             ),
             batch_duration: register!(

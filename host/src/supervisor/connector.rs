@@ -76,6 +76,8 @@ pub(super) struct Runner {
     pub(super) config: Arc<ConnectorConfig>,
     pub(super) metrics: Arc<ConnectorMetrics>,
     pub(super) history: Arc<super::history::History>,
+    /// The partitions no task reads (its watcher runs while the sink is connected).
+    pub(super) coverage: Arc<super::coverage::Coverage>,
     pub(super) commands: mpsc::UnboundedReceiver<Command>,
     pub(super) view: watch::Sender<ConnectorView>,
     /// What the operator asked for (as last read or set).
@@ -276,6 +278,17 @@ impl Runner {
                     clean_tombstones(sink.clone(), version.remember_deletes.0),
                 )));
         }
+        self.cleaners
+            .push(tokio::spawn(tracing::Instrument::in_current_span(
+                super::coverage::watch_coverage(
+                    self.context.clone(),
+                    self.config.clone(),
+                    sink.clone(),
+                    self.metrics.clone(),
+                    self.coverage.clone(),
+                    self.view.subscribe(),
+                ),
+            )));
         self.sink = Some(sink);
         Connect::Connected
     }
@@ -565,6 +578,7 @@ impl Runner {
         for cleaner in self.cleaners.drain(..) {
             cleaner.abort();
         }
+        self.coverage.forget(&self.metrics);
         if let Some(sink) = self.sink.take() {
             sink.close().await;
         }

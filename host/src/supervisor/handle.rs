@@ -123,6 +123,8 @@ pub struct ConnectorHandle {
     pub metrics: Arc<ConnectorMetrics>,
     /// Its throughput over the last minutes (the status page's chart).
     pub history: Arc<History>,
+    /// The partitions of its topics that no task reads.
+    pub coverage: Arc<super::coverage::Coverage>,
     /// What a reload compares: the connector's section, its plugins' contents, the
     /// `kafka:` section.
     pub(super) fingerprint: String,
@@ -143,7 +145,9 @@ impl ConnectorHandle {
         let (view_tx, view) = watch::channel(ConnectorView::new());
         let span = tracing::error_span!("connector", connector = %config.name);
         let history = Arc::new(History::new());
+        let coverage = Arc::new(super::coverage::Coverage::default());
         let runner = Runner {
+            coverage: coverage.clone(),
             context,
             config: config.clone(),
             metrics: metrics.clone(),
@@ -169,6 +173,7 @@ impl ConnectorHandle {
             config,
             metrics,
             history,
+            coverage,
             fingerprint,
             commands,
             view,

@@ -5,6 +5,7 @@
 
 mod changes;
 pub mod connector;
+pub mod coverage;
 mod handle;
 mod handover;
 pub mod history;

@@ -274,6 +274,7 @@ impl Shared {
         self.metrics
             .duplicates
             .inc_by(delivered.duplicates.len() as u64);
+        let cut = delivered.fatal.is_some();
         if let Some(failure) = delivered.fatal {
             inner.fatal = Some(TaskError::Record(failure));
         } else {
@@ -292,7 +293,18 @@ impl Shared {
         // At-least-once: the group's offsets are where a restart resumes. Exactly-once: they
         // only show the group's progress (the database's offsets are the truth).
         inner.kafka_commits.extend(delivered.next_offsets);
-        self.metrics.committed.inc_by(flight.records);
+        // A batch cut short by `errors.policy: fail` committed the records before the cut
+        // only: those below the offsets it advanced.
+        let committed = if cut {
+            let prepared = &flight.job.prepared;
+            committed_inputs(
+                (0..prepared.inputs()).map(|i| prepared.position(i)),
+                &delivered.offsets,
+            )
+        } else {
+            flight.records
+        };
+        self.metrics.committed.inc_by(committed);
         self.metrics.skipped.inc_by(flight.skipped);
         self.metrics.batches.inc();
         self.metrics.rows_written.inc_by(delivered.rows as u64);
@@ -303,5 +315,47 @@ impl Shared {
         self.metrics
             .observe_stage(BatchStage::Commit, delivered.commit_time);
         tracing::debug!(records = flight.records, "batch committed");
+    }
+}
+
+/// How many of a batch's records (`positions`: topic, partition, offset) lie below the
+/// offsets its transaction advanced: those it committed.
+fn committed_inputs<'a>(
+    positions: impl Iterator<Item = (&'a str, i32, i64)>,
+    advanced: &[crate::sink::OffsetAdvance],
+) -> u64 {
+    positions
+        .filter(|(topic, partition, offset)| {
+            advanced
+                .iter()
+                .any(|a| a.topic == *topic && a.partition == *partition && *offset < a.next)
+        })
+        .count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::committed_inputs;
+    use crate::sink::OffsetAdvance;
+
+    #[test]
+    fn a_cut_batch_counts_the_records_below_its_advanced_offsets() {
+        let positions = [
+            ("t", 0, 10),
+            ("t", 0, 11),
+            ("t", 1, 5),
+            ("t", 0, 12),
+            ("T", 0, 3),
+        ];
+        // Partition 0 advanced to 12 (the record at 12 failed); partition 1 and topic T
+        // did not advance.
+        let advanced = [OffsetAdvance {
+            topic: "t".into(),
+            partition: 0,
+            expected: Some(10),
+            next: 12,
+        }];
+        assert_eq!(committed_inputs(positions.into_iter(), &advanced), 2);
+        assert_eq!(committed_inputs(positions.into_iter(), &[]), 0);
     }
 }

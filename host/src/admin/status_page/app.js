@@ -192,15 +192,21 @@ function renderConnector({ name, status, history }) {
   const section = el('section', { class: 'connector', 'data-connector': name });
   section.append(el('h2', {},
     el('a', { class: 'name', href: '#connector=' + encodeURIComponent(name), text: name }),
-    el('span', { class: 'state', 'data-state': state, text: state })));
+    el('span', { class: 'state', 'data-state': state, text: state }),
+    s.health === 'DEGRADED'
+      ? el('span', { class: 'state', 'data-state': 'DEGRADED', 'data-role': 'health', text: 'DEGRADED' })
+      : null));
   if (s.connector && s.connector.trace) {
     section.append(el('p', { class: 'notice error', text: s.connector.trace }));
+  }
+  for (const reason of s.health_reasons || []) {
+    section.append(el('p', { class: 'notice error', 'data-role': 'degraded', text: `Degraded: ${reason}` }));
   }
   if (page.access !== 'read') section.append(actions(name));
   section.append(noticeLine(name));
   section.append(el('div', { class: 'grid' },
     figure('rows/s (30 s)', s.rows_per_second),
-    figure('lag', s.lag),
+    figure('lag', s.lag, (s.unread_partitions || []).length > 0),
     figure('rows written', s.rows_written),
     figure('records committed', s.records_committed),
     figure('dead letters', s.dead_letters, s.dead_letters > 0),
@@ -214,6 +220,9 @@ function renderConnector({ name, status, history }) {
   section.append(el('h3', { text: 'Tasks' }), tasksTable(s.tasks || []));
   section.append(el('h3', { text: 'Processes' }), processesTable(s.processes || []));
   section.append(el('h3', { text: 'Lag by partition' }), partitionsTable(s.partitions || []));
+  if ((s.unread_partitions || []).length > 0) {
+    section.append(el('h3', { text: 'Partitions no task reads' }), unreadTable(s.unread_partitions));
+  }
   section.append(el('h3', { text: 'Transforms' }), pluginsTable(s.plugins || []));
   section.append(el('h3', { text: 'Last error (this process)' }), lastError(s.last_error));
   return section;
@@ -329,6 +338,15 @@ function partitionsTable(partitions) {
     el('td', { text: p.worker_id || '' }),
     el('td', { class: 'num', text: number(p.lag) })));
   return table(['topic', 'partition', 'task', 'process', 'lag'], rows, [1, 2, 4]);
+}
+
+function unreadTable(partitions) {
+  const rows = partitions.map((p) => el('tr', { 'data-role': 'unread' },
+    el('td', { text: p.topic }),
+    el('td', { class: 'num', text: p.partition }),
+    el('td', { text: clock(new Date(p.since)) }),
+    el('td', { class: 'num', text: p.lag === null ? '?' : number(p.lag) })));
+  return table(['topic', 'partition', 'unread since', 'lag'], rows, [1, 3]);
 }
 
 function processesTable(processes) {

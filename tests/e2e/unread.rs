@@ -1,0 +1,150 @@
+//! A connector that reads nothing says so: partitions no task reads count in its lag,
+//! are listed with the time since when, have their `sluice_consumer_lag` series
+//! (`task="none"`), and make the connector DEGRADED past the grace, on the API, in
+//! `sluice_unread_partitions` and in `sluice status`.
+
+use std::time::{Duration, Instant};
+
+use hyper::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::harness::admin::{admin_section, control, sample, scrape, send, wait_status};
+use crate::harness::{self, Scenario, SluiceProcess, free_port};
+
+/// Waits (at most `seconds`) until the sample `name` of a scrape satisfies `check`.
+async fn wait_sample(port: u16, name: &str, seconds: u64, check: impl Fn(Option<f64>) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let scraped = scrape(port).await;
+        if check(sample(&scraped, name)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never matched: {:?}\n{}",
+            sample(&scraped, name),
+            scraped
+                .lines()
+                .filter(|l| l.contains("lag") || l.contains("unread"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn unread(status: &Value) -> usize {
+    status["unread_partitions"].as_array().map_or(0, Vec::len)
+}
+
+/// The only task of a connector fails for good at a record (`errors.policy: fail`): the
+/// records behind it wait in a partition no task reads. Before: RUNNING, lag 0,
+/// `partitions: []`, no lag series, and the cut batch counted whole.
+#[test]
+fn a_connector_that_reads_nothing_is_degraded_with_its_true_lag() {
+    harness::run_test(async {
+        let broker = harness::Broker::start();
+        let port = free_port();
+        let db = harness::TestDb::new(harness::Backend::Sqlite);
+        let mut scenario = Scenario::new(1);
+        scenario.extra_kafka = admin_section(port);
+        scenario.extra_connector = "    errors: { policy: fail }".into();
+        // A healthy connector beside it keeps the process up (a process whose every
+        // connector failed for good exits).
+        let healthy = Scenario::new(1);
+        broker.create_topic(&scenario.topic, 1).await;
+        broker.create_topic(&healthy.topic, 1).await;
+        let dir = tempfile::tempdir().expect("dir");
+        let config = dir.path().join("unread.yaml");
+        std::fs::write(
+            &config,
+            harness::combined_yaml(&broker.bootstrap, &[(&scenario, &db), (&healthy, &db)]),
+        )
+        .expect("write config");
+        broker
+            .produce_with(&scenario.topic, 0..1000, |uid| {
+                if uid == 500 {
+                    "not json".to_string()
+                } else {
+                    harness::word_event(uid)
+                }
+            })
+            .await;
+        let sluice = SluiceProcess::start(&config);
+        let name = scenario.connector.clone();
+        let (topic, connector) = (&scenario.topic, &scenario.connector);
+
+        let status = wait_status(port, &name, 90, |s| {
+            s["health"] == "DEGRADED" && unread(s) == 1 && s["lag"] == 500
+        })
+        .await;
+        assert_eq!(status["connector"]["state"], "RUNNING", "{status}");
+        assert_eq!(status["unread_partitions"][0]["topic"], *topic, "{status}");
+        assert_eq!(status["unread_partitions"][0]["lag"], 500, "{status}");
+        assert!(
+            status["health_reasons"][0]
+                .as_str()
+                .is_some_and(|r| r.starts_with("task 0 FAILED")),
+            "{status}"
+        );
+        assert_eq!(scenario.stats(&broker.bootstrap, &db).await.rows, 500);
+        // The batch was cut at the failed record: 500 committed, not the 1,000 polled.
+        assert_eq!(status["records_committed"], 500, "{status}");
+        let lag_series = format!(
+            "sluice_consumer_lag{{connector=\"{connector}\",task=\"none\",topic=\"{topic}\",partition=\"0\"}}"
+        );
+        wait_sample(port, &lag_series, 30, |v| v == Some(500.0)).await;
+        // Past the grace (session.timeout.ms 6 s + 15 s): the partition counts as unread.
+        let unread_series = format!("sluice_unread_partitions{{connector=\"{connector}\"}}");
+        wait_sample(port, &unread_series, 60, |v| v == Some(1.0)).await;
+        let status = wait_status(port, &name, 10, |s| {
+            s["health_reasons"].as_array().is_some_and(|r| {
+                r.iter()
+                    .any(|r| r.as_str().is_some_and(|r| r.contains("no task reads")))
+            })
+        })
+        .await;
+        assert!(
+            status["unread_partitions"][0]["seconds"].as_i64() >= Some(21),
+            "{status}"
+        );
+        // `sluice status` says it too.
+        let table = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["status", "--admin", &format!("http://127.0.0.1:{port}")])
+            .env("SLUICE_ADMIN_TOKEN", crate::harness::admin::TOKEN)
+            .output()
+            .expect("sluice status");
+        let table = String::from_utf8_lossy(&table.stdout).into_owned();
+        assert!(table.contains("RUNNING (DEGRADED)"), "{table}");
+        assert!(table.contains("degraded: task 0 FAILED"), "{table}");
+
+        // Stopped by the operator: not degraded (nothing is expected to read).
+        control(port, &name, "stop").await;
+        wait_status(port, &name, 30, |s| {
+            s["connector"]["state"] == "STOPPED" && s["health"] == "HEALTHY"
+        })
+        .await;
+        let patch = json!({"offsets": [{"partition": {"kafka_topic": topic, "kafka_partition": 0}, "offset": {"kafka_offset": 501}}]});
+        let (code, body) = send(
+            port,
+            Method::PATCH,
+            &format!("/connectors/{name}/offsets"),
+            Some(patch),
+        )
+        .await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        control(port, &name, "resume").await;
+        let stats = scenario
+            .wait_for_rows(&broker.bootstrap, &db, 999, Duration::from_secs(90))
+            .await;
+        assert_eq!(stats.rows, 999, "{stats:?}");
+        // Read again: healthy, nothing unread, the `task="none"` series gone.
+        wait_status(port, &name, 30, |s| {
+            s["health"] == "HEALTHY" && unread(s) == 0 && s["lag"] == 0
+        })
+        .await;
+        wait_sample(port, &lag_series, 15, |v| v.is_none()).await;
+        wait_sample(port, &unread_series, 15, |v| v == Some(0.0)).await;
+        assert!(sluice.terminate().success());
+    });
+}
