@@ -115,7 +115,23 @@ fn postgres() {
 
         // Refusals: a duplicate key, a CHECK, a value out of range.
         let found = class_of!(&mut a, format!("INSERT INTO {table} VALUES (1, 'again')"));
+        // sqlx's text ends with PostgreSQL's own source line; sluice shows the message
+        // and its detail instead.
+        assert!(found.1.contains(" at line "), "{}", found.1);
         check(found, ErrorClass::Refused, "unique violation (23505)");
+        let error = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {table} VALUES (1, 'again')"
+        )))
+        .execute(&mut a)
+        .await
+        .expect_err("a duplicate key");
+        let shown = sluice::sink::shown(&error).to_string();
+        assert_eq!(
+            shown,
+            format!(
+                "error returned from database: duplicate key value violates unique constraint \"{table}_pkey\" (Key (id)=(1) already exists.)"
+            )
+        );
         let found = class_of!(&mut a, format!("INSERT INTO {table} VALUES (9, 'bad')"));
         check(found, ErrorClass::Refused, "check violation (23514)");
         let found = class_of!(&mut a, "SELECT CAST(99999999999 AS INTEGER)");

@@ -76,6 +76,26 @@ pub fn load_str(
     })
 }
 
+/// A hint for a YAML error on a line that puts an unquoted `${…}` inside `{ … }`: the
+/// braces are YAML's flow mapping, so the reference must be quoted.
+fn flow_reference_hint(text: &str, line: usize) -> Option<String> {
+    // The error may be reported at the line after the culprit (an unclosed mapping).
+    let lines: Vec<&str> = text.lines().collect();
+    let candidates = [line.checked_sub(1), line.checked_sub(2)];
+    candidates.into_iter().flatten().find_map(|index| {
+        let written = lines.get(index)?;
+        let reference = written.find("${")?;
+        let opened = written[..reference].contains('{');
+        let quoted = written[..reference].ends_with('"') || written[..reference].ends_with('\'');
+        (opened && !quoted).then(|| {
+            format!(
+                " (line {}: a ${{…}} inside {{ … }} must be quoted, as in token: \"${{SLUICE_ADMIN_TOKEN}}\": unquoted, its braces end YAML's {{ … }} mapping)",
+                index + 1
+            )
+        })
+    })
+}
+
 fn check_str(
     text: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
@@ -87,7 +107,7 @@ fn check_str(
         }
         Ok(parsed) => parsed,
         Err(error) => {
-            let message = match error.location() {
+            let mut message = match error.location() {
                 Some(at) => format!(
                     "line {}, column {}: {}",
                     at.line(),
@@ -96,6 +116,12 @@ fn check_str(
                 ),
                 None => format!("not valid YAML: {error}"),
             };
+            if let Some(hint) = error
+                .location()
+                .and_then(|at| flow_reference_hint(text, at.line()))
+            {
+                message.push_str(&hint);
+            }
             return Err(vec![Problem::new("", message)]);
         }
     };

@@ -504,3 +504,38 @@ fn column_types_with_parameters_load_where_the_database_holds_them() {
     let unknown = problems(&typed("sqlite://x.db", "numeric(3,4)"));
     assert!(!unknown.is_empty(), "a scale past the precision is refused");
 }
+
+#[test]
+fn an_unquoted_reference_inside_braces_says_to_quote_it() {
+    // The README's snippet as it once was: `{` `}` are YAML's flow mapping.
+    let text = GOOD.replace(
+        "kafka: {",
+        "admin: { listen: \"127.0.0.1:8083\", token: ${SLUICE_ADMIN_TOKEN} }\nkafka: {",
+    );
+    let found = problems(&text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("must be quoted, as in token: \"${SLUICE_ADMIN_TOKEN}\""),
+        "{found:?}"
+    );
+    // Quoted, it parses (what is left is the variable this test does not set); an error
+    // elsewhere gets no such hint.
+    let quoted = GOOD.replace(
+        "kafka: {",
+        "admin: { listen: \"127.0.0.1:8083\", token: \"${SLUICE_ADMIN_TOKEN}\" }\nkafka: {",
+    );
+    assert_eq!(
+        problems(&quoted),
+        [
+            "admin.token: environment variable SLUICE_ADMIN_TOKEN is not set (write ${SLUICE_ADMIN_TOKEN:-default} to give a default)"
+        ]
+    );
+    let broken = GOOD.replace("topics: [words]", "topics: [words");
+    assert!(
+        problems(&broken)
+            .iter()
+            .all(|p| !p.contains("must be quoted")),
+        "{:?}",
+        problems(&broken)
+    );
+}

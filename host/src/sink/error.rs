@@ -5,9 +5,9 @@ use std::time::Duration;
 /// Why a sink operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    #[error("cannot connect to {url}: {source}")]
+    #[error("cannot connect to {url}: {}", shown(source))]
     Connect { url: String, source: sqlx::Error },
-    #[error("{action} on table {table}: {source}")]
+    #[error("{action} on table {table}: {}", shown(source))]
     Database {
         action: &'static str,
         table: String,
@@ -269,6 +269,36 @@ pub(super) fn refused_message(error: &sqlx::Error) -> String {
 
 pub(super) fn is_transient(error: &sqlx::Error) -> bool {
     classify(error) == ErrorClass::Transient
+}
+
+/// A database error as a user reads it: PostgreSQL's message with its detail and hint,
+/// without the line of PostgreSQL's own source that sqlx appends (" at line 1392" reads as
+/// a line of the user's file); other errors as sqlx writes them.
+pub fn shown(error: &sqlx::Error) -> Shown<'_> {
+    Shown(error)
+}
+
+/// See [`shown`].
+pub struct Shown<'a>(&'a sqlx::Error);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pg = match self.0 {
+            sqlx::Error::Database(db) => db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>(),
+            _ => None,
+        };
+        let Some(pg) = pg else {
+            return write!(f, "{}", self.0);
+        };
+        write!(f, "error returned from database: {}", pg.message())?;
+        if let Some(detail) = pg.detail() {
+            write!(f, " ({detail})")?;
+        }
+        if let Some(hint) = pg.hint() {
+            write!(f, " hint: {hint}")?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -51,7 +51,7 @@ use crate::failure::DeadLetter;
 use crate::map::{RowOp, TableRoutes};
 pub use delivery::DeliveryRow;
 pub use dialect::{Dialect, TableSpec};
-pub use error::{ErrorClass, SinkError, classify};
+pub use error::{ErrorClass, SinkError, classify, shown};
 pub use offsets::{Forgotten, OffsetsChange, ResetPoint};
 pub use pg_copy::CopyIn;
 use pools::Pool;
