@@ -13,7 +13,7 @@ use serde_json::json;
 use sluice::admin::client::AdminClient;
 
 use crate::harness::admin::{
-    admin_section, control, get, sample, scrape, send, tasks_in, wait_status,
+    admin_section, control, get, move_offset, sample, scrape, send, tasks_in, wait_status,
 };
 use crate::harness::{self, Backend, Pipeline, Scenario, SluiceProcess, TestDb, free_port};
 
@@ -539,15 +539,7 @@ async fn an_operator_brings_a_failed_task_back(db: Backend) {
     // Stop, skip the record, resume.
     control(port, &name, "stop").await;
     wait_status(port, &name, 30, |s| s["connector"]["state"] == "STOPPED").await;
-    let patch = json!({"offsets": [{"partition": {"kafka_topic": failing.topic, "kafka_partition": 0}, "offset": {"kafka_offset": 501}}]});
-    let (code, body) = send(
-        port,
-        Method::PATCH,
-        &format!("/connectors/{name}/offsets"),
-        Some(patch),
-    )
-    .await;
-    assert_eq!(code, StatusCode::OK, "{body}");
+    move_offset(port, &name, &failing.topic, 0, 501).await;
     control(port, &name, "resume").await;
     let stats = failing
         .wait_for_rows(&broker.bootstrap, &db, 999, Duration::from_secs(90))

@@ -5,10 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use hyper::{Method, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::harness::admin::{admin_section, control, sample, scrape, send, wait_status};
+use crate::harness::admin::{admin_section, control, move_offset, sample, scrape, wait_status};
 use crate::harness::{self, Scenario, SluiceProcess, free_port};
 
 /// Waits (at most `seconds`) until the sample `name` of a scrape satisfies `check`.
@@ -124,15 +123,7 @@ fn a_connector_that_reads_nothing_is_degraded_with_its_true_lag() {
             s["connector"]["state"] == "STOPPED" && s["health"] == "HEALTHY"
         })
         .await;
-        let patch = json!({"offsets": [{"partition": {"kafka_topic": topic, "kafka_partition": 0}, "offset": {"kafka_offset": 501}}]});
-        let (code, body) = send(
-            port,
-            Method::PATCH,
-            &format!("/connectors/{name}/offsets"),
-            Some(patch),
-        )
-        .await;
-        assert_eq!(code, StatusCode::OK, "{body}");
+        move_offset(port, &name, topic, 0, 501).await;
         control(port, &name, "resume").await;
         let stats = scenario
             .wait_for_rows(&broker.bootstrap, &db, 999, Duration::from_secs(90))

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use hyper::{Method, StatusCode};
-use serde_json::Value;
+use serde_json::{Value, json};
 use sluice::admin::client::AdminClient;
 
 pub const TOKEN: &str = "op-token-0123";
@@ -98,4 +98,18 @@ pub async fn scrape(port: u16) -> String {
     let answer = client(port).get("/metrics").await.expect("scrape");
     assert_eq!(answer.status, StatusCode::OK);
     answer.body
+}
+
+/// `PATCH /connectors/{name}/offsets`: moves `topic`'s `partition` to `offset` (the
+/// connector must be stopped), answered 200.
+pub async fn move_offset(port: u16, name: &str, topic: &str, partition: i32, offset: i64) {
+    let patch = json!({"offsets": [{"partition": {"kafka_topic": topic, "kafka_partition": partition}, "offset": {"kafka_offset": offset}}]});
+    let (code, body) = send(
+        port,
+        Method::PATCH,
+        &format!("/connectors/{name}/offsets"),
+        Some(patch),
+    )
+    .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
 }
