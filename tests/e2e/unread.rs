@@ -139,3 +139,93 @@ fn a_connector_that_reads_nothing_is_degraded_with_its_true_lag() {
         assert!(sluice.terminate().success());
     });
 }
+
+/// Another member of the connector's group (a stray consumer someone ran with the same
+/// group id) holds the only partition and writes nothing: sluice's task is RUNNING and
+/// holds no partition. Before: RUNNING, lag 0, `partitions: []`. Now the partition is
+/// listed unread with its lag, the connector is DEGRADED past the grace, and the task
+/// leaves and rejoins the group (the safeguard; here the stray member keeps the partition,
+/// as the assignor gives it); once the stray member leaves, the task reads everything.
+///
+/// The case seen in the field first, a SIGKILLed process restarted sooner than the test
+/// broker evicts its dead member (`harness::EVICTION_WAIT`), did not leave a partition
+/// unassigned in three tries here (the broker completed the rebalance without the dead
+/// member), so a live member that reads nothing stands in for it.
+#[test]
+fn a_partition_another_member_holds_without_writing_is_shown_and_rejoined() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    harness::run_test(async {
+        let port = free_port();
+        let mut scenario = Scenario::new(1);
+        scenario.extra_kafka = admin_section(port);
+        let run = harness::Pipeline::new(harness::Backend::Sqlite, scenario, 1).await;
+        run.produce(0..500).await;
+        // The stray member joins first; its client id sorts before sluice's.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let stray = {
+            let (bootstrap, group, topic) = (
+                run.broker.bootstrap.clone(),
+                run.scenario.group.clone(),
+                run.scenario.topic.clone(),
+            );
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
+                    .set("bootstrap.servers", &bootstrap)
+                    .set("group.id", &group)
+                    .set("client.id", "a-stray-member")
+                    .set("session.timeout.ms", "6000")
+                    .set("enable.auto.commit", "false")
+                    .create()
+                    .expect("consumer");
+                consumer.subscribe(&[&topic]).expect("subscribe");
+                let mut told = false;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = consumer.poll(Duration::from_millis(100));
+                    let held = consumer.assignment().map_or(0, |a| a.count());
+                    if held > 0 && !told {
+                        let _ = held_tx.send(());
+                        told = true;
+                    }
+                }
+                // Dropped: it leaves the group.
+            })
+        };
+        held_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the stray member got the partition");
+        let sluice = run.start();
+        let name = run.scenario.connector.clone();
+        let status = wait_status(port, &name, 90, |s| {
+            s["health"] == "DEGRADED" && unread(s) == 1 && s["lag"] == 500
+        })
+        .await;
+        assert_eq!(status["tasks"][0]["state"], "RUNNING", "{status}");
+        assert_eq!(status["partitions"], serde_json::json!([]), "{status}");
+        assert!(
+            status["health_reasons"][0]
+                .as_str()
+                .is_some_and(|r| r.starts_with("1 partition(s) no task reads")),
+            "{status}"
+        );
+        // The safeguard: the task left and rejoined the group.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let log = std::fs::read_to_string(&sluice.log).unwrap_or_default();
+            if log.contains("this process's tasks leave and rejoin the group") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no rejoin in the log:\n{log}");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        stray.join().expect("stray member");
+        harness::assert_exactly(run.wait_for_rows(500, 90).await, 500);
+        wait_status(port, &name, 30, |s| {
+            s["health"] == "HEALTHY" && unread(s) == 0 && s["lag"] == 0
+        })
+        .await;
+        assert!(sluice.terminate().success());
+    });
+}

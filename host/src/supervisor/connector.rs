@@ -79,6 +79,9 @@ pub(super) struct Runner {
     /// The partitions no task reads (its watcher runs while the sink is connected).
     pub(super) coverage: Arc<super::coverage::Coverage>,
     pub(super) commands: mpsc::UnboundedReceiver<Command>,
+    /// A sender to `commands` that does not keep the channel open (the coverage watcher
+    /// asks for task restarts through it).
+    pub(super) own_commands: mpsc::WeakUnboundedSender<Command>,
     pub(super) view: watch::Sender<ConnectorView>,
     /// What the operator asked for (as last read or set).
     pub(super) target: Target,
@@ -287,6 +290,7 @@ impl Runner {
                     self.metrics.clone(),
                     self.coverage.clone(),
                     self.view.subscribe(),
+                    self.own_commands.clone(),
                 ),
             )));
         self.sink = Some(sink);

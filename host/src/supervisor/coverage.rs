@@ -15,18 +15,24 @@
 //! (`sluice_unread_partitions`, the status answer's `health`), unless the operator
 //! stopped it.
 //!
+//! A safeguard for a group that leaves partitions unassigned (a coordinator that kept a
+//! dead member, Redpanda Connect #3410): once partitions have stayed unread past the grace
+//! while the connector runs, the watcher has this process's running tasks leave and rejoin
+//! the group (each restarted: a new member, a new rebalance), logging why, again after
+//! twice as long each time it did not help (at most every [`REJOIN_BACKOFF_MAX`]).
+//!
 //! Every process of a connector watches (each answers its own status calls), but only one
 //! exports the series: the one whose worker id sorts first among the processes with fresh
 //! heartbeats, so that a sum over processes counts each partition once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::connector::Context;
-use super::handle::{ConnectorState, ConnectorView};
+use super::handle::{Command, ConnectorState, ConnectorView};
 use crate::config::{ConnectorConfig, Guarantee};
 use crate::metrics::ConnectorMetrics;
 use crate::sink::Sink;
@@ -37,6 +43,8 @@ pub const COVERAGE_INTERVAL: Duration = Duration::from_secs(5);
 /// How long past `session.timeout.ms` a partition may stay unread before the connector is
 /// degraded: the group's rebalance after a member left takes about this.
 pub const REBALANCE_MARGIN: Duration = Duration::from_secs(15);
+/// The longest wait between two rejoins while partitions stay unread.
+pub const REJOIN_BACKOFF_MAX: Duration = Duration::from_secs(600);
 /// librdkafka's `session.timeout.ms` when the file does not set it.
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
 
@@ -171,6 +179,38 @@ fn exports(worker: &str, view: &ConnectorView) -> bool {
         .all(|row| row.worker.as_str() > worker)
 }
 
+/// When the watcher next has this process's tasks rejoin the group.
+#[derive(Debug, Default)]
+struct Rejoin {
+    /// Not before this; `None` until partitions are overdue.
+    due: Option<Instant>,
+    /// Rejoins since every partition was last read.
+    attempts: u32,
+}
+
+impl Rejoin {
+    /// Partitions are overdue: true when a rejoin is due now (the first at once), and the
+    /// next one is set twice as far as the last (from `grace`, at most
+    /// [`REJOIN_BACKOFF_MAX`]).
+    fn due(&mut self, grace: Duration) -> bool {
+        let now = Instant::now();
+        if self.due.is_some_and(|due| now < due) {
+            return false;
+        }
+        let wait = grace
+            .saturating_mul(2u32.saturating_pow(self.attempts))
+            .min(REJOIN_BACKOFF_MAX);
+        self.due = Some(now + wait);
+        self.attempts = self.attempts.saturating_add(1);
+        true
+    }
+
+    /// Every partition is read again.
+    fn reset(&mut self) {
+        *self = Rejoin::default();
+    }
+}
+
 /// The watcher's loop, until the runner aborts it (its sink closed).
 pub(super) async fn watch_coverage(
     context: Arc<Context>,
@@ -179,11 +219,13 @@ pub(super) async fn watch_coverage(
     metrics: Arc<ConnectorMetrics>,
     coverage: Arc<Coverage>,
     view: watch::Receiver<ConnectorView>,
+    commands: mpsc::WeakUnboundedSender<Command>,
 ) {
     let grace = grace(&context, &config);
     coverage.update(|v| v.grace = grace);
     metrics.set_unread_partitions(0);
     let mut warned = false;
+    let mut rejoin = Rejoin::default();
     loop {
         let snapshot = view.borrow().clone();
         match count(&context, &config, &sink, &metrics, &coverage, &snapshot).await {
@@ -210,6 +252,28 @@ pub(super) async fn watch_coverage(
                 } else if overdue == 0 && warned {
                     tracing::info!("every partition of the connector is read again");
                     warned = false;
+                }
+                let running = snapshot.state == ConnectorState::Running;
+                if overdue > 0 && running && rejoin.due(grace) {
+                    let tasks: Vec<usize> = snapshot
+                        .tasks
+                        .iter()
+                        .filter(|t| t.state == "RUNNING")
+                        .map(|t| t.id)
+                        .collect();
+                    if let (false, Some(commands)) = (tasks.is_empty(), commands.upgrade()) {
+                        tracing::warn!(
+                            ?tasks,
+                            unread = unread.len(),
+                            attempt = rejoin.attempts,
+                            "partitions have stayed unread past the grace: this process's tasks leave and rejoin the group"
+                        );
+                        for task in tasks {
+                            let _ = commands.send(Command::RestartTask(task));
+                        }
+                    }
+                } else if overdue == 0 {
+                    rejoin.reset();
                 }
                 coverage.update(|v| {
                     v.unread = unread;
@@ -365,6 +429,27 @@ mod tests {
             unread,
             [("a".to_string(), 0, 100), ("B".to_string(), 0, 500)]
         );
+    }
+
+    #[test]
+    fn rejoins_back_off_and_start_over() {
+        let grace = Duration::from_secs(20);
+        let mut rejoin = Rejoin::default();
+        assert!(rejoin.due(grace));
+        assert!(!rejoin.due(grace), "not again before the backoff");
+        let first = rejoin.due.expect("set");
+        rejoin.due = Some(Instant::now());
+        assert!(rejoin.due(grace));
+        let second = rejoin.due.expect("set");
+        assert!(second.duration_since(first) >= Duration::from_secs(19));
+        for _ in 0..20 {
+            rejoin.due = Some(Instant::now());
+            assert!(rejoin.due(grace));
+        }
+        assert!(rejoin.due.expect("set") <= Instant::now() + REJOIN_BACKOFF_MAX);
+        rejoin.reset();
+        assert!(rejoin.due(grace));
+        assert_eq!(rejoin.attempts, 1);
     }
 
     #[test]

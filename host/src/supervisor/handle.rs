@@ -153,6 +153,7 @@ impl ConnectorHandle {
             metrics: metrics.clone(),
             history: history.clone(),
             commands: receiver,
+            own_commands: commands.downgrade(),
             view: view_tx,
             target: Target::Running,
             pending_target: None,
