@@ -18,6 +18,10 @@ use std::fmt;
 use std::io::IsTerminal;
 
 use serde_json::{Map, Value};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::{JsonFields, Writer};
@@ -136,6 +140,34 @@ impl Visit for JsonVisitor<'_> {
     }
 }
 
+/// How often a repeated warning is logged at its own level.
+pub(crate) const QUIET_PERIOD: Duration = Duration::from_secs(30);
+
+/// A message that repeats is logged at its level once per [`QUIET_PERIOD`] (with how many
+/// were held back), at debug level in between. librdkafka reports a broker that is down on
+/// every reconnect attempt, from several threads, a broker that skips records does so batch
+/// after batch, and a stream of bad records fails record after record: an outage is a few
+/// lines rather than hundreds.
+#[derive(Default)]
+pub(crate) struct Quiet {
+    last: Mutex<Option<Instant>>,
+    suppressed: AtomicU64,
+}
+
+impl Quiet {
+    /// `Some(n)` when this one is to be logged at its level (`n` were held back since the
+    /// last one), `None` when it goes to debug.
+    pub(crate) fn loud(&self) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|t| t.elapsed() < QUIET_PERIOD) {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        *last = Some(Instant::now());
+        Some(self.suppressed.swap(0, Ordering::Relaxed))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -223,5 +255,18 @@ mod tests {
         assert_eq!(lines[0]["span"], "task");
         assert_ne!(lines[0]["target"], "mine");
         assert!(lines[0]["timestamp"].is_string());
+    }
+
+    #[test]
+    fn a_repeated_warning_is_loud_once_per_period_with_a_count() {
+        let quiet = super::Quiet::default();
+        assert_eq!(quiet.loud(), Some(0));
+        for _ in 0..5 {
+            assert_eq!(quiet.loud(), None);
+        }
+        // Past the period the next one is loud again and says how many were held back.
+        *quiet.last.lock().expect("lock") = Some(std::time::Instant::now() - super::QUIET_PERIOD);
+        assert_eq!(quiet.loud(), Some(5));
+        assert_eq!(quiet.loud(), None);
     }
 }

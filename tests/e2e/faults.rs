@@ -294,6 +294,17 @@ async fn sigkill(db: Backend) {
     let produced_in = producer.await.expect("producer");
     let stats = run.wait_for_rows(work.expected_rows(), 240).await;
     let dead_letters = run.wait_for_dead_letters(work.poisoned as i64, 30).await;
+    // A stream of bad records is a warning per 30 s with a count, not one per record.
+    let log = std::fs::read_to_string(&last.log).unwrap_or_default();
+    let warned = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") && l.contains("record failed"))
+        .count() as u64;
+    assert!(
+        warned <= 2 + started.elapsed().as_secs() / 30,
+        "{warned} 'record failed' warnings in {:?}",
+        started.elapsed()
+    );
     let status = last.terminate();
     assert_eq!(dead_letters, work.poisoned as i64, "dead letters");
     // Exactly the poisoned records, each once (records are keyed by their index).

@@ -18,8 +18,8 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use crate::config::{ConnectorConfig, Guarantee, KafkaConfig, defaults};
 use crate::record::{Headers, Incoming, Partition, Record};
 
-pub(crate) use super::context::Quiet;
 pub use super::context::{RebalanceListener, SourceContext};
+pub(crate) use crate::logging::Quiet;
 
 /// A task's consumer.
 pub type SourceConsumer = BaseConsumer<SourceContext>;

@@ -4,9 +4,10 @@
 //! inside a callback), a revocation first settles the batch in flight; the same code
 //! serves the eager and the cooperative-sticky protocols.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::logging::{QUIET_PERIOD, Quiet};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -59,33 +60,6 @@ pub struct SourceContext {
     pub task: usize,
     pub(super) listener: Arc<dyn RebalanceListener>,
     pub(super) quiet: Quiet,
-}
-
-/// How often a repeated client error is logged at its own level.
-const QUIET_PERIOD: Duration = Duration::from_secs(30);
-
-/// A message that repeats is logged at its level once per [`QUIET_PERIOD`], at debug level
-/// in between. librdkafka reports a broker that is down on every reconnect attempt, from
-/// several threads, and a broker that skips records does so batch after batch: an outage
-/// is a few lines rather than hundreds.
-#[derive(Default)]
-pub(crate) struct Quiet {
-    last: Mutex<Option<Instant>>,
-    suppressed: AtomicU64,
-}
-
-impl Quiet {
-    /// `Some(n)` when this one is to be logged at its level (`n` were held back since the
-    /// last one), `None` when it goes to debug.
-    pub(crate) fn loud(&self) -> Option<u64> {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_some_and(|t| t.elapsed() < QUIET_PERIOD) {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
-        *last = Some(Instant::now());
-        Some(self.suppressed.swap(0, Ordering::Relaxed))
-    }
 }
 
 impl ClientContext for SourceContext {
@@ -232,22 +206,5 @@ impl ConsumerContext for SourceContext {
                 let _ = consumer.unassign();
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn repeated_client_errors_are_logged_once_per_period() {
-        let quiet = Quiet::default();
-        assert_eq!(quiet.loud(), Some(0));
-        assert_eq!(quiet.loud(), None);
-        assert_eq!(quiet.loud(), None);
-        // Once the period has passed, the next one is logged, with the count held back.
-        *quiet.last.lock().unwrap() = Some(Instant::now() - QUIET_PERIOD - Duration::from_secs(1));
-        assert_eq!(quiet.loud(), Some(2));
-        assert_eq!(quiet.loud(), None);
     }
 }

@@ -253,10 +253,19 @@ impl Shared {
                 "recovered; batch committed, partitions resume"
             );
         }
+        // A stream of bad records is a warning every 30 s with how many were held back
+        // (each one at debug level); the dead letters and the metrics keep every one.
         for failure in &delivered.handled {
-            tracing::warn!(topic = %failure.topic, partition = failure.partition,
-                offset = failure.offset, stage = %failure.stage, class = %failure.class, policy = self.policy.policy.name(),
-                error = %failure.message, "record failed");
+            match self.failure_warnings.loud() {
+                Some(held_back) => {
+                    tracing::warn!(topic = %failure.topic, partition = failure.partition,
+                    offset = failure.offset, stage = %failure.stage, class = %failure.class, policy = self.policy.policy.name(),
+                    error = %failure.message, held_back, "record failed (more within 30 s are logged at debug level, and counted in sluice_dead_letters_total or sluice_records_skipped_total)")
+                }
+                None => tracing::debug!(topic = %failure.topic, partition = failure.partition,
+                    offset = failure.offset, stage = %failure.stage, class = %failure.class,
+                    error = %failure.message, "record failed"),
+            }
         }
         let dead_letters = self.policy.policy == ErrorPolicy::Dlq;
         for failure in &delivered.handled {

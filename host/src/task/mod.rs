@@ -222,7 +222,9 @@ struct Shared {
     /// assignment), with every topic asked about.
     topic_ids: Mutex<TopicIds>,
     /// Gap warnings: at most one per 30 s, at debug level in between.
-    gap_warnings: crate::kafka::consumer::Quiet,
+    gap_warnings: crate::logging::Quiet,
+    /// The warnings of failed records (skipped or dead-lettered), one per 30 s with a count.
+    failure_warnings: crate::logging::Quiet,
     /// Rung when the write in flight or the batch being transformed finishes.
     wake: Arc<wake::Wake>,
 }
@@ -270,6 +272,7 @@ impl Shared {
             out_of_range: spec.connector.delivery.on_offset_out_of_range,
             fresh_start: crate::kafka::consumer::fresh_start(&spec.kafka, &spec.connector),
             gap_warnings: Default::default(),
+            failure_warnings: Default::default(),
             cluster: std::sync::OnceLock::new(),
             topic_ids: Mutex::default(),
             wake: Arc::default(),
