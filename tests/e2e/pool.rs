@@ -390,6 +390,29 @@ async fn inspect_and_dry_run(kind: Backend) {
     ]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(tested.lines().count(), 3, "{tested}");
+    // As JSON: an object per input, every output whole.
+    let (code, tested, err) = sluice(&[
+        "plugin",
+        "test",
+        &plugin.to_string_lossy(),
+        "--input",
+        &samples.to_string_lossy(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let cases: Vec<serde_json::Value> = tested
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(cases.len(), 3, "{tested}");
+    for case in &cases {
+        assert!(
+            ["records", "filtered", "failed"].contains(&case["outcome"].as_str().unwrap_or("")),
+            "{case}"
+        );
+        assert!(case["input"]["value"].is_string(), "{case}");
+    }
     let (code, _, err) = sluice(&[
         "inspect",
         "-c",

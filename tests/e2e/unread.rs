@@ -116,6 +116,19 @@ fn a_connector_that_reads_nothing_is_degraded_with_its_true_lag() {
         let table = String::from_utf8_lossy(&table.stdout).into_owned();
         assert!(table.contains("RUNNING (DEGRADED)"), "{table}");
         assert!(table.contains("degraded: task 0 FAILED"), "{table}");
+        let json = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "status",
+                "--format",
+                "json",
+                "--admin",
+                &format!("http://127.0.0.1:{port}"),
+            ])
+            .env("SLUICE_ADMIN_TOKEN", crate::harness::admin::TOKEN)
+            .output()
+            .expect("sluice status --format json");
+        let json: Value = serde_json::from_slice(&json.stdout).expect("JSON");
+        assert_eq!(json[&name]["status"]["health"], "DEGRADED", "{json}");
 
         // Stopped by the operator: not degraded (nothing is expected to read).
         control(port, &name, "stop").await;

@@ -299,8 +299,8 @@ pub fn build_plugin(dir: &Path) -> Result<PathBuf, TransformError> {
 pub struct PluginTestCase {
     /// 1-based line number in the input file.
     pub line: usize,
-    /// A one-line summary of the input record (key and value, shortened).
-    pub input: String,
+    /// The input record.
+    pub input: Record,
     /// What the plugin made of it. A batch failure (trap, timeout...) is shown as
     /// `Outcome::Failed` with the error text; the plugin is re-instantiated for the next
     /// line.
@@ -339,7 +339,7 @@ pub fn test_plugin(
     let mut chain = TransformChain::new(engine, "plugin-test", std::slice::from_ref(spec))?;
     let mut cases = Vec::with_capacity(records.len());
     for (line, record) in records {
-        let input = summarize(&record);
+        let input = record.clone();
         let started = Instant::now();
         let result = chain.process(vec![record]);
         let elapsed = started.elapsed();
@@ -365,7 +365,7 @@ pub fn test_plugin(
 /// `line 2: key=null value="x" -> FAILED in parse: malformed word event ... (0.05 ms)`.
 impl std::fmt::Display for PluginTestCase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "line {}: {} -> ", self.line, self.input)?;
+        write!(f, "line {}: {} -> ", self.line, summarize(&self.input))?;
         match &self.outcome {
             Outcome::Records(rs) if rs.is_empty() => f.write_str("filtered out")?,
             Outcome::Records(rs) => {
@@ -375,11 +375,8 @@ impl std::fmt::Display for PluginTestCase {
                     rs.len(),
                     if rs.len() == 1 { "" } else { "s" }
                 )?;
-                for r in rs.iter().take(3) {
+                for r in rs {
                     write!(f, " [{}]", summarize(r))?;
-                }
-                if rs.len() > 3 {
-                    write!(f, " …")?;
                 }
             }
             Outcome::Failed { plugin, message } => write!(f, "FAILED in {plugin}: {message}")?,
@@ -510,20 +507,50 @@ fn parse_test_line(line: &str, index: i64) -> Result<Record, String> {
     })
 }
 
-/// `key=k1 value="hello"`, each part shortened to 60 characters.
+/// `key="k1" value="hello"`, whole (a plugin's output is what is being tested: nothing of
+/// it is cut), with the headers when there are any.
 fn summarize(r: &Record) -> String {
     let show = |v: &Option<Vec<u8>>| match v {
         None => "null".to_owned(),
-        Some(b) => {
-            let s = String::from_utf8_lossy(b);
-            if s.chars().count() > 60 {
-                format!("{:?}…", s.chars().take(60).collect::<String>())
-            } else {
-                format!("{s:?}")
-            }
-        }
+        Some(b) => format!("{:?}", String::from_utf8_lossy(b)),
     };
-    format!("key={} value={}", show(&r.key), show(&r.value))
+    let mut line = format!("key={} value={}", show(&r.key), show(&r.value));
+    for (name, value) in &r.headers {
+        line.push_str(&format!(" header {name:?}={}", show(value)));
+    }
+    line
+}
+
+impl PluginTestCase {
+    /// The case as one JSON object (`sluice plugin test --format json`): `line`, `input`,
+    /// `outcome` (`records`, `filtered`, `failed`, `not_isolated`), `records` (every
+    /// output), `plugin` and `error` of a failure, `elapsed_ms`.
+    pub fn to_json(&self) -> Value {
+        let mut case = serde_json::json!({
+            "line": self.line,
+            "input": record_to_json(&self.input),
+            "elapsed_ms": self.elapsed.as_secs_f64() * 1000.0,
+        });
+        let fields = match &self.outcome {
+            Outcome::Records(rs) if rs.is_empty() => {
+                serde_json::json!({"outcome": "filtered", "records": []})
+            }
+            Outcome::Records(rs) => serde_json::json!({
+                "outcome": "records",
+                "records": rs.iter().map(record_to_json).collect::<Vec<_>>(),
+            }),
+            Outcome::Failed { plugin, message } => {
+                serde_json::json!({"outcome": "failed", "plugin": plugin, "error": message})
+            }
+            Outcome::NotIsolated { plugin, reason } => {
+                serde_json::json!({"outcome": "not_isolated", "plugin": plugin, "error": reason})
+            }
+        };
+        if let (Value::Object(case), Value::Object(fields)) = (&mut case, fields) {
+            case.extend(fields);
+        }
+        case
+    }
 }
 
 #[cfg(test)]

@@ -101,7 +101,7 @@ fn client(target: &Target, reads_only: bool) -> Result<AdminClient, u8> {
 }
 
 /// `sluice status`: a table of the connectors, their tasks, lag and rows per second.
-pub async fn status(target: &Target) -> u8 {
+pub async fn status(target: &Target, format: super::OutputFormat) -> u8 {
     let client = match client(target, true) {
         Ok(client) => client,
         Err(code) => return code,
@@ -117,7 +117,10 @@ pub async fn status(target: &Target) -> u8 {
             return EXIT_FAILURE;
         }
     };
-    print!("{}", status_table(&answer.json()));
+    match format {
+        super::OutputFormat::Text => print!("{}", status_table(&answer.json())),
+        super::OutputFormat::Json => println!("{}", answer.json()),
+    }
     0
 }
 

@@ -138,6 +138,9 @@ enum Command {
     Status {
         #[command(flatten)]
         target: control::Target,
+        /// `text`: a table; `json`: the admin API's answer (`GET /connectors?expand=status`).
+        #[arg(long, value_enum, default_value = "text")]
+        format: OutputFormat,
     },
     /// Pause a connector in every process: its consumers stay in the group, its
     /// partitions pause; survives rebalances and restarts.
@@ -170,6 +173,13 @@ enum Command {
         #[command(flatten)]
         target: control::Target,
     },
+}
+
+/// What a command that shows state prints: for people, or for scripts.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    Text,
+    Json,
 }
 
 /// A plugin's language, for `sluice plugin new --lang`.
@@ -227,6 +237,10 @@ enum PluginAction {
         /// Memory cap.
         #[arg(long, default_value = "64MiB")]
         memory: String,
+        /// `text`: a line per input record; `json`: a JSON object per input record, with
+        /// every output record in the form `--input` reads.
+        #[arg(long, value_enum, default_value = "text")]
+        format: OutputFormat,
     },
 }
 
@@ -276,6 +290,10 @@ enum OffsetsAction {
         /// Only this connector.
         #[arg(long)]
         connector: Option<String>,
+        /// `text`: `connector topic partition next_offset` lines; `json`: a JSON object per
+        /// partition.
+        #[arg(long, value_enum, default_value = "text")]
+        format: OutputFormat,
     },
     /// Forget the stored offsets of a connector: it starts again per auto.offset.reset.
     Reset {
@@ -415,7 +433,7 @@ pub fn main() -> ExitCode {
                 }
             }
             Command::Plugin { action } => off_the_runtime(move || plugin(action)).await,
-            Command::Status { target } => control::status(&target).await,
+            Command::Status { target, format } => control::status(&target, format).await,
             Command::Pause { name, target } => {
                 control::act(&target, &name, control::Action::Pause).await
             }

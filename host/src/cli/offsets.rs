@@ -2,16 +2,22 @@
 //! while the connector runs nowhere (the same check as the admin API's), and forgets with
 //! the offsets what they rewind past (`crate::reset`).
 
-use super::OffsetsAction;
+use super::{OffsetsAction, OutputFormat};
 use crate::config::{Config, ConnectorConfig};
 use crate::reset::{ResetRequest, reset, running_anywhere};
 use crate::server::{EXIT_FAILURE, EXIT_INVALID, load};
 use crate::sink::Sink;
 
 pub async fn offsets(action: OffsetsAction) -> u8 {
-    let (path, only, resetting) = match &action {
-        OffsetsAction::Show { config, connector } => (config, connector.clone(), false),
-        OffsetsAction::Reset { config, connector } => (config, Some(connector.clone()), true),
+    let (path, only, resetting, format) = match &action {
+        OffsetsAction::Show {
+            config,
+            connector,
+            format,
+        } => (config, connector.clone(), false, *format),
+        OffsetsAction::Reset { config, connector } => {
+            (config, Some(connector.clone()), true, OutputFormat::Text)
+        }
     };
     let config = match load(path) {
         Ok(config) => config,
@@ -41,7 +47,7 @@ pub async fn offsets(action: OffsetsAction) -> u8 {
         let code = if resetting {
             reset_one(&config, connector, &sink).await
         } else {
-            show(connector, &sink).await
+            show(connector, &sink, format).await
         };
         sink.close().await;
         if code != 0 {
@@ -51,7 +57,7 @@ pub async fn offsets(action: OffsetsAction) -> u8 {
     0
 }
 
-async fn show(connector: &ConnectorConfig, sink: &Sink) -> u8 {
+async fn show(connector: &ConnectorConfig, sink: &Sink, format: OutputFormat) -> u8 {
     // With topics_regex: every topic it has stored offsets of.
     let topics = match &connector.topics_regex {
         None => connector.topics.clone(),
@@ -69,7 +75,16 @@ async fn show(connector: &ConnectorConfig, sink: &Sink) -> u8 {
                 let mut offsets: Vec<_> = offsets.into_iter().collect();
                 offsets.sort();
                 for (partition, next) in offsets {
-                    println!("{} {topic} {partition} {next}", connector.name);
+                    match format {
+                        OutputFormat::Text => {
+                            println!("{} {topic} {partition} {next}", connector.name)
+                        }
+                        OutputFormat::Json => println!(
+                            "{}",
+                            serde_json::json!({"connector": connector.name, "topic": topic,
+                                "partition": partition, "next_offset": next})
+                        ),
+                    }
                 }
             }
             Err(e) => {

@@ -1,6 +1,6 @@
 //! `sluice plugin new|build|test`.
 
-use super::{Language, PluginAction};
+use super::{Language, OutputFormat, PluginAction};
 use crate::config;
 use crate::server::{EXIT_FAILURE, EXIT_INVALID};
 
@@ -44,6 +44,7 @@ pub fn plugin(action: PluginAction) -> u8 {
             config,
             timeout,
             memory,
+            format,
         } => {
             let mut entries = std::collections::BTreeMap::new();
             for entry in &config {
@@ -99,7 +100,10 @@ pub fn plugin(action: PluginAction) -> u8 {
             match result {
                 Ok(cases) => {
                     for case in &cases {
-                        println!("{case}");
+                        match format {
+                            OutputFormat::Text => println!("{case}"),
+                            OutputFormat::Json => println!("{}", case.to_json()),
+                        }
                     }
                     0
                 }

@@ -381,7 +381,7 @@ fn offsets_shown(config: &Path, connector: &str) -> BTreeSet<(String, i32, i64)>
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    stdout
+    let shown: BTreeSet<(String, i32, i64)> = stdout
         .lines()
         .map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
@@ -393,7 +393,27 @@ fn offsets_shown(config: &Path, connector: &str) -> BTreeSet<(String, i32, i64)>
                 fields[3].parse().expect("an offset"),
             )
         })
-        .collect()
+        .collect();
+    // `--format json`: the same, a JSON object per partition.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["offsets", "show", "--format", "json", "--config"])
+        .arg(config)
+        .output()
+        .expect("run sluice offsets show --format json");
+    let json: BTreeSet<(String, i32, i64)> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            assert_eq!(v["connector"], connector, "{line}");
+            (
+                v["topic"].as_str().expect("topic").to_string(),
+                v["partition"].as_i64().expect("partition") as i32,
+                v["next_offset"].as_i64().expect("next_offset"),
+            )
+        })
+        .collect();
+    assert_eq!(json, shown);
+    shown
 }
 
 mod bad_names;
