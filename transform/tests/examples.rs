@@ -234,7 +234,7 @@ fn test_plugin_runs_jsonl() {
     let cases = test_plugin(engine(), &spec("parse", "word_parse", &[]), &input).unwrap();
     assert_eq!(cases.len(), 3);
     assert_eq!(cases[0].line, 1);
-    assert_eq!(cases[0].input, r##"key="k" value="#1*a@2""##);
+    assert_eq!(cases[0].input.value.as_deref(), Some(&b"#1*a@2"[..]));
     assert_eq!(
         values(&cases[0].outcome),
         vec![r#"{"uid":1,"word":"a","produced_at":2}"#]
@@ -242,10 +242,24 @@ fn test_plugin_runs_jsonl() {
     let shown = cases[0].to_string();
     assert!(
         shown.starts_with(
-            r##"line 1: key="k" value="#1*a@2" -> 1 record: [key="k" value="{\"uid\""##
+            r##"line 1: key="k" value="#1*a@2" header "h"="v" -> 1 record: [key="k" value="{\"uid\""##
         ),
         "{shown}"
     );
+    // Whole, never cut.
+    assert!(
+        shown.contains(r#"value="{\"uid\":1,\"word\":\"a\",\"produced_at\":2}""#),
+        "{shown}"
+    );
+    let json = cases[0].to_json();
+    assert_eq!(json["outcome"], "records", "{json}");
+    assert_eq!(json["input"]["headers"]["h"], "v", "{json}");
+    assert_eq!(
+        json["records"][0]["value"], r#"{"uid":1,"word":"a","produced_at":2}"#,
+        "{json}"
+    );
+    assert_eq!(cases[1].to_json()["outcome"], "failed");
+    assert_eq!(cases[2].to_json()["outcome"], "filtered");
     assert!(
         cases[1]
             .to_string()
