@@ -39,9 +39,10 @@ pub enum LogFormat {
 
 /// Installs the process's subscriber: level from `RUST_LOG` (default `info`), output on
 /// stderr in `format`.
-pub fn init(format: LogFormat) {
+pub fn init(format: LogFormat, default_level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -49,6 +49,8 @@
 //! - [`fuzz_formats`]: arbitrary bytes at every decoder: never a panic.
 //! - [`late_topics`]: topics created after `sluice run` subscribed, read within seconds
 //!   under librdkafka's default metadata refresh.
+//! - [`demo`]: `sluice demo` as the quick start runs it: progress lines and the verdict,
+//!   nothing else.
 //! - [`debezium`]: a real Debezium 3.6 PostgreSQL connector in a Kafka Connect worker, on
 //!   a PostgreSQL cluster of its own with logical decoding, writing to the test broker.
 //! - [`cdc`]: Debezium and OpenCDC change streams (`envelope`), versioned upserts and
@@ -73,6 +75,7 @@ mod config_corpus;
 mod dashboards;
 mod debezium;
 mod dedup;
+mod demo;
 mod dlq_forgery;
 mod dlq_topic;
 mod error_classes;

@@ -318,10 +318,20 @@ pub fn main() -> ExitCode {
             };
         }
     };
-    crate::logging::init(match cli.log_format {
-        LogFormat::Text => crate::logging::LogFormat::Text,
-        LogFormat::Json => crate::logging::LogFormat::Json,
-    });
+    // The demo's terminal is its progress and verdict: its log shows warnings and errors
+    // only (RUST_LOG=info shows the rest).
+    let default_level = if matches!(cli.command, Command::Demo { .. }) {
+        "warn"
+    } else {
+        "info"
+    };
+    crate::logging::init(
+        match cli.log_format {
+            LogFormat::Text => crate::logging::LogFormat::Text,
+            LogFormat::Json => crate::logging::LogFormat::Json,
+        },
+        default_level,
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -192,6 +192,7 @@ pub fn subscribe(
         task,
         listener,
         quiet: Quiet::default(),
+        commits_mirror: connector.delivery.guarantee == crate::config::Guarantee::ExactlyOnce,
     };
     let consumer: SourceConsumer =
         consumer_config(kafka, brokers, connector, task).create_with_context(context)?;

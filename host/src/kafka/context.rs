@@ -60,11 +60,19 @@ pub struct SourceContext {
     pub task: usize,
     pub(super) listener: Arc<dyn RebalanceListener>,
     pub(super) quiet: Quiet,
+    /// Exactly-once: the group's committed offsets only mirror the database's (for lag
+    /// tools), so a commit librdkafka could not make (a rebalance under way as the tasks
+    /// stop) loses nothing and is logged at debug level, not as a warning.
+    pub(super) commits_mirror: bool,
 }
 
 impl ClientContext for SourceContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         let (connector, task) = (&self.connector, self.task);
+        if self.commits_mirror && message.contains("Offset commit") {
+            tracing::debug!(connector, task, facility = fac, "librdkafka: {message}");
+            return;
+        }
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert

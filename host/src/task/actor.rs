@@ -228,7 +228,7 @@ impl Actor {
         // `topics_regex` takes is asked about at its first assignment instead; so is one
         // asked about here in vain.
         let asked = &self.spec.connector.topics;
-        if !asked.is_empty() {
+        if !asked.is_empty() && !self.spec.kafka.is_embedded() {
             match crate::kafka::topic_ids::topic_ids(
                 rdkafka::consumer::Consumer::client(&consumer),
                 asked,

@@ -236,6 +236,9 @@ struct TopicIds {
     ids: HashMap<String, String>,
     /// Every topic asked about (with an id or without).
     asked: std::collections::HashSet<String>,
+    /// The embedded mock cluster has no controller to answer for topic ids (each question
+    /// would wait out its time-out), and forgets its topics on exit: never asked.
+    never_ask: bool,
 }
 
 impl Shared {
@@ -274,7 +277,10 @@ impl Shared {
             gap_warnings: Default::default(),
             failure_warnings: Default::default(),
             cluster: std::sync::OnceLock::new(),
-            topic_ids: Mutex::default(),
+            topic_ids: Mutex::new(TopicIds {
+                never_ask: spec.kafka.is_embedded(),
+                ..TopicIds::default()
+            }),
             wake: Arc::default(),
         }
     }

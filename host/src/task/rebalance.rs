@@ -39,6 +39,9 @@ impl std::fmt::Display for Foreign {
 impl RebalanceListener for Shared {
     fn topics_without_ids(&self, topics: &[String]) -> Vec<String> {
         let known = self.topic_ids.lock().unwrap_or_else(|p| p.into_inner());
+        if known.never_ask {
+            return Vec::new();
+        }
         topics
             .iter()
             .filter(|t| !known.asked.contains(*t))
