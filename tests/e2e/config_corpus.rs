@@ -199,3 +199,102 @@ fn missing_file_and_bad_usage_exit_2() {
         .expect("run");
     assert_eq!(status.status.code(), Some(2));
 }
+
+/// The Markdown pages users read: the README and every page under `docs/`.
+fn pages(root: &Path) -> Vec<PathBuf> {
+    let mut pages = vec![root.join("README.md")];
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("docs dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    pages
+}
+
+/// The fenced blocks of `text` marked as whole connector files (```` ```yaml sluice ````):
+/// (the line the block starts on, its text).
+fn connector_blocks(text: &str) -> Vec<(usize, String)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(usize, String)> = None;
+    for (number, line) in text.lines().enumerate() {
+        match &mut open {
+            None if line.trim() == "```yaml sluice" => open = Some((number + 1, String::new())),
+            None => {}
+            Some(_) if line.trim() == "```" => blocks.extend(open.take()),
+            Some((_, block)) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+        }
+    }
+    blocks
+}
+
+/// Every connector file the README and the docs show (a fenced block marked
+/// `yaml sluice`) validates as it is, with the environment the pages name
+/// (`DATABASE_URL`, the registry's credentials, the admin token).
+#[test]
+fn connector_files_in_the_docs_validate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().expect("dir");
+    let mut checked = Vec::new();
+    let mut failures = Vec::new();
+    for page in pages(&root) {
+        let text = std::fs::read_to_string(&page).expect("page");
+        for (line, block) in connector_blocks(&text) {
+            let name = page
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let file = dir.path().join(format!("{name}-{line}.yaml"));
+            std::fs::write(&file, &block).expect("write block");
+            let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+                .args(["validate", "--config"])
+                .arg(&file)
+                .env("DATABASE_URL", "postgres://app@127.0.0.1:5432/app")
+                .env("REGISTRY_USER", "app")
+                .env("REGISTRY_PASSWORD", "registry-password")
+                .env("SLUICE_ADMIN_TOKEN", "a-token-of-24-characters")
+                .env("KAFKA_USER", "app")
+                .env("KAFKA_PASSWORD", "kafka-password")
+                .env_remove("KAFKA_BROKERS")
+                .output()
+                .expect("run sluice validate");
+            let (code, stderr) = (
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            );
+            let at = format!("{}:{line}", page.display());
+            if code != Some(0) {
+                failures.push(format!("{at}: exit {code:?}\n{stderr}"));
+            }
+            checked.push(at);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The README's, getting-started's and coming-from-kafka-connect's at least.
+    assert!(checked.len() >= 4, "{checked:?}");
+    assert!(
+        checked.iter().any(|c| c.contains("README.md")),
+        "{checked:?}"
+    );
+}
+
+#[test]
+fn connector_blocks_are_found_and_others_are_not() {
+    let text = "a\n```yaml sluice\nkafka: {}\n```\n```yaml\nnot: this\n```\n```yaml sluice\nb: 1\nc: 2\n```\n";
+    assert_eq!(
+        connector_blocks(text),
+        [
+            (2, "kafka: {}\n".to_string()),
+            (8, "b: 1\nc: 2\n".to_string())
+        ]
+    );
+}
