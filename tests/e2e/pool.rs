@@ -453,6 +453,34 @@ async fn inspect_and_dry_run(kind: Backend) {
     assert_eq!(answers[0]["rows"][0]["write"]["uid"], 8);
     assert_eq!(answers[2]["rows"][0]["write"]["word"], "w0");
 
+    // A key's pointer that matches nothing (`/UID` for `uid`) says so, with the nearest
+    // field the record has (not only that the key cannot be null).
+    let mistyped = dir.path().join("mistyped.yaml");
+    std::fs::write(
+        &mistyped,
+        connector_yaml(&broker.bootstrap, &topic, &db, &table, None)
+            .replace("uid: { from: /uid,", "uid: { from: /UID,"),
+    )
+    .expect("write");
+    let (code, out, err) = sluice(&[
+        "dry-run",
+        "-c",
+        &mistyped.to_string_lossy(),
+        "--connector",
+        "dry",
+        "--partition",
+        "0",
+        "--offset",
+        "8",
+        "-n",
+        "1",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("/UID matched nothing in the record; the nearest field there is /uid"),
+        "{out}"
+    );
+
     // With a table whose word column is too short for some words: the database refuses
     // them, in a transaction it rolls back.
     let create = match kind {

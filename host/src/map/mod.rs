@@ -12,6 +12,7 @@ use crate::record::Record;
 mod convert;
 mod derive;
 mod envelope;
+mod missing;
 mod route;
 #[cfg(test)]
 mod tests;
@@ -348,7 +349,7 @@ impl RowMapper {
             if self.key.contains(&index) {
                 match value {
                     SqlValue::Null => {
-                        return Err(column_error(column, "is a key column and cannot be null"));
+                        return Err(missing::null_key(column, document));
                     }
                     SqlValue::Unavailable => {
                         return Err(column_error(

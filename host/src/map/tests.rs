@@ -192,6 +192,11 @@ fn bad_values_are_per_record_errors() {
         .map(&record(None, Some(r#"{"other": 1}"#)))
         .unwrap_err();
     assert!(err.to_string().contains("cannot be null"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("/uid matched nothing in the record; the nearest field there is /other"),
+        "{err}"
+    );
     assert!(matches!(
         mapper.map(&record(None, Some("{nope"))),
         Err(MapError::Decode(_))
