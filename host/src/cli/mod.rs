@@ -161,6 +161,14 @@ enum Command {
         #[command(flatten)]
         target: control::Target,
     },
+    /// Print a completion script for SHELL on stdout, e.g.
+    /// `sluice completions bash > /etc/bash_completion.d/sluice`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print sluice's man page (roff) on stdout, e.g. `sluice man > sluice.1 && man ./sluice.1`.
+    Man,
     /// Restart a connector: a failed database connection, and with --tasks its tasks.
     Restart {
         name: String,
@@ -444,6 +452,26 @@ pub fn main() -> ExitCode {
             }
             Command::Plugin { action } => off_the_runtime(move || plugin(action)).await,
             Command::Status { target, format } => control::status(&target, format).await,
+            Command::Completions { shell } => {
+                use clap::CommandFactory;
+                clap_complete::generate(
+                    shell,
+                    &mut Cli::command(),
+                    "sluice",
+                    &mut std::io::stdout(),
+                );
+                0
+            }
+            Command::Man => {
+                use clap::CommandFactory;
+                match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        eprintln!("cannot write the man page: {e}");
+                        EXIT_FAILURE
+                    }
+                }
+            }
             Command::Pause { name, target } => {
                 control::act(&target, &name, control::Action::Pause).await
             }
@@ -527,4 +555,36 @@ fn plugin_engine(
             eprintln!("{e}");
             EXIT_FAILURE
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn completions_and_the_man_page_cover_the_commands() {
+        let mut bash = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut super::Cli::command(),
+            "sluice",
+            &mut bash,
+        );
+        let bash = String::from_utf8(bash).expect("UTF-8");
+        for command in ["run", "validate", "dry-run", "status", "completions", "man"] {
+            assert!(bash.contains(command), "{command} missing from:\n{bash}");
+        }
+        let mut man = Vec::new();
+        clap_mangen::Man::new(super::Cli::command())
+            .render(&mut man)
+            .expect("render");
+        let man = String::from_utf8(man).expect("UTF-8");
+        assert!(man.contains(".TH sluice 1"), "{man}");
+        assert!(man.contains("dry\\-run"), "{man}");
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }
