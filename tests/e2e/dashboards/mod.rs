@@ -110,7 +110,7 @@ fn the_shipped_queries_parse() {
         .iter()
         .filter(|(s, _)| s.starts_with(ALERTS))
         .count();
-    assert_eq!(alerts, 8);
+    assert_eq!(alerts, 9);
     // A grouping resolves to the selectors it aggregates.
     let (_, lag) = queries
         .iter()
