@@ -14,7 +14,8 @@
 //! - [`operate`]: the admin API (Kafka Connect's shapes), metrics, supervision, reload.
 //! - [`status_page`]: the status page (`GET /`) served without the token under a policy
 //!   that loads nothing from elsewhere, the history it draws, and the page in a real
-//!   headless Chromium (pause, tokens, phone width, a process that stops answering).
+//!   headless Chromium (pause, tokens, phone width, a process that stops answering, a
+//!   connector shown DEGRADED).
 //! - [`dashboards`]: the Grafana dashboard and the Prometheus alert rules of `deploy/`
 //!   against a real scrape: every metric and label they use exists, after a run that
 //!   provokes a gap, a dead letter, a retry and a restart.

@@ -131,7 +131,13 @@ pub(super) fn add(
     );
     // The partitions no task reads count in the lag too: a connector that reads nothing
     // does not show lag 0.
-    let coverage = connector.coverage.view();
+    // The watcher counts every few seconds; a partition a task took since is not unread.
+    let mut coverage = connector.coverage.view();
+    coverage.unread.retain(|u| {
+        !partitions
+            .iter()
+            .any(|p| p.topic == u.topic && p.partition == u.partition)
+    });
     let now = crate::sink::control::now_ms();
     let unread_lag: i64 = coverage.unread.iter().filter_map(|p| p.lag).sum();
     let lag: i64 = partitions.iter().map(|p| p.lag).sum::<i64>() + unread_lag;

@@ -226,6 +226,8 @@ pub(super) async fn watch_coverage(
     metrics.set_unread_partitions(0);
     let mut warned = false;
     let mut rejoin = Rejoin::default();
+    // The tasks subscribe first: a count before they could hold anything says nothing.
+    tokio::time::sleep(COVERAGE_INTERVAL).await;
     loop {
         let snapshot = view.borrow().clone();
         match count(&context, &config, &sink, &metrics, &coverage, &snapshot).await {

@@ -28,6 +28,7 @@ use sluice::admin::client::AdminClient;
 
 use crate::harness::{self, Backend, Pipeline, Scenario, free_port};
 
+mod degraded;
 mod processes;
 
 const TOKEN: &str = "page-token-0123";
