@@ -65,6 +65,9 @@
 //! - [`unread`]: a connector that reads nothing is DEGRADED, with its true lag: partitions
 //!   no task reads listed, their lag series, `sluice_unread_partitions`, `sluice status`.
 //!
+//! - [`validate_connect`]: `sluice validate --connect` says which of broker, database,
+//!   table and write rights fails.
+//!
 //! Run one suite with `cargo nextest run --test e2e -E 'test(/^faults::/)'`.
 
 #[macro_use]
@@ -105,3 +108,4 @@ mod shared_pools;
 mod shown_config;
 mod status_page;
 mod unread;
+mod validate_connect;

@@ -6,6 +6,7 @@ pub mod demo;
 mod inspect;
 mod offsets;
 mod plugin;
+mod reach;
 mod redrive;
 mod validate;
 
@@ -106,6 +107,11 @@ enum Command {
     Validate {
         #[arg(long, short, default_value = "connectors.yaml")]
         config: PathBuf,
+        /// Also reach what the file names: each connector's Kafka cluster and topics, its
+        /// database and table (and, on PostgreSQL, the right to write it), its Schema
+        /// Registry; a line each, exit 1 when one fails. Nothing is changed.
+        #[arg(long)]
+        connect: bool,
     },
     /// Produce word events into the embedded Kafka, run the pipeline into the configured
     /// database, and check the table against what was produced.
@@ -352,7 +358,9 @@ pub fn main() -> ExitCode {
     };
     let code = runtime.block_on(async move {
         match cli.command {
-            Command::Validate { config } => off_the_runtime(move || validate(&config)).await,
+            Command::Validate { config, connect } => {
+                off_the_runtime(move || validate(&config, connect)).await
+            }
             Command::Inspect {
                 config,
                 topic,

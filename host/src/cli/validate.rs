@@ -6,8 +6,21 @@ use std::path::Path;
 use crate::config::{self, ConfigError};
 use crate::server::{EXIT_FAILURE, EXIT_INVALID, write_config_error};
 
-pub fn validate(path: &Path) -> u8 {
-    validate_to(path, &mut std::io::stdout(), &mut std::io::stderr())
+pub fn validate(path: &Path, connect: bool) -> u8 {
+    let code = validate_to(path, &mut std::io::stdout(), &mut std::io::stderr());
+    if code != 0 || !connect {
+        return code;
+    }
+    // Loaded again: validate_to has shown it valid.
+    let Ok(config) = config::load_file(path) else {
+        return EXIT_INVALID;
+    };
+    println!("reaching what the file names:");
+    if super::reach::reach(&config, &mut std::io::stdout()) {
+        0
+    } else {
+        EXIT_FAILURE
+    }
 }
 
 /// `sluice validate`, writing its summary to `out` and its problems to `err`. A value that
