@@ -32,7 +32,7 @@ fn the_demo_prints_progress_and_the_verdict_only() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("s from the first commit to the last ("),
+        stdout.contains("s from the first commit to the last commit ("),
         "{stdout}"
     );
     // No asking what the embedded cluster cannot answer: the first commit comes within

@@ -116,7 +116,7 @@ fn postgres() {
         // Refusals: a duplicate key, a CHECK, a value out of range.
         let found = class_of!(&mut a, format!("INSERT INTO {table} VALUES (1, 'again')"));
         // sqlx's text ends with PostgreSQL's own source line; sluice shows the message
-        // and its detail instead.
+        // without it, and without the detail of an integrity error (it quotes the row).
         assert!(found.1.contains(" at line "), "{}", found.1);
         check(found, ErrorClass::Refused, "unique violation (23505)");
         let error = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
@@ -129,7 +129,7 @@ fn postgres() {
         assert_eq!(
             shown,
             format!(
-                "error returned from database: duplicate key value violates unique constraint \"{table}_pkey\" (Key (id)=(1) already exists.)"
+                "error returned from database: duplicate key value violates unique constraint \"{table}_pkey\""
             )
         );
         let found = class_of!(&mut a, format!("INSERT INTO {table} VALUES (9, 'bad')"));

@@ -146,7 +146,7 @@ pub(super) fn add(
         .iter()
         .map(|p| {
             json!({"topic": p.topic, "partition": p.partition, "lag": p.lag,
-                "since": p.since_ms, "seconds": now.saturating_sub(p.since_ms) / 1000})
+                "since": p.since_ms, "seconds": (now.saturating_sub(p.since_ms) / 1000).max(0)})
         })
         .collect();
     let view = connector.view();

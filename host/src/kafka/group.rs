@@ -13,6 +13,8 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::{ConnectorConfig, KafkaConfig};
 
+/// Longest [`log_ranges`] may take for all the partitions it is asked about.
+const LOG_RANGES_BUDGET: Duration = Duration::from_secs(5);
 /// How long an operation on the group may take.
 const GROUP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -195,11 +197,18 @@ pub fn log_ranges(
     let Ok(consumer) = outside_consumer(kafka, brokers, connector) else {
         return vec![None; asked.len()];
     };
+    // All of them within LOG_RANGES_BUDGET: past it (a broker down, a leader moving) the
+    // rest are not asked this time.
+    let deadline = Instant::now() + LOG_RANGES_BUDGET;
     asked
         .iter()
         .map(|(topic, partition)| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
             consumer
-                .fetch_watermarks(topic, *partition, GROUP_TIMEOUT)
+                .fetch_watermarks(topic, *partition, left.min(GROUP_TIMEOUT))
                 .ok()
         })
         .collect()

@@ -38,6 +38,7 @@ impl Metrics {
             record_latency: self.record_latency.get_or_create_owned(&label),
             consumed: Counter::default(),
             lags: Mutex::default(),
+            held: Mutex::default(),
             samples: Mutex::default(),
             all: self.clone(),
         })
@@ -83,6 +84,9 @@ pub struct ConnectorMetrics {
     consumed: Counter,
     /// Each held partition's lag, by (task, topic, partition), for the status API.
     lags: Mutex<BTreeMap<(usize, String, i32), i64>>,
+    /// The partitions each task holds, whether or not their lag is known yet (a partition
+    /// just assigned, before its first fetch): what the coverage watcher counts as read.
+    held: Mutex<BTreeMap<usize, Vec<(String, i32)>>>,
     /// Samples of `rows_written` for the status API's rate: (when, value), oldest first.
     samples: Mutex<VecDeque<(Instant, u64)>>,
     all: Arc<Metrics>,
@@ -336,6 +340,25 @@ impl ConnectorMetrics {
             .set(count);
     }
 
+    /// The partitions `task` holds now (empty: none, it ended).
+    pub fn set_held(&self, task: usize, partitions: Vec<(String, i32)>) {
+        if let Ok(mut held) = self.held.lock() {
+            if partitions.is_empty() {
+                held.remove(&task);
+            } else {
+                held.insert(task, partitions);
+            }
+        }
+    }
+
+    /// Every partition a task of this process holds.
+    pub fn held(&self) -> Vec<(String, i32)> {
+        self.held
+            .lock()
+            .map(|held| held.values().flatten().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Forgets the lag of every partition `task` held (its thread ended without cleaning up).
     pub fn clear_task_lags(&self, task: usize) {
         let held: Vec<(String, i32)> = self
@@ -347,6 +370,7 @@ impl ConnectorMetrics {
         for (topic, partition) in held {
             self.clear_lag(task, &topic, partition);
         }
+        self.set_held(task, Vec::new());
     }
 
     /// Takes a sample of `rows_written` (at most one a second; the runner calls this

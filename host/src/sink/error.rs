@@ -271,9 +271,10 @@ pub(super) fn is_transient(error: &sqlx::Error) -> bool {
     classify(error) == ErrorClass::Transient
 }
 
-/// A database error as a user reads it: PostgreSQL's message with its detail and hint,
-/// without the line of PostgreSQL's own source that sqlx appends (" at line 1392" reads as
-/// a line of the user's file); other errors as sqlx writes them.
+/// A database error as a user reads it: PostgreSQL's message with its detail (but for data
+/// and integrity errors, whose detail quotes the row's values) and hint, without the line
+/// of PostgreSQL's own source that sqlx appends (" at line 1392" reads as a line of the
+/// user's file); other errors as sqlx writes them.
 pub fn shown(error: &sqlx::Error) -> Shown<'_> {
     Shown(error)
 }
@@ -291,7 +292,10 @@ impl std::fmt::Display for Shown<'_> {
             return write!(f, "{}", self.0);
         };
         write!(f, "error returned from database: {}", pg.message())?;
-        if let Some(detail) = pg.detail() {
+        // The detail of a data or integrity error quotes the row ("Failing row contains
+        // (…)"): values that must not reach logs, traces and the status page.
+        let quotes_data = matches!(pg.code().get(..2), Some("22" | "23"));
+        if let (Some(detail), false) = (pg.detail(), quotes_data) {
             write!(f, " ({detail})")?;
         }
         if let Some(hint) = pg.hint() {

@@ -209,6 +209,18 @@ impl Runner {
                     self.restart(include_tasks, only_failed).await;
                 }
                 Some(Command::RestartTask(id)) => self.restart_task(id).await,
+                Some(Command::Rejoin(id)) => {
+                    let running = self.slots.iter().any(|slot| {
+                        slot.id == id
+                            && slot
+                                .handle
+                                .as_ref()
+                                .is_some_and(|h| h.status.borrow().state != TaskState::Failed)
+                    });
+                    if running {
+                        self.restart_task(id).await;
+                    }
+                }
             }
             self.publish_current();
             if self.sync_due() || self.pending_target.is_some() || self.pending_restart.is_some() {

@@ -17,9 +17,12 @@
 //!
 //! A safeguard for a group that leaves partitions unassigned (a coordinator that kept a
 //! dead member, Redpanda Connect #3410): once partitions have stayed unread past the grace
-//! while the connector runs, the watcher has this process's running tasks leave and rejoin
-//! the group (each restarted: a new member, a new rebalance), logging why, again after
-//! twice as long each time it did not help (at most every [`REJOIN_BACKOFF_MAX`]).
+//! while the connector runs, the watcher of one process (the one that exports, below) has
+//! its running tasks leave and rejoin the group (each restarted: a new member, a new
+//! rebalance), logging why, again after twice as long each time it did not help (at most
+//! every [`REJOIN_BACKOFF_MAX`]). A partition created while the connector runs counts as
+//! unread only from the tasks' next metadata refresh on, and nothing is counted while a
+//! process of an earlier version (whose heartbeats do not say what it holds) runs it.
 //!
 //! Every process of a connector watches (each answers its own status calls), but only one
 //! exports the series: the one whose worker id sorts first among the processes with fresh
@@ -105,15 +108,19 @@ impl Coverage {
             .exported
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A partition whose log end the broker did not give has no series (not a lag of 0).
         let keep: BTreeSet<(String, i32)> = unread
             .iter()
+            .filter(|p| p.lag.is_some())
             .map(|p| (p.topic.clone(), p.partition))
             .collect();
         for (topic, partition) in exported.difference(&keep) {
             metrics.clear_unread_lag(topic, *partition);
         }
         for p in unread {
-            metrics.set_unread_lag(&p.topic, p.partition, p.lag.unwrap_or(0));
+            if let Some(lag) = p.lag {
+                metrics.set_unread_lag(&p.topic, p.partition, lag);
+            }
         }
         *exported = keep;
     }
@@ -138,6 +145,19 @@ impl Coverage {
     }
 }
 
+/// librdkafka's `topic.metadata.refresh.interval.ms` when the file does not set it.
+const DEFAULT_METADATA_REFRESH: Duration = Duration::from_secs(300);
+
+/// How long after the watcher first sees a partition created while it runs (a new topic
+/// under `topics_regex`, partitions added to a topic) the tasks may take to notice it:
+/// librdkafka's `topic.metadata.refresh.interval.ms` (5 minutes by default).
+pub fn metadata_refresh(context: &Context, connector: &ConnectorConfig) -> Duration {
+    crate::kafka::consumer::consumer_config(&context.kafka, &context.brokers, connector, 0)
+        .get("topic.metadata.refresh.interval.ms")
+        .and_then(|ms| ms.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_METADATA_REFRESH, Duration::from_millis)
+}
+
 /// How long a partition may stay unread before the connector is degraded: the consumer's
 /// `session.timeout.ms` plus [`REBALANCE_MARGIN`].
 pub fn grace(context: &Context, connector: &ConnectorConfig) -> Duration {
@@ -158,25 +178,39 @@ fn unread_now(
     before: &[UnreadPartition],
     now: i64,
 ) -> Vec<(String, i32, i64)> {
+    let since: std::collections::HashMap<(&str, i32), i64> = before
+        .iter()
+        .map(|u| ((u.topic.as_str(), u.partition), u.since_ms))
+        .collect();
     all.iter()
         .filter(|p| !held.contains(*p))
         .map(|(topic, partition)| {
-            let since = before
-                .iter()
-                .find(|u| &u.topic == topic && u.partition == *partition)
-                .map_or(now, |u| u.since_ms);
+            let since = since
+                .get(&(topic.as_str(), *partition))
+                .copied()
+                .unwrap_or(now);
             (topic.clone(), *partition, since)
         })
         .collect()
 }
 
-/// Whether this process exports the unread partitions' series: its worker id sorts first
-/// among those with fresh heartbeats.
+/// Whether this process exports the unread partitions' series and may have its tasks
+/// rejoin: its worker id sorts first among those with fresh heartbeats.
 fn exports(worker: &str, view: &ConnectorView) -> bool {
     view.others
         .iter()
         .filter(|row| row.figures.is_some())
         .all(|row| row.worker.as_str() > worker)
+}
+
+/// A process of an earlier version runs the connector: its heartbeats say its tasks run but
+/// not which partitions they hold, so what no task reads cannot be known (during a rolling
+/// upgrade).
+fn older_process(view: &ConnectorView) -> Option<&str> {
+    view.others
+        .iter()
+        .find(|row| row.figures.is_none() && row.state != "UNASSIGNED")
+        .map(|row| row.worker.as_str())
 }
 
 /// When the watcher next has this process's tasks rejoin the group.
@@ -222,17 +256,60 @@ pub(super) async fn watch_coverage(
     commands: mpsc::WeakUnboundedSender<Command>,
 ) {
     let grace = grace(&context, &config);
+    let refresh = i64::try_from(metadata_refresh(&context, &config).as_millis()).unwrap_or(0);
     coverage.update(|v| v.grace = grace);
     metrics.set_unread_partitions(0);
     let mut warned = false;
     let mut rejoin = Rejoin::default();
+    // The partitions seen at the first count; one that appears later is unread only from
+    // the tasks' next metadata refresh on.
+    let mut known: Option<BTreeSet<(String, i32)>> = None;
     // The tasks subscribe first: a count before they could hold anything says nothing.
     tokio::time::sleep(COVERAGE_INTERVAL).await;
     loop {
+        let now = now_ms();
         let snapshot = view.borrow().clone();
+        let snapshot = ConnectorView {
+            others: snapshot
+                .others
+                .iter()
+                .cloned()
+                .map(|row| row.seen_at(now))
+                .collect(),
+            ..snapshot
+        };
+        if let Some(worker) = older_process(&snapshot) {
+            coverage.export(&metrics, &[]);
+            metrics.set_unread_partitions(0);
+            coverage.update(|v| {
+                v.unread.clear();
+                v.error = Some(format!(
+                    "process {worker} runs an earlier version of sluice, whose heartbeats do not say which partitions its tasks hold: not counted until it is upgraded"
+                ));
+            });
+            tokio::time::sleep(COVERAGE_INTERVAL).await;
+            continue;
+        }
         match count(&context, &config, &sink, &metrics, &coverage, &snapshot).await {
-            Ok(unread) => {
-                let now = now_ms();
+            Ok(mut unread) => {
+                let seen: BTreeSet<(String, i32)> = unread
+                    .iter()
+                    .map(|p| (p.topic.clone(), p.partition))
+                    .collect();
+                match &mut known {
+                    None => known = Some(seen),
+                    Some(known) => {
+                        for p in &mut unread {
+                            let key = (p.topic.clone(), p.partition);
+                            if !known.contains(&key) && p.since_ms >= now {
+                                // New since the watcher started: the tasks' librdkafka
+                                // takes it at its next metadata refresh.
+                                p.since_ms = now.saturating_add(refresh);
+                            }
+                        }
+                        known.extend(seen);
+                    }
+                }
                 let overdue = unread
                     .iter()
                     .filter(|p| now.saturating_sub(p.since_ms) >= grace.as_millis() as i64)
@@ -256,7 +333,8 @@ pub(super) async fn watch_coverage(
                     warned = false;
                 }
                 let running = snapshot.state == ConnectorState::Running;
-                if overdue > 0 && running && rejoin.due(grace) {
+                // One process rejoins (the one that exports), not all of them at once.
+                if overdue > 0 && running && export && rejoin.due(grace) {
                     let tasks: Vec<usize> = snapshot
                         .tasks
                         .iter()
@@ -271,7 +349,7 @@ pub(super) async fn watch_coverage(
                             "partitions have stayed unread past the grace: this process's tasks leave and rejoin the group"
                         );
                         for task in tasks {
-                            let _ = commands.send(Command::RestartTask(task));
+                            let _ = commands.send(Command::Rejoin(task));
                         }
                     }
                 } else if overdue == 0 {
@@ -309,10 +387,12 @@ async fn count(
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("cannot list the topics' partitions: {e}"))?
     };
+    // Held by a task of this process: those whose lag is not known yet too.
     let mut held: BTreeSet<(String, i32)> = metrics
         .lags()
         .into_iter()
         .map(|(_, topic, partition, _)| (topic, partition))
+        .chain(metrics.held())
         .collect();
     for row in &view.others {
         if let Some(figures) = &row.figures {
@@ -378,8 +458,13 @@ async fn count(
 /// or partitions no task has read past the grace. Not while the operator stopped it.
 pub fn health(view: &ConnectorView, coverage: &CoverageView, now: i64) -> Vec<String> {
     let mut reasons = Vec::new();
-    if view.state == ConnectorState::Stopped {
-        return reasons;
+    match view.state {
+        ConnectorState::Stopped => return reasons,
+        ConnectorState::Failed => reasons.push(format!(
+            "the connector FAILED: {}",
+            view.trace.as_deref().unwrap_or("see its trace")
+        )),
+        _ => {}
     }
     for task in &view.tasks {
         if task.state == "FAILED" {

@@ -26,6 +26,10 @@ pub enum Command {
     },
     /// Restart one task of this process.
     RestartTask(usize),
+    /// The coverage watcher's safeguard: restart one task of this process so that it
+    /// leaves and rejoins the group, if it still runs (a task that failed since stays
+    /// failed).
+    Rejoin(usize),
     /// Stop the connector's tasks and end the runner (shutdown, reload).
     Shutdown,
 }

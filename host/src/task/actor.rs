@@ -137,6 +137,7 @@ impl Actor {
                 .metrics
                 .clear_lag(self.spec.task, &topic, partition);
         }
+        self.shared.metrics.set_held(self.spec.task, Vec::new());
     }
 
     /// Sets each held partition's lag (its high watermark, as librdkafka last saw it, minus
@@ -167,9 +168,15 @@ impl Actor {
             }
         }
         self.lag_partitions.clear();
+        metrics.set_held(task, held.iter().map(|(p, _)| p.clone()).collect());
         for ((topic, partition), next) in held {
             let ask = paused && asking.elapsed() < LAG_QUERY_BUDGET;
             let Some(high) = consumer::high_watermark(consumer, &topic, partition, ask) else {
+                // Not fetched yet (just assigned): looked up again at the next turn, not in
+                // 2 s (a paused partition asked of the broker in vain waits the interval).
+                if !ask {
+                    self.lag_updated = None;
+                }
                 continue;
             };
             let lag = next.map_or(high, |next| (high - next).max(0));

@@ -299,20 +299,20 @@ impl Shared {
                 state.committed = Some(advance.next);
             }
         }
-        // At-least-once: the group's offsets are where a restart resumes. Exactly-once: they
-        // only show the group's progress (the database's offsets are the truth).
-        inner.kafka_commits.extend(delivered.next_offsets);
         // A batch cut short by `errors.policy: fail` committed the records before the cut
         // only: those below the offsets it advanced.
         let committed = if cut {
             let prepared = &flight.job.prepared;
             committed_inputs(
                 (0..prepared.inputs()).map(|i| prepared.position(i)),
-                &delivered.offsets,
+                &delivered.next_offsets,
             )
         } else {
             flight.records
         };
+        // At-least-once: the group's offsets are where a restart resumes. Exactly-once: they
+        // only show the group's progress (the database's offsets are the truth).
+        inner.kafka_commits.extend(delivered.next_offsets);
         self.metrics.committed.inc_by(committed);
         self.metrics.skipped.inc_by(flight.skipped);
         self.metrics.batches.inc();
@@ -328,16 +328,16 @@ impl Shared {
 }
 
 /// How many of a batch's records (`positions`: topic, partition, offset) lie below the
-/// offsets its transaction advanced: those it committed.
+/// next offsets it committed (`next`: the partition and its next offset, cut at a failure,
+/// under either guarantee): those it committed.
 fn committed_inputs<'a>(
     positions: impl Iterator<Item = (&'a str, i32, i64)>,
-    advanced: &[crate::sink::OffsetAdvance],
+    next: &[(crate::record::Partition, i64)],
 ) -> u64 {
     positions
         .filter(|(topic, partition, offset)| {
-            advanced
-                .iter()
-                .any(|a| a.topic == *topic && a.partition == *partition && *offset < a.next)
+            next.iter()
+                .any(|((t, p), n)| t == topic && p == partition && offset < n)
         })
         .count() as u64
 }
@@ -345,7 +345,6 @@ fn committed_inputs<'a>(
 #[cfg(test)]
 mod tests {
     use super::committed_inputs;
-    use crate::sink::OffsetAdvance;
 
     #[test]
     fn a_cut_batch_counts_the_records_below_its_advanced_offsets() {
@@ -358,12 +357,7 @@ mod tests {
         ];
         // Partition 0 advanced to 12 (the record at 12 failed); partition 1 and topic T
         // did not advance.
-        let advanced = [OffsetAdvance {
-            topic: "t".into(),
-            partition: 0,
-            expected: Some(10),
-            next: 12,
-        }];
+        let advanced = [(("t".to_string(), 0), 12)];
         assert_eq!(committed_inputs(positions.into_iter(), &advanced), 2);
         assert_eq!(committed_inputs(positions.into_iter(), &[]), 0);
     }

@@ -67,16 +67,13 @@ impl LateTopics {
                 return;
             }
         };
-        // A topic counts once the broker names it without error and every partition has a
-        // leader: librdkafka ignores a topic still being created.
+        // A topic counts once the broker names it without error, with partitions (one
+        // still being created answers LEADER_NOT_AVAILABLE, and librdkafka ignores it); a
+        // partition without a leader for a while is not a missing topic.
         let ready: Vec<&str> = metadata
             .topics()
             .iter()
-            .filter(|t| {
-                t.error().is_none()
-                    && !t.partitions().is_empty()
-                    && t.partitions().iter().all(|p| p.leader() >= 0)
-            })
+            .filter(|t| t.error().is_none() && !t.partitions().is_empty())
             .map(|t| t.name())
             .collect();
         let missing = missing_topics(connector, &ready);
