@@ -9,6 +9,7 @@ use std::time::Duration;
 use hyper::{Method, StatusCode};
 use sluice::admin::client::{AdminClient, ClientError};
 
+use crate::harness::admin::sample;
 use crate::harness::{self, Backend, Pipeline, Scenario, SluiceProcess, free_port};
 
 /// 32 bytes, as an operator's `openssl rand -hex 16` would be.
@@ -41,17 +42,6 @@ async fn status_of(client: &AdminClient, method: Method, path: &str) -> StatusCo
         .await
         .unwrap_or_else(|e| panic!("{path}: {e}"));
     answer.status
-}
-
-/// The value of the sample `name{labels}` in a scrape.
-fn sample(scrape: &str, name_and_labels: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .find(|line| {
-            line.starts_with(name_and_labels) && line[name_and_labels.len()..].starts_with(' ')
-        })
-        .and_then(|line| line.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 /// A scrape of `port` without the token, answered 200.

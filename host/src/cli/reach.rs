@@ -193,12 +193,7 @@ async fn table(connector: &ConnectorConfig, sink: &Sink) -> Reached {
 
 /// The Schema Registry answers, when the connector reads schemas from one.
 async fn registry(connector: &ConnectorConfig) -> Option<Reached> {
-    let uses = connector.format.uses_registry()
-        || connector
-            .key_format
-            .as_ref()
-            .is_some_and(|f| f.uses_registry());
-    let registry = connector.schema_registry.as_ref().filter(|_| uses)?;
+    let registry = super::validate::registry_of(connector)?;
     let client = match crate::format::registry::RegistryClient::new(registry) {
         Ok(client) => client,
         Err(message) => return Some(failed(format!("schema registry: {message}"))),

@@ -152,22 +152,37 @@ const DEFAULT_METADATA_REFRESH: Duration = Duration::from_secs(300);
 /// under `topics_regex`, partitions added to a topic) the tasks may take to notice it:
 /// librdkafka's `topic.metadata.refresh.interval.ms` (5 minutes by default).
 pub fn metadata_refresh(context: &Context, connector: &ConnectorConfig) -> Duration {
-    crate::kafka::consumer::consumer_config(&context.kafka, &context.brokers, connector, 0)
-        .get("topic.metadata.refresh.interval.ms")
-        .and_then(|ms| ms.trim().parse::<u64>().ok())
-        .map_or(DEFAULT_METADATA_REFRESH, Duration::from_millis)
+    consumer_duration(
+        context,
+        connector,
+        "topic.metadata.refresh.interval.ms",
+        DEFAULT_METADATA_REFRESH,
+    )
 }
 
 /// How long a partition may stay unread before the connector is degraded: the consumer's
 /// `session.timeout.ms` plus [`REBALANCE_MARGIN`].
 pub fn grace(context: &Context, connector: &ConnectorConfig) -> Duration {
-    let config =
-        crate::kafka::consumer::consumer_config(&context.kafka, &context.brokers, connector, 0);
-    let session = config
-        .get("session.timeout.ms")
+    consumer_duration(
+        context,
+        connector,
+        "session.timeout.ms",
+        DEFAULT_SESSION_TIMEOUT,
+    ) + REBALANCE_MARGIN
+}
+
+/// A consumer setting in milliseconds as the connector's tasks get it (the file's
+/// `kafka.properties` over sluice's defaults), or `default` when neither sets it.
+fn consumer_duration(
+    context: &Context,
+    connector: &ConnectorConfig,
+    key: &str,
+    default: Duration,
+) -> Duration {
+    crate::kafka::consumer::consumer_config(&context.kafka, &context.brokers, connector, 0)
+        .get(key)
         .and_then(|ms| ms.trim().parse::<u64>().ok())
-        .map_or(DEFAULT_SESSION_TIMEOUT, Duration::from_millis);
-    session + REBALANCE_MARGIN
+        .map_or(default, Duration::from_millis)
 }
 
 /// The partitions of `all` that no task holds, given those `held`; keeps the `since` of
