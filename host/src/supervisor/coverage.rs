@@ -534,6 +534,16 @@ mod tests {
     }
 
     #[test]
+    fn topics_that_differ_only_in_case_are_two_partitions() {
+        let all = [p("orders", 0), p("Orders", 0)];
+        let held: BTreeSet<_> = [p("orders", 0)].into_iter().collect();
+        assert_eq!(
+            unread_now(&all, &held, &[], 7),
+            [("Orders".to_string(), 0, 7)]
+        );
+    }
+
+    #[test]
     fn rejoins_back_off_and_start_over() {
         let grace = Duration::from_secs(20);
         let mut rejoin = Rejoin::default();
