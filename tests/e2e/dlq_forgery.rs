@@ -292,7 +292,7 @@ async fn unsigned_letters_must_match_their_source(kind: Backend) {
     assert_eq!((stats.rows, stats.distinct), (14, 14), "{stats:?}");
     assert_eq!(rows_with_word(&scenario, &db, "forged").await, 0);
 }
-for_each_database!(unsigned_letters_must_match_their_source);
+for_each_database!(unsigned_letters_must_match_their_source: postgres = Postgres);
 
 async fn signed_letters_redrive_and_the_rest_are_refused(kind: Backend) {
     let storage = tempfile::tempdir().expect("broker dir");
@@ -407,7 +407,7 @@ async fn signed_letters_redrive_and_the_rest_are_refused(kind: Backend) {
     assert!(out.contains("1 unsigned, 2 bad signature"), "{out}");
     harness::assert_exactly(rows(&scenario, &db).await, 10);
 }
-for_each_database!(signed_letters_redrive_and_the_rest_are_refused);
+for_each_database!(signed_letters_redrive_and_the_rest_are_refused: mariadb = MariaDb);
 
 /// The letters `sluice run` produces redrive: signed with the connector's key and verified
 /// after a rotation (`signed`), or checked against their source records (no key). A JSON
@@ -493,9 +493,9 @@ async fn letters_of_a_running_connector_redrive(kind: Backend, signed: bool) {
 async fn letters_of_a_running_connector_redrive_signed(kind: Backend) {
     letters_of_a_running_connector_redrive(kind, true).await
 }
-for_each_database!(letters_of_a_running_connector_redrive_signed);
+for_each_database!(letters_of_a_running_connector_redrive_signed: sqlite = Sqlite);
 
 async fn letters_of_a_running_connector_redrive_unsigned(kind: Backend) {
     letters_of_a_running_connector_redrive(kind, false).await
 }
-for_each_database!(letters_of_a_running_connector_redrive_unsigned);
+for_each_database!(letters_of_a_running_connector_redrive_unsigned: postgres = Postgres);

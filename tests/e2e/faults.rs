@@ -1,7 +1,9 @@
-//! Fault injection: `sluice run` processes against a real broker (Tansu) and each database,
+//! Fault injection: `sluice run` processes against a real broker (Tansu) and a database,
 //! with faults injected mid-run — SIGKILLs, a database outage, a broker outage at the
 //! network, a broker killed and restarted, a rebalance storm — and afterwards exactly the
-//! produced records in the table, each once.
+//! produced records in the table, each once. The SIGKILLs run on every database (each
+//! rolls back the transaction a kill cut short its own way), the database outage on the two
+//! with a network; the broker's faults each on one database, spread over the three.
 //!
 //! The sink tables here have no primary key (`mode: insert`): a record written twice is two
 //! rows, so a duplicate shows in the counts instead of being folded away by an upsert.
@@ -468,7 +470,7 @@ async fn broker_outage(db: Backend) {
         .check(&work, stats);
     assert!(status.success(), "sluice exited with {status}");
 }
-for_each_database!(broker_outage);
+for_each_database!(broker_outage: mariadb = MariaDb);
 
 /// The broker killed (SIGKILL) while sluice is in the middle of reading, and started again
 /// 15 s later on the same port and storage, then more records: no loss, no duplicate, and
@@ -513,7 +515,7 @@ async fn broker_restart(db: Backend) {
         .check(&work, stats);
     assert!(status.success(), "sluice exited with {status}");
 }
-for_each_database!(broker_restart);
+for_each_database!(broker_restart: sqlite = Sqlite);
 
 /// Three processes in one group, started and stopped (SIGTERM) at random while records
 /// flow, at least one running at the end: exactly the records produced, each once.
@@ -585,7 +587,7 @@ async fn rebalance_storm(db: Backend) {
         .produced_in(produced_in)
         .check(&work, stats);
 }
-for_each_database!(rebalance_storm);
+for_each_database!(rebalance_storm: postgres = Postgres);
 
 /// Longest wait for a group to settle after one process started or stopped.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);

@@ -163,7 +163,7 @@ async fn metrics_are_served_without_the_token_on_their_own_listener(db: Backend)
     assert_eq!(status["connector"]["state"], "RUNNING", "{status}");
     assert!(sluice.terminate().success());
 }
-for_each_database!(metrics_are_served_without_the_token_on_their_own_listener);
+for_each_database!(metrics_are_served_without_the_token_on_their_own_listener: mariadb = MariaDb);
 
 /// A reload moves the metrics listener (the old address stops answering), refuses an
 /// address that cannot be bound (the listener serves on where it was), and stops it when

@@ -120,7 +120,7 @@ async fn out_of_range_fails_by_default(db: Backend) {
         assert!(error.contains(&part), "{part:?} in {error}");
     }
 }
-for_each_database!(out_of_range_fails_by_default);
+for_each_database!(out_of_range_fails_by_default: mariadb = MariaDb);
 
 /// `earliest`: the partition resumes at the log's start, and every record of the new log
 /// lands once; the stored offset follows.
@@ -427,7 +427,7 @@ async fn another_clusters_offsets_fail_by_default(db: Backend) {
         "{error}"
     );
 }
-for_each_database!(another_clusters_offsets_fail_by_default);
+for_each_database!(another_clusters_offsets_fail_by_default: postgres = Postgres);
 
 async fn another_clusters_offsets_with_earliest_read_this_log(db: Backend) {
     let db = TestDb::new(db);
@@ -490,4 +490,4 @@ async fn a_topic_created_again_is_not_resumed_in_silence(db: Backend) {
     assert!(sluice.terminate().success());
     assert_eq!((stats.rows, stats.distinct), (700, 700), "{stats:?}");
 }
-for_each_database!(a_topic_created_again_is_not_resumed_in_silence);
+for_each_database!(a_topic_created_again_is_not_resumed_in_silence: sqlite = Sqlite);

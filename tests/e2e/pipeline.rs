@@ -61,7 +61,7 @@ async fn resumes_after_sigterm_and_sigkill(db: Backend) {
     assert!(third.terminate().success());
     assert_exactly(stats, N as i64);
 }
-for_each_database!(resumes_after_sigterm_and_sigkill);
+for_each_database!(resumes_after_sigterm_and_sigkill: mariadb = MariaDb);
 
 /// `sink.synchronous_commit: off` (PostgreSQL, exactly_once): the same pipeline, through a
 /// SIGKILL, each row once. (What it changes, a database crash losing the last commits,
@@ -102,7 +102,7 @@ async fn two_processes_share_then_hand_over(db: Backend) {
     assert!(b.terminate().success());
     assert_exactly(stats, N as i64);
 }
-for_each_database!(two_processes_share_then_hand_over);
+for_each_database!(two_processes_share_then_hand_over: sqlite = Sqlite);
 
 /// A task whose buffer is full behind a slow write holds (takes no records) instead of
 /// pausing; it still serves its group's callbacks, so a second process that joins gets
@@ -176,7 +176,7 @@ async fn cooperative_sticky_hand_over(db: Backend) {
     assert!(a.terminate().success());
     assert_exactly(stats, N as i64);
 }
-for_each_database!(cooperative_sticky_hand_over);
+for_each_database!(cooperative_sticky_hand_over: postgres = Postgres);
 
 /// The field's raw word events through the `word_parse` plugin: exactly N rows.
 async fn word_parse_plugin_end_to_end(db: Backend) {
@@ -189,7 +189,7 @@ async fn word_parse_plugin_end_to_end(db: Backend) {
     assert!(sluice.terminate().success());
     assert_exactly(stats, N as i64);
 }
-for_each_database!(word_parse_plugin_end_to_end);
+for_each_database!(word_parse_plugin_end_to_end: mariadb = MariaDb);
 
 /// A record the plugin rejects stops the task in its failed state, with the record's
 /// coordinates and the plugin's message; nothing after it is written and the process exits 1.
@@ -215,7 +215,7 @@ async fn rejected_record_fails_the_task(db: Backend) {
     let stats = run.stats().await;
     assert!(stats.rows <= 100, "{stats:?}");
 }
-for_each_database!(rejected_record_fails_the_task);
+for_each_database!(rejected_record_fails_the_task: sqlite = Sqlite);
 
 /// At-least-once: offsets go to the Kafka group, not the database; a restart resumes from
 /// the group's committed offsets (upserts make any redelivered row land once).
@@ -248,7 +248,7 @@ async fn at_least_once_resumes_from_the_group(db: Backend) {
     let total = group_committed(&run);
     assert_eq!(total, N as i64, "committed offsets");
 }
-for_each_database!(at_least_once_resumes_from_the_group);
+for_each_database!(at_least_once_resumes_from_the_group: postgres = Postgres);
 
 /// The sum of the offsets the run's group has committed in Kafka, over its partitions.
 fn group_committed(run: &Pipeline) -> i64 {

@@ -530,7 +530,7 @@ async fn inspect_and_dry_run(kind: Backend) {
         .expect("drop");
     sink.close().await;
 }
-for_each_database!(inspect_and_dry_run);
+for_each_database!(inspect_and_dry_run: postgres = Postgres);
 
 /// The admin API's record reads and dry-run, from a running sluice's pool.
 #[test]

@@ -103,7 +103,7 @@ async fn a_rename_needs_renamed_from(kind: Backend) {
     harness::assert_exactly(run.stats().await, 800);
     assert!(sluice.terminate().success());
 }
-for_each_database!(a_rename_needs_renamed_from);
+for_each_database!(a_rename_needs_renamed_from: sqlite = Sqlite);
 
 /// `exactly_once` → `at_least_once` → `exactly_once`, one process start each: every
 /// record lands once. The switch back must not resume from the offsets the first

@@ -213,7 +213,7 @@ async fn the_cli_reset_refuses_while_the_connector_runs(kind: Backend) {
     );
     sink.close().await;
 }
-for_each_database!(the_cli_reset_refuses_while_the_connector_runs);
+for_each_database!(the_cli_reset_refuses_while_the_connector_runs: mariadb = MariaDb);
 
 /// A batch that writes a record's row removes the record's dead letter from the
 /// dead-letter table in the same transaction (a replay after a reset must not leave both),

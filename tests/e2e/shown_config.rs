@@ -96,7 +96,7 @@ async fn a_value_from_the_environment_shows_as_written(db: Backend) {
     assert_eq!(rows_with_word(&run, REPLACEMENT).await, 200);
     assert!(sluice.terminate().success());
 }
-for_each_database!(a_value_from_the_environment_shows_as_written);
+for_each_database!(a_value_from_the_environment_shows_as_written: postgres = Postgres);
 
 /// A plugin that refuses its config may quote it: `sluice validate` shows a value from the
 /// environment there as its reference too.

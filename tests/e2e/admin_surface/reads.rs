@@ -225,7 +225,7 @@ async fn the_admin_api_reads_only_its_connectors_topics(db: Backend) {
     assert!(codes.iter().all(|c| *c == 200 || *c == 503), "{codes:?}");
     assert!(codes.contains(&200) && codes.contains(&503), "{codes:?}");
 }
-for_each_database!(the_admin_api_reads_only_its_connectors_topics);
+for_each_database!(the_admin_api_reads_only_its_connectors_topics: sqlite = Sqlite);
 
 /// The client ports of every TCP connection to `port` on this machine, in any state
 /// (`TIME_WAIT` too: a connection closed a moment ago still shows).

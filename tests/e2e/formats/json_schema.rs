@@ -61,4 +61,4 @@ async fn values_checked_against_their_schema(kind: Backend) {
     assert!(message.contains("required"), "{message}");
     sluice.terminate();
 }
-for_each_database!(values_checked_against_their_schema);
+for_each_database!(values_checked_against_their_schema: sqlite = Sqlite);

@@ -164,4 +164,4 @@ async fn imports_nested_messages_and_defaults(kind: Backend) {
     );
     sluice.terminate();
 }
-for_each_database!(imports_nested_messages_and_defaults);
+for_each_database!(imports_nested_messages_and_defaults: mariadb = MariaDb);

@@ -81,7 +81,7 @@ async fn bad_records_are_dead_letters_of_their_own(kind: Backend) {
     );
     sluice.terminate();
 }
-for_each_database!(bad_records_are_dead_letters_of_their_own);
+for_each_database!(bad_records_are_dead_letters_of_their_own: postgres = Postgres);
 
 /// `GET /metrics`, the value of the first sample whose line starts with `prefix`.
 async fn metric(admin: &AdminClient, prefix: &str) -> f64 {

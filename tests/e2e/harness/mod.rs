@@ -959,6 +959,13 @@ macro_rules! with_pool {
 
 /// Writes one test body once and runs it against PostgreSQL, MariaDB and SQLite, or
 /// against the databases listed: `for_each_database!(body: postgres = Postgres)`.
+///
+/// A body runs on all three only where the SQL it exercises differs by database: the
+/// write statements, offsets and their compare-and-set, dedup claims, dead-letter rows,
+/// derived columns and their DDL, a database's refusals and name rules, migrations, a
+/// SIGKILL in the middle of a transaction. A whole-process scenario about the broker, the
+/// group, the admin API, plugins or formats names one database, and those are spread
+/// over the three so that each carries a share (docs/testing.md).
 #[macro_export]
 macro_rules! for_each_database {
     ($body:ident) => {

@@ -383,7 +383,7 @@ async fn skip_passes_over_the_poisoned(db: Backend) {
     assert_eq!(after.rows, stats.rows);
     assert_eq!(after.duplicates(), 0);
 }
-for_each_database!(skip_passes_over_the_poisoned);
+for_each_database!(skip_passes_over_the_poisoned: mariadb = MariaDb);
 
 /// `fail`: on one partition, the records before the first poisoned one (uid 7) commit,
 /// the process exits 1 naming its coordinates and cause, and a restart stops there again.
@@ -408,7 +408,7 @@ async fn fail_stops_at_the_first_poisoned_record(db: Backend) {
         assert_eq!((stats.min, stats.max), (Some(0), Some(6)));
     }
 }
-for_each_database!(fail_stops_at_the_first_poisoned_record);
+for_each_database!(fail_stops_at_the_first_poisoned_record: postgres = Postgres);
 
 /// `dlq` with a topic: the dead letters are on the topic, with the original value and the
 /// context headers, before the offsets commit.
@@ -572,7 +572,7 @@ async fn header_name_not_utf8_fails_alone(db: Backend) {
         letters[0]
     );
 }
-for_each_database!(header_name_not_utf8_fails_alone);
+for_each_database!(header_name_not_utf8_fails_alone: sqlite = Sqlite);
 
 mod isolation;
 mod probe;

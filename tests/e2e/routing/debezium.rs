@@ -148,4 +148,4 @@ async fn debezium_events_route_by_source_table(kind: Backend) {
     let status = sluice.terminate();
     assert!(status.success(), "sluice exited with {status}");
 }
-for_each_database!(debezium_events_route_by_source_table);
+for_each_database!(debezium_events_route_by_source_table: sqlite = Sqlite);

@@ -103,7 +103,7 @@ async fn pattern_picks_up_every_matching_topic_and_writes_each_table(kind: Backe
     let total: i64 = shown.iter().map(|(_, _, next)| next).sum();
     assert_eq!(total, 3 * N as i64, "{shown:?}");
 }
-for_each_database!(pattern_picks_up_every_matching_topic_and_writes_each_table);
+for_each_database!(pattern_picks_up_every_matching_topic_and_writes_each_table: mariadb = MariaDb);
 
 /// `sluice dry-run` of a `topics_regex` connector without `--topic` has no first topic to
 /// read: it says to name one (exit 2) instead of reading a topic named "".

@@ -86,4 +86,4 @@ async fn sigkill_mid_stream_keeps_every_table_exactly_once(kind: Backend) {
     let status = second.terminate();
     assert!(status.success(), "sluice exited with {status}");
 }
-for_each_database!(sigkill_mid_stream_keeps_every_table_exactly_once);
+for_each_database!(sigkill_mid_stream_keeps_every_table_exactly_once: postgres = Postgres);
