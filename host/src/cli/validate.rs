@@ -3,8 +3,8 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::config::{self, ConfigError};
-use crate::server::{EXIT_FAILURE, EXIT_INVALID, write_config_error};
+use crate::config::{self, Config, ConfigError, Problem, Scrubber};
+use crate::server::{EXIT_FAILURE, EXIT_INVALID, load_checked, write_config_error};
 
 pub fn validate(path: &Path, connect: bool) -> u8 {
     let code = validate_to(path, &mut std::io::stdout(), &mut std::io::stderr());
@@ -12,7 +12,7 @@ pub fn validate(path: &Path, connect: bool) -> u8 {
         return code;
     }
     // Loaded again: validate_to has shown it valid.
-    let Ok(config) = config::load_file(path) else {
+    let Ok(config) = load_checked(path) else {
         return EXIT_INVALID;
     };
     println!("reaching what the file names:");
@@ -27,7 +27,7 @@ pub fn validate(path: &Path, connect: bool) -> u8 {
 /// came from `${VAR}` shows as the file wrote it; literal secrets as `***`: URL passwords
 /// and secret query parameters, values of secret properties.
 fn validate_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
-    let checked = config::load_file(path)
+    let checked = load_checked(path)
         .map_err(|error| {
             write_config_error(err, path, &error);
             EXIT_INVALID
@@ -46,7 +46,7 @@ fn validate_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
                         );
                         EXIT_FAILURE
                     })?;
-            let problems = config::plugin_problems(&config, &engine);
+            let problems = plugin_problems(&config, &engine);
             if problems.is_empty() {
                 Ok(config)
             } else {
@@ -135,6 +135,25 @@ fn validate_to(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
         let _ = writeln!(err, "{}: warning: {warning}", path.display());
     }
     0
+}
+
+/// Loads every plugin of every connector, checks that it implements the interface and runs
+/// its `init` with its config: what `sluice validate` adds to the checks of `run`'s load. A
+/// message quotes no secret of the file ([`Scrubber::of_config`]).
+fn plugin_problems(config: &Config, engine: &sluice_transform::TransformEngine) -> Vec<Problem> {
+    let scrubber = Scrubber::of_config(config);
+    let mut problems = Vec::new();
+    for (c, connector) in config.connectors.iter().enumerate() {
+        for (t, transform) in connector.transforms.iter().enumerate() {
+            if let Err(error) = sluice_transform::check_plugin(engine, &transform.spec()) {
+                problems.push(Problem::new(
+                    format!("connectors[{c}].transforms[{t}].plugin"),
+                    scrubber.scrub(&error.to_string()),
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// The Schema Registry `connector` reads schemas from: its registry, when its value or key

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::files::{referenced_file_problems, resolve_relative_paths};
+use super::files::resolve_relative_paths;
 use super::interpolate::{interpolate, refused_types, show_as_written, type_whole_values};
 use super::problem::{Problem, render_path};
 use super::redact::shown_document;
@@ -45,7 +45,10 @@ impl ConfigError {
 }
 
 /// Reads and checks a configuration file, with the process environment for `${VAR}`.
-/// Relative plugin paths are resolved against the file's directory.
+/// The paths it names (plugins, `schema:` and `.avsc` files, TLS files) are resolved
+/// against the file's directory, but not opened: `sluice run`, a reload and `sluice
+/// validate` load through `server::load_checked`, which reads each of them as its user
+/// will.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         file: path.display().to_string(),
@@ -53,10 +56,6 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     })?;
     let mut config = load_str(&text, &|name| std::env::var(name).ok())?;
     resolve_relative_paths(&mut config, path);
-    let problems = referenced_file_problems(&config);
-    if !problems.is_empty() {
-        return Err(ConfigError::Invalid { problems });
-    }
     Ok(config)
 }
 

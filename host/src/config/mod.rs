@@ -37,12 +37,12 @@ use serde::Deserialize;
 pub use column_type::{ColumnType, ElementType, MAX_DECIMAL_PRECISION, UnknownColumnType};
 pub use connector::*;
 pub use dead_letter::{MIN_SIGNING_KEY_BYTES, SigningKeys};
-pub use files::plugin_problems;
 pub use formats::{Format, RegistryTls, SchemaRegistryConfig, Urls};
 pub use load::{ConfigError, load_file, load_str};
 pub use names::{ColumnNameRules, NameLimit, name_limit, table_name_problem};
 pub use problem::Problem;
 pub use redact::{is_secret_key, redact_document, redact_url};
+pub use scrub::Scrubber;
 pub use routing::{
     CapturePattern, SourceField, TableFrom, TableTemplate, TemplatePart, TopicPattern,
 };

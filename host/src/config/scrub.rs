@@ -3,6 +3,7 @@
 
 use super::interpolate::{Origins, is_only_references};
 use super::redact::{MASK, is_secret_key, redact_url, shown_text};
+use super::{Config, Properties};
 
 /// Replaces the secrets of a configuration wherever a message quotes them: the last guard
 /// for messages built from values (a schema error that prints a whole mapping, a
@@ -20,6 +21,58 @@ impl Scrubber {
     pub fn from_document(document: &serde_json::Value) -> Self {
         let mut scrubber = Self::default();
         scrubber.add_document(document);
+        scrubber
+    }
+
+    /// The secrets of a loaded configuration, for messages built outside loading (a
+    /// plugin's `init` may quote its config): each value that came from `${…}` shows as the
+    /// file wrote it, the sink URLs as they print, and the values of secret keys (of
+    /// `kafka.properties`, of each transform's `config`) as `***`.
+    pub fn of_config(config: &Config) -> Self {
+        let mut scrubber = Self::default();
+        let maps = std::iter::once(&config.kafka.properties).chain(
+            config
+                .connectors
+                .iter()
+                .flat_map(|c| c.transforms.iter().map(|t| &t.config)),
+        );
+        for map in maps {
+            for (value, shown) in map.shown_values() {
+                scrubber.add_shown(value, shown);
+            }
+        }
+        for connector in &config.connectors {
+            scrubber.add_shown(connector.sink.url.expose(), &connector.sink.url.redacted());
+        }
+        let mut document = serde_json::Map::new();
+        let secrets = |map: &Properties| {
+            map.expose()
+                .iter()
+                .filter(|(key, _)| is_secret_key(key))
+                .map(|(key, value)| (key.clone(), serde_json::Value::String(value.clone())))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        document.insert(
+            "kafka".into(),
+            serde_json::Value::Object(secrets(&config.kafka.properties)),
+        );
+        let connectors = config
+            .connectors
+            .iter()
+            .map(|connector| {
+                let transforms: Vec<serde_json::Value> = connector
+                    .transforms
+                    .iter()
+                    .map(|t| serde_json::Value::Object(secrets(&t.config)))
+                    .collect();
+                serde_json::json!({
+                    "url": connector.sink.url.expose(),
+                    "transforms": transforms,
+                })
+            })
+            .collect();
+        document.insert("connectors".into(), serde_json::Value::Array(connectors));
+        scrubber.add_document(&serde_json::Value::Object(document));
         scrubber
     }
 

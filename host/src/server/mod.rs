@@ -4,6 +4,7 @@
 //! (a bounded stop, [`stop`]), re-reading the file on SIGHUP or `POST /reload`
 //! ([`reload`]).
 
+pub mod referenced_files;
 mod reload;
 pub mod signals;
 mod stop;
@@ -13,9 +14,10 @@ use std::path::Path;
 
 use crate::admin::metrics_listener::{MetricsListenError, MetricsServer};
 use crate::admin::{AdminServer, ReloadRequest};
-use crate::config::{self, Config, ConfigError};
+use crate::config::{Config, ConfigError};
 use crate::kafka::embedded::EmbeddedKafka;
 use crate::supervisor::Supervisor;
+pub use referenced_files::load_checked;
 use signals::{hangup_signal, shutdown_signal};
 use stop::{Stopped, bounded_stop};
 
@@ -29,9 +31,10 @@ pub const EXIT_FAILURE: u8 = 1;
 /// 25 s: under the 30 s a container platform usually grants before SIGKILL.
 const SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// Loads a file, printing its problems one per line on stderr.
+/// Loads a file as `run` does (its text checked, then the files it names read:
+/// [`load_checked`]), printing its problems one per line on stderr.
 pub fn load(path: &Path) -> Result<Config, u8> {
-    config::load_file(path).map_err(|error| {
+    load_checked(path).map_err(|error| {
         print_config_error(path, &error);
         EXIT_INVALID
     })

@@ -4,7 +4,6 @@ use std::path::Path;
 
 use crate::admin::metrics_listener::{self, MetricsServer};
 use crate::admin::{AdminServer, ReloadRequest};
-use crate::config;
 use crate::supervisor::Supervisor;
 
 /// Re-reads the file and applies it: every problem of a file that does not load is
@@ -19,7 +18,7 @@ pub(super) async fn reload(
     metrics: &mut Option<MetricsServer>,
     reload_tx: &tokio::sync::mpsc::Sender<ReloadRequest>,
 ) -> Result<crate::supervisor::Reloaded, Vec<String>> {
-    let config = match config::load_file(path) {
+    let config = match super::load_checked(path) {
         Ok(config) => config,
         Err(error) => {
             let lines = error.lines(&path.display().to_string());
