@@ -598,3 +598,35 @@ fn now_millis() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_str;
+
+    fn record(topic: &str, value: &str) -> Record {
+        Record {
+            topic: topic.into(),
+            value: Some(value.as_bytes().to_vec()),
+            ..Default::default()
+        }
+    }
+
+    /// Under a table template, the table is claimed only for a record that maps: the one
+    /// that fails leaves the name to the next record, whose spelling differs only in case.
+    #[test]
+    fn a_record_that_fails_to_map_claims_no_table() {
+        let text = "kafka: { brokers: localhost:9092 }\nconnectors:\n  - name: route_unmapped\n    topics_regex: \"^shop\\\\..*\"\n    sink:\n      url: postgres://localhost/test\n      table: \"{topic}\"\n      columns:\n        id: { from: /id, type: bigint }\n";
+        let config = load_str(text, &|_| None).unwrap();
+        let mut preparer = Preparer::new(&config.connectors[0], None, None);
+        let incoming = vec![
+            record("shop.Orders", "not json").into(),
+            record("shop.orders", r#"{"id":1}"#).into(),
+        ];
+        let prepared = preparer.prepare(incoming).unwrap();
+        assert_eq!(prepared.failures.len(), 1, "{:?}", prepared.failures);
+        assert_eq!(prepared.failures[0].index, 0);
+        assert_eq!(prepared.ops.len(), 1);
+        assert_eq!(&**prepared.routes.table_of(0).unwrap(), "shop.orders");
+    }
+}

@@ -638,22 +638,6 @@ mod tests {
     }
 
     #[test]
-    fn a_record_that_fails_to_map_claims_no_table() {
-        let text = "kafka: { brokers: localhost:9092 }\nconnectors:\n  - name: route_unmapped\n    topics_regex: \"^shop\\\\..*\"\n    sink:\n      url: postgres://localhost/test\n      table: \"{topic}\"\n      columns:\n        id: { from: /id, type: bigint }\n";
-        let config = load_str(text, &|_| None).unwrap();
-        let mut preparer = crate::prepare::Preparer::new(&config.connectors[0], None, None);
-        let incoming = vec![
-            record("shop.Orders", "not json").into(),
-            record("shop.orders", r#"{"id":1}"#).into(),
-        ];
-        let prepared = preparer.prepare(incoming).unwrap();
-        assert_eq!(prepared.failures.len(), 1, "{:?}", prepared.failures);
-        assert_eq!(prepared.failures[0].index, 0);
-        assert_eq!(prepared.ops.len(), 1);
-        assert_eq!(&**prepared.routes.table_of(0).unwrap(), "shop.orders");
-    }
-
-    #[test]
     fn names_the_database_cannot_take_fail_the_record() {
         let r = router("route_long", "      table: \"{topic}\"\n", "");
         let long = format!("shop.{}", "x".repeat(70));
