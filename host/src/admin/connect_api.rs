@@ -18,7 +18,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AdminState, ApiError, error};
+use super::{AdminState, ApiError, error, find_connector};
 use crate::config::Guarantee;
 use crate::sink::control::Target;
 use crate::sink::control::TaskRow;
@@ -66,17 +66,6 @@ fn flag(pairs: &[(String, String)], key: &str) -> bool {
         .any(|(k, v)| k == key && (v.is_empty() || v.eq_ignore_ascii_case("true")))
 }
 
-fn unknown(name: &str) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, format!("Connector {name} not found"))
-}
-
-pub(super) fn find(state: &AdminState, name: &str) -> Result<Arc<ConnectorHandle>, ApiError> {
-    state
-        .supervisor
-        .connector(name)
-        .ok_or_else(|| unknown(name))
-}
-
 /// `GET /connectors` (`?expand=status`, `?expand=info`).
 async fn list(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Response {
     let pairs = query_pairs(query.as_deref());
@@ -120,7 +109,7 @@ fn info_body(state: &AdminState, connector: &ConnectorHandle) -> Value {
 /// `GET /connectors/{name}`: the connector's section of `connectors.yaml` (nested, secrets
 /// shown as `***`), its tasks, its type.
 async fn info(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
-    match find(&state, &name) {
+    match find_connector(&state, &name) {
         Ok(connector) => Json(info_body(&state, &connector)).into_response(),
         Err(e) => e.into_response(),
     }
@@ -128,7 +117,7 @@ async fn info(State(state): State<AdminState>, Path(name): Path<String>) -> Resp
 
 /// `GET /connectors/{name}/config`.
 async fn config(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
-    if let Err(e) = find(&state, &name) {
+    if let Err(e) = find_connector(&state, &name) {
         return e.into_response();
     }
     Json(
@@ -143,7 +132,7 @@ async fn config(State(state): State<AdminState>, Path(name): Path<String>) -> Re
 
 /// `GET /connectors/{name}/tasks`.
 async fn tasks(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
-    let connector = match find(&state, &name) {
+    let connector = match find_connector(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
     };
@@ -218,7 +207,7 @@ fn status_with(
 
 /// `GET /connectors/{name}/status`.
 async fn status(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
-    match find(&state, &name) {
+    match find_connector(&state, &name) {
         Ok(connector) => Json(status_body(&state, &connector)).into_response(),
         Err(e) => e.into_response(),
     }
@@ -229,7 +218,7 @@ async fn task_status(
     State(state): State<AdminState>,
     Path((name, task)): Path<(String, usize)>,
 ) -> Response {
-    let connector = match find(&state, &name) {
+    let connector = match find_connector(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
     };
@@ -262,7 +251,7 @@ fn control(state: &AdminState, name: &str, target: Target) -> Response {
     let Some(_gate) = state.supervisor.control_gate() else {
         return reloading();
     };
-    match find(state, name) {
+    match find_connector(state, name) {
         Ok(connector) => {
             connector.send(Command::Target(target));
             StatusCode::ACCEPTED.into_response()
@@ -297,7 +286,7 @@ async fn restart(
     let Some(_gate) = state.supervisor.control_gate() else {
         return reloading();
     };
-    let connector = match find(&state, &name) {
+    let connector = match find_connector(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
     };
@@ -323,7 +312,7 @@ async fn restart_task(
     let Some(_gate) = state.supervisor.control_gate() else {
         return reloading();
     };
-    let connector = match find(&state, &name) {
+    let connector = match find_connector(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
     };
@@ -358,7 +347,7 @@ fn exactly_once(connector: &ConnectorHandle) -> bool {
 /// resumes. `exactly_once`: the offsets stored in the sink database; `at_least_once`: the
 /// Kafka group's committed offsets.
 async fn offsets(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
-    let connector = match find(&state, &name) {
+    let connector = match find_connector(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
     };
@@ -485,7 +474,7 @@ async fn alter_offsets(
     let Some(_gate) = state.supervisor.control_gate() else {
         return reloading();
     };
-    let connector = match find(&state, &name) {
+    let connector = match find_connector(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
     };
@@ -629,7 +618,7 @@ async fn reset_offsets(State(state): State<AdminState>, Path(name): Path<String>
     let Some(_gate) = state.supervisor.control_gate() else {
         return reloading();
     };
-    let connector = match find(&state, &name) {
+    let connector = match find_connector(&state, &name) {
         Ok(connector) => connector,
         Err(e) => return e.into_response(),
     };

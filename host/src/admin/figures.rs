@@ -221,7 +221,7 @@ pub(super) fn add(
 /// `GET /connectors/{name}/history`: the connector's counters every few seconds over the
 /// last 15 minutes, with the rates between them (`crate::supervisor::history`).
 pub(super) async fn history(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
-    match super::connect_api::find(&state, &name) {
+    match super::find_connector(&state, &name) {
         Ok(connector) => Json(connector.history.answer(&connector.name)).into_response(),
         Err(e) => e.into_response(),
     }

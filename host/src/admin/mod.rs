@@ -43,7 +43,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::config::AdminConfig;
-use crate::supervisor::{Reloaded, Supervisor};
+use crate::supervisor::{ConnectorHandle, Reloaded, Supervisor};
 use auth::Tokens;
 
 /// Why the server could not start.
@@ -403,6 +403,15 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
         Json(json!({"error_code": status.as_u16(), "message": message.into()})),
     )
         .into_response()
+}
+
+/// The connector `name` of this process, or Kafka Connect's 404 naming it: how every
+/// endpoint under `/connectors/{name}` finds its connector.
+fn find_connector(state: &AdminState, name: &str) -> Result<Arc<ConnectorHandle>, ApiError> {
+    state
+        .supervisor
+        .connector(name)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("Connector {name} not found")))
 }
 
 async fn not_found() -> Response {
