@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use super::errors::ErrorsConfig;
 use super::units::{ByteSize, HumanDuration};
 use super::{Envelope, Format, Properties, SchemaRegistryConfig, SinkConfig, defaults};
 
@@ -75,191 +76,6 @@ fn max_record_bytes_default() -> ByteSize {
     ByteSize(defaults::MAX_RECORD_BYTES)
 }
 
-/// Failure handling of one connector (read through `dead_letter::ErrorsSection`, which
-/// takes `dlq.signing_key` apart from the destination).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(from = "super::dead_letter::ErrorsSection")]
-pub struct ErrorsConfig {
-    /// What happens to a record that fails for a reason retrying cannot help.
-    #[serde(default)]
-    pub policy: ErrorPolicy,
-    /// Where dead letters go; required by `policy: dlq`.
-    #[serde(default)]
-    pub dlq: Option<DeadLetterDestination>,
-    /// `dlq.signing_key`: the keys that sign the letters of a dead-letter topic (the first)
-    /// and verify them on redrive (any); empty when not set.
-    #[serde(default)]
-    pub dlq_signing_key: super::dead_letter::SigningKeys,
-    /// How transient failures (lost connections, deadlocks, broker transport errors) are
-    /// retried.
-    #[serde(default)]
-    pub retry: RetryConfig,
-    /// How far sluice goes to find the records that make a batch fail in a transform.
-    #[serde(default)]
-    pub isolation: IsolationConfig,
-    /// How a task that failed for a transient reason (database or broker unreachable past
-    /// `retry.max_elapsed`) is started again.
-    #[serde(default)]
-    pub restart: RestartConfig,
-}
-
-/// Capped exponential backoff between restarts of a task that failed transiently.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RestartConfig {
-    /// First wait before a restart.
-    #[serde(default = "restart_initial_default")]
-    pub initial: HumanDuration,
-    /// Longest wait between restarts.
-    #[serde(default = "restart_max_default")]
-    pub max: HumanDuration,
-}
-
-fn restart_initial_default() -> HumanDuration {
-    HumanDuration(defaults::RESTART_INITIAL)
-}
-fn restart_max_default() -> HumanDuration {
-    HumanDuration(defaults::RESTART_MAX)
-}
-
-impl Default for RestartConfig {
-    fn default() -> Self {
-        Self {
-            initial: restart_initial_default(),
-            max: restart_max_default(),
-        }
-    }
-}
-
-impl RestartConfig {
-    /// The wait before restart `attempt + 1` (0-based), with up to 20 % jitter.
-    pub fn backoff(&self, attempt: u32) -> std::time::Duration {
-        let base = self
-            .initial
-            .0
-            .saturating_mul(2u32.saturating_pow(attempt.min(30)))
-            .min(self.max.0);
-        base + base.mul_f64(rand::random::<f64>() * 0.2)
-    }
-}
-
-/// The budget for isolating the records that make a batch fail in a transform (a trap, a
-/// deadline, a memory or output limit). A batch that ran past its deadline is retried
-/// record by record, other failures by halves. Records still unresolved when either
-/// budget runs out become dead letters under `policy: dlq` (their cause says they were not
-/// isolated); under `skip` and `fail` the task fails instead, so an innocent record is never
-/// dropped.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct IsolationConfig {
-    /// Wall-clock budget of the whole search in one batch; more than 0.
-    #[serde(default = "isolation_max_time_default")]
-    pub max_time: HumanDuration,
-    /// Failed transform calls allowed while isolating one batch; at least 1.
-    #[serde(default = "isolation_max_failed_calls_default")]
-    pub max_failed_calls: usize,
-}
-
-fn isolation_max_time_default() -> HumanDuration {
-    HumanDuration(defaults::ISOLATION_MAX_TIME)
-}
-fn isolation_max_failed_calls_default() -> usize {
-    defaults::ISOLATION_MAX_FAILED_CALLS
-}
-
-impl Default for IsolationConfig {
-    fn default() -> Self {
-        Self {
-            max_time: isolation_max_time_default(),
-            max_failed_calls: isolation_max_failed_calls_default(),
-        }
-    }
-}
-
-/// What happens to a failing record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorPolicy {
-    /// The task stops in `Failed` with the record's coordinates and the cause; the records
-    /// before it commit.
-    #[default]
-    Fail,
-    /// The record is logged with its coordinates, counted and passed over.
-    Skip,
-    /// The record goes to the dead-letter topic or table, with the cause.
-    Dlq,
-}
-
-impl ErrorPolicy {
-    /// The name as `connectors.yaml` spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorPolicy::Fail => "fail",
-            ErrorPolicy::Skip => "skip",
-            ErrorPolicy::Dlq => "dlq",
-        }
-    }
-}
-
-/// The dead-letter destination: `{ topic: NAME }` or `{ table: NAME }`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeadLetterDestination {
-    /// A Kafka topic (on the connector's cluster): the original key, value and headers,
-    /// with `sluice.*` context headers; acknowledged before the batch's offsets commit.
-    Topic(String),
-    /// A table in the sink database, written in the batch's transaction (created when
-    /// missing).
-    Table(String),
-}
-
-/// Capped exponential backoff with jitter.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RetryConfig {
-    /// First wait.
-    #[serde(default = "retry_initial_default")]
-    pub initial: HumanDuration,
-    /// Longest wait between two attempts.
-    #[serde(default = "retry_max_default")]
-    pub max: HumanDuration,
-    /// After this long failing, the task fails with the cause.
-    #[serde(default = "retry_max_elapsed_default")]
-    pub max_elapsed: HumanDuration,
-}
-
-fn retry_initial_default() -> HumanDuration {
-    HumanDuration(defaults::RETRY_INITIAL)
-}
-fn retry_max_default() -> HumanDuration {
-    HumanDuration(defaults::RETRY_MAX)
-}
-fn retry_max_elapsed_default() -> HumanDuration {
-    HumanDuration(defaults::RETRY_MAX_ELAPSED)
-}
-
-impl Default for RetryConfig {
-    fn default() -> Self {
-        Self {
-            initial: retry_initial_default(),
-            max: retry_max_default(),
-            max_elapsed: retry_max_elapsed_default(),
-        }
-    }
-}
-
-impl RetryConfig {
-    /// The wait before attempt `attempt + 1` (0-based), with up to 20 % jitter.
-    pub fn backoff(&self, attempt: u32) -> std::time::Duration {
-        let base = self
-            .initial
-            .0
-            .saturating_mul(2u32.saturating_pow(attempt))
-            .min(self.max.0);
-        base + base.mul_f64(rand::random::<f64>() * 0.2)
-    }
-}
-
 fn tasks_default() -> u32 {
     defaults::TASKS
 }
@@ -296,6 +112,7 @@ impl ConnectorConfig {
             .clone()
             .unwrap_or_else(|| defaults::group(&self.name))
     }
+
 }
 
 /// When a batch is cut: whichever limit is reached first.

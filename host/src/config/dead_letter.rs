@@ -1,14 +1,23 @@
 //! `errors.dlq` as the file spells it: a destination (`topic` or `table`) and, for a topic,
-//! the keys that sign its dead letters (`signing_key`). [`ErrorsConfig`] keeps the
-//! destination and the keys apart, so that code asking where dead letters go matches on
-//! [`DeadLetterDestination`] alone.
+//! the keys that sign its dead letters (`signing_key`). `ErrorsConfig` (`errors.rs`) keeps
+//! the destination and the keys apart, so that code asking where dead letters go matches
+//! on [`DeadLetterDestination`] alone.
 
 use serde::{Deserialize, Deserializer};
 
 use super::Secret;
-use super::connector::{
-    DeadLetterDestination, ErrorPolicy, ErrorsConfig, IsolationConfig, RestartConfig, RetryConfig,
-};
+
+/// The dead-letter destination: `{ topic: NAME }` or `{ table: NAME }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadLetterDestination {
+    /// A Kafka topic (on the connector's cluster): the original key, value and headers,
+    /// with `sluice.*` context headers; acknowledged before the batch's offsets commit.
+    Topic(String),
+    /// A table in the sink database, written in the batch's transaction (created when
+    /// missing).
+    Table(String),
+}
 
 /// The fewest bytes a signing key may have: a shorter one is guessed too easily.
 pub const MIN_SIGNING_KEY_BYTES: usize = 16;
@@ -82,9 +91,9 @@ struct DeadLetterFields {
 /// `errors.dlq`, checked: where dead letters go, and the keys that sign them.
 #[derive(Deserialize)]
 #[serde(try_from = "DeadLetterFields")]
-struct DeadLetterSection {
-    destination: DeadLetterDestination,
-    signing_key: SigningKeys,
+pub(super) struct DeadLetterSection {
+    pub(super) destination: DeadLetterDestination,
+    pub(super) signing_key: SigningKeys,
 }
 
 impl TryFrom<DeadLetterFields> for DeadLetterSection {
@@ -112,107 +121,5 @@ impl TryFrom<DeadLetterFields> for DeadLetterSection {
             destination,
             signing_key: fields.signing_key.unwrap_or_default(),
         })
-    }
-}
-
-/// `errors` as written; see [`ErrorsConfig`] for what each field means.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ErrorsSection {
-    #[serde(default)]
-    policy: ErrorPolicy,
-    #[serde(default)]
-    dlq: Option<DeadLetterSection>,
-    #[serde(default)]
-    retry: RetryConfig,
-    #[serde(default)]
-    isolation: IsolationConfig,
-    #[serde(default)]
-    restart: RestartConfig,
-}
-
-impl From<ErrorsSection> for ErrorsConfig {
-    fn from(section: ErrorsSection) -> Self {
-        let (dlq, dlq_signing_key) = match section.dlq {
-            Some(dlq) => (Some(dlq.destination), dlq.signing_key),
-            None => (None, SigningKeys::default()),
-        };
-        ErrorsConfig {
-            policy: section.policy,
-            dlq,
-            dlq_signing_key,
-            retry: section.retry,
-            isolation: section.isolation,
-            restart: section.restart,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn errors(yaml: &str) -> Result<ErrorsConfig, String> {
-        serde_yaml_ng::from_str::<ErrorsConfig>(yaml).map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn one_key_or_a_list() {
-        let one =
-            errors("{ policy: dlq, dlq: { topic: d, signing_key: 0123456789abcdef } }").unwrap();
-        assert_eq!(one.dlq, Some(DeadLetterDestination::Topic("d".into())));
-        assert_eq!(one.dlq_signing_key.keys().len(), 1);
-        let two = errors(
-            "{ policy: dlq, dlq: { topic: d, signing_key: [new-key-0123456789, old-key-0123456789] } }",
-        )
-        .unwrap();
-        let keys: Vec<&str> = two
-            .dlq_signing_key
-            .keys()
-            .iter()
-            .map(|k| k.expose())
-            .collect();
-        assert_eq!(keys, ["new-key-0123456789", "old-key-0123456789"]);
-        let none = errors("{ policy: dlq, dlq: { table: t } }").unwrap();
-        assert!(none.dlq_signing_key.is_empty());
-        assert_eq!(none.dlq, Some(DeadLetterDestination::Table("t".into())));
-    }
-
-    #[test]
-    fn bad_keys_are_refused_without_printing_them() {
-        let short = errors("{ dlq: { topic: d, signing_key: short-secret } }").unwrap_err();
-        assert!(short.contains("fewer than the 16"), "{short}");
-        assert!(!short.contains("short-secret"), "{short}");
-        let empty = errors("{ dlq: { topic: d, signing_key: \"\" } }").unwrap_err();
-        assert!(empty.contains("0 bytes"), "{empty}");
-        let list = errors("{ dlq: { topic: d, signing_key: [] } }").unwrap_err();
-        assert!(list.contains("empty list"), "{list}");
-        let table = errors("{ dlq: { table: t, signing_key: 0123456789abcdef } }").unwrap_err();
-        assert!(table.contains("remove signing_key"), "{table}");
-        let both = errors("{ dlq: { topic: d, table: t } }").unwrap_err();
-        assert!(both.contains("has both topic and table"), "{both}");
-        let unknown = errors("{ dlq: { topic: d, sign: x } }").unwrap_err();
-        assert!(unknown.contains("unknown field"), "{unknown}");
-    }
-
-    #[test]
-    fn keys_are_redacted_in_printed_configuration() {
-        let section = serde_json::json!({
-            "errors": { "dlq": { "topic": "d",
-                "signing_key": ["new-key-0123456789", "old-key-0123456789"] } }
-        });
-        let printed = super::super::redact_document(&section).to_string();
-        assert!(!printed.contains("key-0123456789"), "{printed}");
-        assert!(printed.contains("\"signing_key\":\"***\""), "{printed}");
-        let one = serde_json::json!({ "dlq": { "signing_key": "0123456789abcdef" } });
-        let printed = super::super::redact_document(&one).to_string();
-        assert!(!printed.contains("0123456789abcdef"), "{printed}");
-    }
-
-    #[test]
-    fn keys_debug_print_masked() {
-        let config = errors("{ dlq: { topic: d, signing_key: 0123456789abcdef } }").unwrap();
-        let printed = format!("{config:?}");
-        assert!(!printed.contains("0123456789abcdef"), "{printed}");
     }
 }

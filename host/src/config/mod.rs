@@ -8,6 +8,7 @@ mod admin;
 mod column_type;
 mod connector;
 mod dead_letter;
+mod errors;
 mod files;
 mod formats;
 mod interpolate;
@@ -36,16 +37,17 @@ use serde::Deserialize;
 
 pub use column_type::{ColumnType, ElementType, MAX_DECIMAL_PRECISION, UnknownColumnType};
 pub use connector::*;
-pub use dead_letter::{MIN_SIGNING_KEY_BYTES, SigningKeys};
+pub use dead_letter::{DeadLetterDestination, MIN_SIGNING_KEY_BYTES, SigningKeys};
+pub use errors::{ErrorPolicy, ErrorsConfig, IsolationConfig, RestartConfig, RetryConfig};
 pub use formats::{Format, RegistryTls, SchemaRegistryConfig, Urls};
 pub use load::{ConfigError, load_file, load_str};
 pub use names::{ColumnNameRules, NameLimit, name_limit, table_name_problem};
 pub use problem::Problem;
 pub use redact::{is_secret_key, redact_document, redact_url};
-pub use scrub::Scrubber;
 pub use routing::{
     CapturePattern, SourceField, TableFrom, TableTemplate, TemplatePart, TopicPattern,
 };
+pub use scrub::Scrubber;
 pub use secret::{Properties, Secret, SecretUrl};
 pub use semantic::{check_plugin_memory, check_plugin_timeout};
 pub use sink::*;
