@@ -6,33 +6,13 @@
 //! its text, and its text is hunted for in messages. A whole-value `${VAR}` stays a string:
 //! it is typed by the field it fills ([`type_whole_values`]), not by how its text looks.
 
-use std::collections::BTreeMap;
-
 use jsonschema::{JsonType, JsonTypeSet};
 use serde_json::Value;
 
+use super::origin::{Origin, Origins, pointer_segment};
 use super::problem::{Problem, render_path};
 use super::redact::shown_text;
 use super::{Config, is_secret_key};
-
-/// A string of the file that held `${…}` references.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
-    /// The text as the file wrote it: `postgres://u:${PW}@h/db`.
-    pub written: String,
-    /// The string is one reference and nothing else (`${TASKS:-2}`).
-    pub whole: bool,
-    /// Each reference as written, with the text it was resolved to.
-    pub references: Vec<(String, String)>,
-}
-
-/// The strings that held references, by JSON pointer (`/connectors/0/sink/url`).
-pub type Origins = BTreeMap<String, Origin>;
-
-/// A JSON pointer's segment: `~` and `/` escaped.
-pub fn pointer_segment(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
 
 /// Replaces every `${…}` in the string values of `value`, in place, and returns where each
 /// resolved string came from. `lookup` reads a variable. Problems are pushed with their
@@ -250,25 +230,6 @@ fn parse_typed(text: &str, types: JsonTypeSet) -> Result<Value, &'static str> {
     Err(wanted)
 }
 
-/// True when `text` is made of references only (`${PW}`, `${A}${B}`): shown as written, it
-/// shows no secret of the file.
-pub fn is_only_references(text: &str) -> bool {
-    let mut rest = text;
-    if rest.is_empty() {
-        return false;
-    }
-    while !rest.is_empty() {
-        let Some(body) = rest.strip_prefix("${") else {
-            return false;
-        };
-        let Some(end) = body.find('}') else {
-            return false;
-        };
-        rest = &body[end + 1..];
-    }
-    true
-}
-
 /// Expands one string. `$${` is a literal `${`.
 #[cfg(test)]
 fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
@@ -431,14 +392,5 @@ mod tests {
             ]
         );
         assert_eq!(typed, ["/count", "/bad", "/big", "/flag"]);
-    }
-
-    #[test]
-    fn only_references() {
-        assert!(is_only_references("${PW}"));
-        assert!(is_only_references("${A}${B:-x}"));
-        assert!(!is_only_references("a${PW}"));
-        assert!(!is_only_references("${PW}b"));
-        assert!(!is_only_references(""));
     }
 }

@@ -7,10 +7,10 @@ use std::path::Path;
 use super::files::resolve_relative_paths;
 use super::interpolate::{interpolate, refused_types, show_as_written, type_whole_values};
 use super::problem::{Problem, render_path};
-use super::redact::shown_document;
 use super::schema_check::schema_problems;
 use super::scrub::Scrubber;
 use super::semantic::semantic_problems;
+use super::shown::shown_document;
 use super::{Config, yaml};
 
 /// A configuration that cannot be used, with every problem found.

@@ -16,6 +16,7 @@ mod load;
 #[cfg(test)]
 mod load_tests;
 mod names;
+mod origin;
 mod problem;
 mod redact;
 mod routing;
@@ -23,6 +24,7 @@ mod schema_check;
 mod scrub;
 mod secret;
 mod semantic;
+mod shown;
 mod sink;
 mod sink_checks;
 pub mod units;
@@ -43,13 +45,14 @@ pub use formats::{Format, RegistryTls, SchemaRegistryConfig, Urls};
 pub use load::{ConfigError, load_file, load_str};
 pub use names::{ColumnNameRules, NameLimit, name_limit, table_name_problem};
 pub use problem::Problem;
-pub use redact::{is_secret_key, redact_document, redact_url};
+pub use redact::{is_secret_key, redact_url};
 pub use routing::{
     CapturePattern, SourceField, TableFrom, TableTemplate, TemplatePart, TopicPattern,
 };
 pub use scrub::Scrubber;
 pub use secret::{Properties, Secret, SecretUrl};
 pub use semantic::{check_plugin_memory, check_plugin_timeout};
+pub use shown::redact_document;
 pub use sink::*;
 use units::HumanDuration;
 

@@ -1,7 +1,7 @@
 //! The last guard for messages built from values: a [`Scrubber`] knows the secrets of a
 //! configuration and replaces them wherever a message quotes them.
 
-use super::interpolate::{Origins, is_only_references};
+use super::origin::{Origins, is_only_references};
 use super::redact::{MASK, is_secret_key, redact_url, shown_text};
 use super::{Config, Properties};
 
