@@ -2,6 +2,25 @@
 //! sluice puts in one, the system columns a table already has, and how many columns a
 //! table may have. Table templates check the tables they make against these rules, and
 //! derived columns the columns they make; a name that breaks one fails its record alone.
+//! The names the file gives itself (configured columns, tables, schemas) follow a
+//! stricter rule, [`valid_identifier`], checked when the file is loaded.
+
+/// Whether `name` is a name sluice writes into SQL as the file gives it (a configured
+/// column, table or schema): 1 to 63 ASCII letters, digits and `_`, not starting with a
+/// digit, so that it needs no quoting rules of its own and fits every database.
+pub(super) fn valid_identifier(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// Whether `name` is a configured table: an identifier ([`valid_identifier`]), or two
+/// joined by a dot (`schema.table`).
+pub(super) fn valid_table_name(name: &str) -> bool {
+    let parts: Vec<&str> = name.split('.').collect();
+    parts.len() <= 2 && parts.iter().all(|p| valid_identifier(p))
+}
 
 /// The longest table name a database takes, in bytes for PostgreSQL (63: longer names are
 /// cut short, so two long names could meet) and in characters for MySQL and MariaDB (64);

@@ -363,7 +363,7 @@ pub(super) fn routing_problems(
             return problems;
         }
         (Some(table), None) if !table.is_template() => {
-            if !super::semantic::valid_table_name(table.as_str()) {
+            if !super::names::valid_table_name(table.as_str()) {
                 problems.push(Problem::new(
                     at("sink.table"),
                     format!("\"{table}\" is not a table name: use letters, digits and _, optionally schema.table; or a template such as \"{{topic}}\""),
@@ -410,7 +410,7 @@ pub(super) fn routing_problems(
         "sink.table"
     };
     if let Some(schema) = &sink.schema
-        && !super::semantic::valid_identifier(schema)
+        && !super::names::valid_identifier(schema)
     {
         problems.push(Problem::new(
             at("sink.schema"),

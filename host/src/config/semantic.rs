@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use super::names::{valid_identifier, valid_table_name};
 use super::problem::Problem;
 use super::sink_checks;
 use super::{
@@ -492,18 +493,6 @@ fn url_scheme(url: &str) -> Option<&str> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)))
     .then_some(scheme)
-}
-
-pub(super) fn valid_identifier(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-}
-
-pub(super) fn valid_table_name(name: &str) -> bool {
-    let parts: Vec<&str> = name.split('.').collect();
-    parts.len() <= 2 && parts.iter().all(|p| valid_identifier(p))
 }
 
 /// The admin listener's own checks: a listener that other hosts reach needs a token, a

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 
 use super::ConnectorConfig;
 use super::WriteMode;
+use super::names::valid_identifier;
 use super::problem::Problem;
-use super::semantic::valid_identifier;
 
 /// Column types the sink's database cannot hold as sluice writes them: arrays outside
 /// PostgreSQL, and `numeric(p,s)` wider than MySQL's and MariaDB's DECIMAL (65 digits,
