@@ -193,7 +193,7 @@ async fn table(connector: &ConnectorConfig, sink: &Sink) -> Reached {
 
 /// The Schema Registry answers, when the connector reads schemas from one.
 async fn registry(connector: &ConnectorConfig) -> Option<Reached> {
-    let registry = super::validate::registry_of(connector)?;
+    let registry = connector.registry_in_use()?;
     let client = match crate::format::registry::RegistryClient::new(registry) {
         Ok(client) => client,
         Err(message) => return Some(failed(format!("schema registry: {message}"))),

@@ -156,25 +156,12 @@ fn plugin_problems(config: &Config, engine: &sluice_transform::TransformEngine) 
     problems
 }
 
-/// The Schema Registry `connector` reads schemas from: its registry, when its value or key
-/// format uses one.
-pub(super) fn registry_of(
-    connector: &config::ConnectorConfig,
-) -> Option<&config::SchemaRegistryConfig> {
-    let uses = connector.format.uses_registry()
-        || connector
-            .key_format
-            .as_ref()
-            .is_some_and(|f| f.uses_registry());
-    connector.schema_registry.as_ref().filter(|_| uses)
-}
-
 /// Asks each Schema Registry the connectors read from whether it answers: one that cannot
 /// be reached, or refuses the credentials, is a warning (validate works offline).
 fn registry_warnings(config: &config::Config) -> Vec<String> {
     let mut registries: Vec<&config::SchemaRegistryConfig> = Vec::new();
     for connector in &config.connectors {
-        if let Some(registry) = registry_of(connector)
+        if let Some(registry) = connector.registry_in_use()
             && !registries.contains(&registry)
         {
             registries.push(registry);

@@ -113,6 +113,14 @@ impl ConnectorConfig {
             .unwrap_or_else(|| defaults::group(&self.name))
     }
 
+    /// The Schema Registry the connector reads schemas from: its `schema_registry`, when
+    /// its value or key format uses one (a registry configured for formats that do not is
+    /// never asked).
+    pub fn registry_in_use(&self) -> Option<&SchemaRegistryConfig> {
+        let uses = self.format.uses_registry()
+            || self.key_format.as_ref().is_some_and(|f| f.uses_registry());
+        self.schema_registry.as_ref().filter(|_| uses)
+    }
 }
 
 /// When a batch is cut: whichever limit is reached first.
