@@ -314,19 +314,6 @@ pub fn fetch_positions(consumer: &SourceConsumer) -> Vec<(Partition, Option<i64>
         .unwrap_or_default()
 }
 
-/// Commits `next` offsets to the consumer group (at-least-once delivery), synchronously.
-pub fn commit_offsets(
-    consumer: &SourceConsumer,
-    commits: &[(Partition, i64)],
-    mode: rdkafka::consumer::CommitMode,
-) -> Result<(), KafkaError> {
-    let mut tpl = TopicPartitionList::new();
-    for ((topic, partition), next) in commits {
-        tpl.add_partition_offset(topic, *partition, Offset::Offset(*next))?;
-    }
-    consumer.commit(&tpl, mode)
-}
-
 /// Pauses (or resumes) every assigned partition.
 pub fn set_paused(consumer: &SourceConsumer, paused: bool) -> Result<(), KafkaError> {
     let assignment = consumer.assignment()?;

@@ -16,7 +16,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
 
-use super::consumer::commit_offsets;
+use super::commit::commit_offsets;
 use crate::record::Partition;
 
 /// What a task does when its partitions move. Called on the consumer's own thread, from

@@ -1,8 +1,10 @@
 //! Everything that talks to Kafka: the task's consumer with its rebalance handling
-//! ([`consumer`]), the producer of the dead-letter topic ([`dead_letter_producer`]), and
+//! ([`consumer`], [`context`]) and the offsets it commits to its group ([`commit`]), the
+//! producer of the dead-letter topic ([`dead_letter_producer`]), and
 //! the embedded cluster of the first run and the demo ([`embedded`]), and the consumer
 //! group's committed offsets as lag tools see them ([`group`]).
 
+pub mod commit;
 pub mod consumer;
 pub mod context;
 pub mod dead_letter_producer;

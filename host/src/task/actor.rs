@@ -16,6 +16,7 @@ use super::state::{TaskEvent, TaskState};
 use super::transforming::Worker;
 use super::{Shared, TaskError};
 use crate::config::Guarantee;
+use crate::kafka::commit::commit_offsets;
 use crate::kafka::consumer::{self, PollError, RebalanceListener, SourceConsumer};
 use crate::prepare::{PrepareError, Preparer};
 use crate::record::{Incoming, Partition};
@@ -580,7 +581,7 @@ impl Actor {
                 return;
             }
             if let Err(error) =
-                consumer::commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Async)
+                commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Async)
             {
                 tracing::debug!(%error, "showing progress to the Kafka group failed (the database holds the offsets)");
             }
@@ -591,12 +592,12 @@ impl Actor {
         }
         if self.shared.guarantee == Guarantee::AtLeastOnce {
             if let Err(error) =
-                consumer::commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Sync)
+                commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Sync)
             {
                 tracing::warn!(%error, "committing offsets to Kafka failed; those records will be delivered again");
             }
         } else if let Err(error) =
-            consumer::commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Async)
+            commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Async)
         {
             tracing::debug!(%error, "showing progress to the Kafka group failed (the database holds the offsets)");
         }
