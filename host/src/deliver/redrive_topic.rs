@@ -29,7 +29,7 @@ use std::time::Duration;
 use super::redrive::RedriveError;
 use super::{DeliverError, Job, Plan, Policy, deliver};
 use crate::config::{ConnectorConfig, ErrorPolicy};
-use crate::kafka::dead_letter_producer::header;
+use crate::kafka::dead_letter_headers as header;
 use crate::kafka::dead_letter_signature::{Signed, Signer, Verdict};
 use crate::pool::{ConsumerPool, ReadError, Start};
 use crate::prepare::Preparer;

@@ -22,38 +22,12 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
+/// The headers a dead letter carries besides the record's own ([`super::dead_letter_headers`]),
+/// under the name the producer's callers know them by.
+pub use super::dead_letter_headers as header;
 use super::dead_letter_signature::{Signed, Signer};
 use crate::config::{KafkaConfig, SigningKeys};
 use crate::failure::DeadLetter;
-
-/// The headers sluice adds to a dead letter, after the record's own: what the topic
-/// redrive (`deliver::redrive_topic`) reads back and drops.
-pub mod header {
-    pub const SOURCE_TOPIC: &str = "sluice.source.topic";
-    pub const SOURCE_PARTITION: &str = "sluice.source.partition";
-    pub const SOURCE_OFFSET: &str = "sluice.source.offset";
-    pub const SOURCE_TIMESTAMP: &str = "sluice.source.timestamp";
-    pub const CONNECTOR: &str = "sluice.connector";
-    pub const STAGE: &str = "sluice.stage";
-    pub const ERROR_CLASS: &str = "sluice.error.class";
-    pub const ERROR_MESSAGE: &str = "sluice.error.message";
-    pub const VALUE_OMITTED: &str = "sluice.value.omitted";
-    /// With `errors.dlq.signing_key`: the letter's signature, in hex.
-    pub const SIGNATURE: &str = "sluice.signature";
-    /// Every one of them.
-    pub const ALL: [&str; 10] = [
-        SOURCE_TOPIC,
-        SOURCE_PARTITION,
-        SOURCE_OFFSET,
-        SOURCE_TIMESTAMP,
-        CONNECTOR,
-        STAGE,
-        ERROR_CLASS,
-        ERROR_MESSAGE,
-        VALUE_OMITTED,
-        SIGNATURE,
-    ];
-}
 
 /// How long librdkafka keeps trying to deliver one dead letter.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);

@@ -23,7 +23,7 @@
 
 use hmac::{KeyInit, Mac};
 
-use super::dead_letter_producer::header;
+use super::dead_letter_headers as header;
 use crate::config::SigningKeys;
 use crate::record::Record;
 

@@ -1,12 +1,14 @@
-//! Everything that talks to Kafka: the task's consumer with its rebalance handling
-//! ([`consumer`], [`context`]) and the offsets it commits to its group ([`commit`]), the
-//! producer of the dead-letter topic ([`dead_letter_producer`]), and
-//! the embedded cluster of the first run and the demo ([`embedded`]), and the consumer
-//! group's committed offsets as lag tools see them ([`group`]).
+//! Everything that talks to Kafka: the task's consumer ([`consumer`]) with its rebalance
+//! handling ([`context`]) and the offsets it commits to its group ([`commit`]), the
+//! producer of the dead-letter topic ([`dead_letter_producer`]) with the headers it adds
+//! ([`dead_letter_headers`]) and their signature ([`dead_letter_signature`]), the embedded
+//! cluster of the first run and the demo ([`embedded`]), and the consumer group's
+//! committed offsets as lag tools see them ([`group`]).
 
 pub mod commit;
 pub mod consumer;
 pub mod context;
+pub mod dead_letter_headers;
 pub mod dead_letter_producer;
 pub mod dead_letter_signature;
 pub mod embedded;
