@@ -38,6 +38,7 @@ mod runs;
 pub mod schema;
 mod tombstones;
 mod write;
+mod write_runs;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -14,11 +14,12 @@ use std::sync::{Arc, Mutex};
 
 use sqlx::{Executor, IntoArguments};
 
-use super::backend::{self, Backend};
+use super::backend::Backend;
 use super::derived::Layout;
 use super::dialect::TableSpec;
 use super::pg_copy::CopyIn;
 use super::runs::runs;
+use super::write_runs::write_runs;
 use super::{Sink, SinkError};
 use crate::config::{Evolve, WriteMode};
 use crate::failure::FailureClass;
@@ -330,7 +331,7 @@ impl Sink {
         let dedupe = self.mode != WriteMode::Insert;
         if routes.is_empty() {
             let runs = runs(&ops[range], &self.table, self.dialect, dedupe);
-            return backend::write_runs::<DB>(
+            return write_runs::<DB>(
                 conn,
                 self.dialect,
                 &self.table,
@@ -371,7 +372,7 @@ impl Sink {
                     let projected: Vec<RowOp> =
                         indices.iter().map(|&i| fitted.project(&ops[i])).collect();
                     let runs = runs(projected.iter(), &fitted.spec, self.dialect, dedupe);
-                    backend::write_runs::<DB>(
+                    write_runs::<DB>(
                         conn,
                         self.dialect,
                         &fitted.spec,
@@ -390,7 +391,7 @@ impl Sink {
                 self.dialect,
                 dedupe,
             );
-            backend::write_runs::<DB>(
+            write_runs::<DB>(
                 conn,
                 self.dialect,
                 &table.spec,

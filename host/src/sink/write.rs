@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::backend::{self, Backend};
 use super::routed::ReadyTable;
+use super::write_runs::write_runs;
 use super::{
     Checkout, Run, Sink, SinkError, WRITE_TIMEOUT, WriteBatch, Written, dead_letters, dedup,
     each_pool, redriven, without_inputs,
@@ -234,7 +235,7 @@ impl Sink {
         if !rows.is_empty() {
             let runs = [Run::Write(rows.iter().map(Vec::as_slice).collect())];
             // Upsert: an at-least-once redelivery stores the same dead letter again.
-            backend::write_runs::<DB>(
+            write_runs::<DB>(
                 conn,
                 self.dialect,
                 table,
