@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 
-use super::handle::{Command, ConnectorState, ConnectorView};
-use crate::config::{ConnectorConfig, DeadLetterDestination, KafkaConfig};
+use super::context::Context;
+use super::messages::{Command, ConnectorState, ConnectorView};
+use crate::config::{ConnectorConfig, DeadLetterDestination};
 use crate::deliver::Policy;
 use crate::kafka::dead_letter_producer::DeadLetterProducer;
 use crate::metrics::ConnectorMetrics;
@@ -41,22 +42,6 @@ pub const CONTROL_INTERVAL: Duration = Duration::from_secs(2);
 pub(super) const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
 /// A task that ran this long without failing starts its restart backoff over.
 const RESTART_RESET: Duration = Duration::from_secs(600);
-
-/// What the process needs to start a connector's tasks.
-#[derive(Clone)]
-pub struct Context {
-    pub kafka: KafkaConfig,
-    /// The resolved bootstrap servers.
-    pub brokers: String,
-    /// The process's plugin engine, when a connector has transforms.
-    pub engine: Option<sluice_transform::TransformEngine>,
-    /// The seek-consumer pool (`inspect`, `dry-run`, the admin API's record reads).
-    pub pool: Arc<crate::pool::ConsumerPool>,
-    /// The process's connections to its sink databases, one pool per URL.
-    pub databases: Arc<crate::sink::DatabasePools>,
-    /// This process in status and heartbeats (`SLUICE_WORKER_ID`, or host and port).
-    pub worker_id: String,
-}
 
 /// A task slot of this process: the running task, or the failure it left.
 pub(super) struct Slot {

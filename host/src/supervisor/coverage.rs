@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use super::connector::Context;
-use super::handle::{Command, ConnectorState, ConnectorView};
+use super::context::Context;
+use super::messages::{Command, ConnectorState, ConnectorView};
 use crate::config::{ConnectorConfig, Guarantee};
 use crate::metrics::ConnectorMetrics;
 use crate::sink::Sink;

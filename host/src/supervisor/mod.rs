@@ -5,20 +5,21 @@
 
 mod changes;
 pub mod connector;
+mod context;
 pub mod coverage;
 mod handle;
 mod handover;
 pub mod history;
+mod messages;
 mod sync;
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, RwLock};
 
-pub use connector::Context;
-pub use handle::{
-    Command, ConnectorHandle, ConnectorState, ConnectorView, LastError, TaskView, kc_task_state,
-};
+pub use context::Context;
+pub use handle::ConnectorHandle;
+pub use messages::{Command, ConnectorState, ConnectorView, LastError, TaskView, kc_task_state};
 
 use crate::config::{Config, ConnectorConfig};
 use crate::metrics::Metrics;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::connector::{CONTROL_INTERVAL, Runner, SYNC_TIMEOUT};
-use super::handle::{ConnectorState, ConnectorView, LastError, TaskView, kc_task_state};
+use super::messages::{ConnectorState, ConnectorView, LastError, TaskView, kc_task_state};
 use crate::sink::Sink;
 use crate::sink::control::{ControlRow, Heartbeat, PartitionLag, Target, TaskFigures, now_ms};
 use crate::task::TaskState;
