@@ -30,6 +30,7 @@
 
 mod actor;
 mod buffer;
+mod hand_over;
 pub mod handle;
 mod in_flight;
 mod late_topics;
