@@ -129,7 +129,10 @@ mod tests {
         // The text alone is valid: `config` does not open the files it names.
         let loaded = config::load_file(&path).expect("the text is valid");
         let beside = path.with_file_name("record.json");
-        assert_eq!(loaded.connectors[0].schema.as_deref(), Some(beside.as_path()));
+        assert_eq!(
+            loaded.connectors[0].schema.as_deref(),
+            Some(beside.as_path())
+        );
         let Err(ConfigError::Invalid { problems }) = load_checked(&path) else {
             panic!("a schema file that does not parse loaded");
         };
