@@ -1,12 +1,18 @@
 //! sluice: a Kafka Connect-style sink host. The crate's rooms follow a record's path, and
-//! each room imports only the rooms listed before it:
+//! each room imports only the rooms listed before it (`docs/architecture.md` holds the
+//! list; `tests/layering.rs` checks it against the code):
 //!
+//! - [`logging`]: the process's log output (text, or JSON with span fields flattened), and
+//!   the rate limit of a warning that repeats.
 //! - [`record`], [`failure`]: the types every stage speaks: a record as it arrives, a
 //!   record that failed and the dead letter it becomes.
-//! - [`config`]: `connectors.yaml`, checked; [`validate`] (arrival checks and the
-//!   connector's JSON Schema) is what the config check compiles and the pipeline applies.
-//! - [`retry`]: waiting out transient failures (`errors.retry`).
 //! - [`metrics`]: the process's Prometheus metrics (every stage counts into them).
+//! - [`config`]: `connectors.yaml`, read and checked as text; [`validate`] (arrival checks
+//!   and the connector's JSON Schema) is what the config check compiles and the pipeline
+//!   applies.
+//! - [`format`]: the decode stage: the Confluent frame, the Schema Registry, one decoder
+//!   per format.
+//! - [`retry`]: waiting out transient failures (`errors.retry`).
 //! - [`map`]: a record's value and metadata to column values.
 //! - [`dedup`]: producer-duplicate detection (`delivery.dedup`): a record's id as it
 //!   arrived, and which of a batch's ids are duplicates.
@@ -26,9 +32,8 @@
 //!   restarts failed tasks and applies the operator's pause, resume, stop and restart.
 //! - [`admin`]: the admin HTTP server: Kafka Connect's REST API shapes, `/metrics`,
 //!   `/healthz`, `/readyz`, `/reload`.
-//! - [`logging`]: the process's log output (text, or JSON with span fields flattened).
-//! - [`server`]: the `sluice run` process: signals, reload, the admin listener's start and
-//!   the bounded stop.
+//! - [`server`]: the `sluice run` process: signals, reload, the admin listener's start, the
+//!   bounded stop, and the files a configuration names read before it runs.
 //! - [`cli`]: the `sluice` command line: argument parsing and one file per command.
 //!
 //! `docs/architecture.md` says who owns which thread and where each guarantee is kept.
