@@ -295,3 +295,85 @@ async fn heartbeats_carry_figures(kind: Backend) {
     db.drop().await;
 }
 for_each_database!(heartbeats_carry_figures);
+
+/// A database left by each earlier version of sluice (2 to the one before the current;
+/// version 1 has its own test above, as it predates `sluice_schema`), with an offset
+/// stored and, from version 4 on, a heartbeat: migrated at start, the offset kept and
+/// compared-and-set from where it was, the old heartbeat read back without figures and a
+/// new one written. A migration step that needs an earlier one to have run in the same
+/// start, or that fails on tables an earlier version left, fails here.
+async fn migrates_from_every_earlier_version(kind: Backend) {
+    let quoted_partition = if kind == Backend::MariaDb {
+        "`partition`"
+    } else {
+        "\"partition\""
+    };
+    for version in 2..SCHEMA_VERSION {
+        let db = FreshDb::new(kind).await;
+        let connector = connector(&db.url, &["Orders"]);
+        let sink = Sink::connect(&connector).await.expect("connect");
+        let left = sink.migrate_to(version).await.expect("the earlier version");
+        assert_eq!((left.from, left.to), (0, version));
+        db.run(&format!(
+            "INSERT INTO sluice_offsets (connector, topic, {quoted_partition}, next_offset) \
+             VALUES ('{}', 'Orders', 0, 5)",
+            connector.name
+        ))
+        .await;
+        if version >= 4 {
+            db.run(&format!(
+                "INSERT INTO sluice_task_status (connector, worker, task, state, trace, updated_at) \
+                 VALUES ('{}', 'worker-old', 0, 'RUNNING', NULL, 1)",
+                connector.name
+            ))
+            .await;
+        }
+
+        sink.prepare()
+            .await
+            .unwrap_or_else(|e| panic!("migrating from version {version}: {e}"));
+        let now = sink
+            .query_integers("SELECT MAX(version) FROM sluice_schema".into(), 1)
+            .await
+            .expect("read the version");
+        assert_eq!(now, [Some(SCHEMA_VERSION)], "from version {version}");
+        assert_eq!(
+            sink.read_offsets("Orders").await.unwrap(),
+            HashMap::from([(0, 5)]),
+            "the offset stored at version {version}"
+        );
+        sink.write(&advance("Orders", Some(5), 6))
+            .await
+            .unwrap_or_else(|e| panic!("compare-and-set after version {version}: {e}"));
+        assert_eq!(
+            sink.read_offsets("Orders").await.unwrap(),
+            HashMap::from([(0, 6)])
+        );
+        sink.write_heartbeats(
+            "worker-new",
+            &[sluice::sink::control::Heartbeat {
+                task: 0,
+                state: "RUNNING",
+                trace: None,
+                figures: Default::default(),
+            }],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("a heartbeat after version {version}: {e}"));
+        let workers: Vec<(String, bool)> = sink
+            .read_heartbeats()
+            .await
+            .expect("read heartbeats")
+            .into_iter()
+            .map(|row| (row.worker, row.figures.is_some()))
+            .collect();
+        let mut expected = vec![("worker-new".to_string(), true)];
+        if version >= 4 {
+            expected.push(("worker-old".to_string(), false));
+        }
+        assert_eq!(workers, expected, "heartbeats after version {version}");
+        sink.close().await;
+        db.drop().await;
+    }
+}
+for_each_database!(migrates_from_every_earlier_version);

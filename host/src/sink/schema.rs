@@ -225,6 +225,19 @@ fn create_schema_table(dialect: Dialect) -> &'static str {
 impl Sink {
     /// Brings sluice's own tables to [`SCHEMA_VERSION`].
     pub(super) async fn migrate(&self) -> Result<Migrated, SinkError> {
+        self.migrate_to(SCHEMA_VERSION).await
+    }
+
+    /// Brings sluice's own tables to version `to` (at most [`SCHEMA_VERSION`]): the tables
+    /// a sluice of version `to` left behind, for the tests that migrate a database from
+    /// every earlier version. Nothing but [`Sink::prepare`] migrates a real database.
+    #[doc(hidden)]
+    pub async fn migrate_to(&self, to: i64) -> Result<Migrated, SinkError> {
+        if !(1..=SCHEMA_VERSION).contains(&to) {
+            return Err(SinkError::Internal(format!(
+                "no schema version {to}: this binary knows 1 to {SCHEMA_VERSION}"
+            )));
+        }
         let dialect = self.dialect;
         let db_error = |source| SinkError::Database {
             action: "migrate",
@@ -256,7 +269,7 @@ impl Sink {
                 // BEGIN IMMEDIATE holds the write lock already.
                 Dialect::Sqlite => {}
             }
-            let result = migrate_in::<DB>(&mut tx, dialect).await;
+            let result = migrate_in::<DB>(&mut tx, dialect, to).await;
             if dialect == Dialect::MySql {
                 // A pooled connection outlives this call: the lock must not.
                 execute::<DB>(&mut tx, "DO RELEASE_LOCK('sluice_schema')".into())
@@ -282,8 +295,12 @@ where
         .map(|_| ())
 }
 
-/// The migration itself, on a connection that holds the lock.
-async fn migrate_in<DB>(conn: &mut DB::Connection, dialect: Dialect) -> Result<Migrated, SinkError>
+/// The migration itself, to version `to`, on a connection that holds the lock.
+async fn migrate_in<DB>(
+    conn: &mut DB::Connection,
+    dialect: Dialect,
+    to: i64,
+) -> Result<Migrated, SinkError>
 where
     DB: Backend,
     DB::Arguments: IntoArguments<DB>,
@@ -314,7 +331,7 @@ where
             known: SCHEMA_VERSION,
         });
     }
-    for version in from + 1..=SCHEMA_VERSION {
+    for version in from + 1..=to {
         for statement in migration(dialect, version) {
             match execute::<DB>(conn, statement.into()).await {
                 Ok(()) => {}
@@ -330,7 +347,7 @@ where
         }
         tracing::info!(version, "sluice's tables migrated");
     }
-    if from < SCHEMA_VERSION {
+    if from < to {
         execute::<DB>(conn, "DELETE FROM sluice_schema".into())
             .await
             .map_err(db_error)?;
@@ -338,14 +355,14 @@ where
             "INSERT INTO sluice_schema (id, version) VALUES (1, {})",
             dialect.param(1)
         )))
-        .bind(SCHEMA_VERSION)
+        .bind(to)
         .execute(&mut *conn)
         .await
         .map_err(db_error)?;
     }
     Ok(Migrated {
         from,
-        to: SCHEMA_VERSION,
+        to: to.max(from),
     })
 }
 
