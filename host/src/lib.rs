@@ -4,6 +4,8 @@
 //!
 //! - [`logging`]: the process's log output (text, or JSON with span fields flattened), and
 //!   the rate limit of a warning that repeats.
+//! - [`db_kind`]: which database a sink URL names, and what sluice knows of each kind
+//!   before it connects (schemes, name limits, column bounds).
 //! - [`record`], [`failure`]: the types every stage speaks: a record as it arrives, a
 //!   record that failed and the dead letter it becomes.
 //! - [`metrics`]: the process's Prometheus metrics (every stage counts into them).
@@ -41,6 +43,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod db_kind;
 pub mod dedup;
 pub mod deliver;
 pub mod failure;

@@ -22,22 +22,13 @@ pub(super) fn valid_table_name(name: &str) -> bool {
     parts.len() <= 2 && parts.iter().all(|p| valid_identifier(p))
 }
 
-/// The longest table name a database takes, in bytes for PostgreSQL (63: longer names are
-/// cut short, so two long names could meet) and in characters for MySQL and MariaDB (64);
-/// SQLite has no limit. `scheme` is the sink URL's.
-pub fn name_limit(scheme: &str) -> Option<NameLimit> {
-    match scheme {
-        "postgres" | "postgresql" => Some(NameLimit::Bytes(63)),
-        "mysql" | "mariadb" => Some(NameLimit::Chars(64)),
-        _ => None,
-    }
-}
+use crate::db_kind::DbKind;
+pub use crate::db_kind::NameLimit;
 
-/// How long a name may be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameLimit {
-    Bytes(usize),
-    Chars(usize),
+/// The longest table name the database a sink URL's `scheme` names takes
+/// ([`DbKind::name_limit`]); none for a scheme sluice does not write to.
+pub fn name_limit(scheme: &str) -> Option<NameLimit> {
+    DbKind::from_scheme(scheme).and_then(DbKind::name_limit)
 }
 
 /// `Err` says why a table name that a template made cannot be a table of this database:
@@ -101,27 +92,19 @@ pub struct ColumnNameRules {
 }
 
 impl ColumnNameRules {
-    /// The rules of the database a sink URL's `scheme` names.
+    /// The rules of the database a sink URL's `scheme` names; for a scheme sluice does
+    /// not write to (a check that ran before the URL's), the loosest: SQLite's.
     pub fn for_scheme(scheme: &str) -> Self {
-        match scheme {
-            "postgres" | "postgresql" => ColumnNameRules {
-                limit: name_limit(scheme),
-                reserved: &["tableoid", "xmin", "cmin", "xmax", "cmax", "ctid", "oid"],
-                no_trailing_space: false,
-                most_columns: 1600,
-            },
-            "mysql" | "mariadb" => ColumnNameRules {
-                limit: name_limit(scheme),
-                reserved: &[],
-                no_trailing_space: true,
-                most_columns: 1017,
-            },
-            _ => ColumnNameRules {
-                limit: None,
-                reserved: &[],
-                no_trailing_space: false,
-                most_columns: 2000,
-            },
+        ColumnNameRules::for_kind(DbKind::from_scheme(scheme).unwrap_or(DbKind::Sqlite))
+    }
+
+    /// The rules of `kind`.
+    pub fn for_kind(kind: DbKind) -> Self {
+        ColumnNameRules {
+            limit: kind.name_limit(),
+            reserved: kind.reserved_columns(),
+            no_trailing_space: kind.refuses_trailing_space(),
+            most_columns: kind.most_columns(),
         }
     }
 

@@ -3,6 +3,8 @@
 
 use std::collections::HashSet;
 
+use crate::db_kind::DbKind;
+
 use super::names::{valid_identifier, valid_table_name};
 use super::problem::Problem;
 use super::sink_checks;
@@ -132,14 +134,22 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
         }
         let sink = &connector.sink;
         match url_scheme(sink.url.expose()) {
-            Some("postgres" | "postgresql" | "mysql" | "mariadb" | "sqlite") => {}
+            Some(scheme) if DbKind::from_scheme(scheme).is_some() => {}
             Some(other) => problems.push(Problem::new(
                 at("sink.url"),
-                format!("unsupported database \"{other}\" in {}: use postgres://, mysql:// or sqlite://", sink.url.redacted()),
+                format!(
+                    "unsupported database \"{other}\" in {}: use {}",
+                    sink.url.redacted(),
+                    DbKind::suggested_schemes()
+                ),
             )),
             None => problems.push(Problem::new(
                 at("sink.url"),
-                format!("\"{}\" is not a database URL: use postgres://, mysql:// or sqlite://", sink.url.redacted()),
+                format!(
+                    "\"{}\" is not a database URL: use {}",
+                    sink.url.redacted(),
+                    DbKind::suggested_schemes()
+                ),
             )),
         }
         problems.extend(super::routing::routing_problems(

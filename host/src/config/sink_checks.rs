@@ -5,6 +5,8 @@
 
 use std::collections::HashSet;
 
+use crate::db_kind::DbKind;
+
 use super::ConnectorConfig;
 use super::WriteMode;
 use super::names::valid_identifier;
@@ -19,8 +21,9 @@ pub(super) fn column_type_problems(
 ) -> Vec<Problem> {
     let sink = &connector.sink;
     let scheme = sink.url.scheme();
-    let postgres = matches!(scheme, "postgres" | "postgresql");
-    let mysql = matches!(scheme, "mysql" | "mariadb");
+    let kind = DbKind::from_scheme(scheme);
+    let arrays = kind.is_some_and(DbKind::has_arrays);
+    let decimal_bound = kind.and_then(DbKind::decimal_bound);
     let named = sink
         .columns()
         .iter()
@@ -34,21 +37,23 @@ pub(super) fn column_type_problems(
     let mut problems = Vec::new();
     for (path, column_type) in named {
         match column_type {
-            super::ColumnType::Array(_) if !postgres => problems.push(Problem::new(
+            super::ColumnType::Array(_) if !arrays => problems.push(Problem::new(
                 at(&path),
                 format!(
                     "{column_type} is a PostgreSQL array, and this sink is {scheme}: use json (a JSON array)"
                 ),
             )),
-            super::ColumnType::Decimal { precision, scale }
-                if mysql && (precision > 65 || scale > 30) =>
-            {
-                problems.push(Problem::new(
-                    at(&path),
-                    format!(
-                        "{column_type} is wider than {scheme}'s DECIMAL takes (65 digits, 30 after the point): narrow it, or write the values as text"
-                    ),
-                ))
+            super::ColumnType::Decimal { precision, scale } => {
+                if let Some((most, most_scale)) = decimal_bound
+                    && (precision > most || scale > most_scale)
+                {
+                    problems.push(Problem::new(
+                        at(&path),
+                        format!(
+                            "{column_type} is wider than {scheme}'s DECIMAL takes ({most} digits, {most_scale} after the point): narrow it, or write the values as text"
+                        ),
+                    ))
+                }
             }
             _ => {}
         }
@@ -235,7 +240,7 @@ pub(super) fn synchronous_commit_problems(
         return problems;
     }
     let url = connector.sink.url.expose();
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+    if DbKind::from_url(url) != Some(DbKind::Postgres) {
         problems.push(Problem::new(
             at("sink.synchronous_commit"),
             "off is PostgreSQL's synchronous_commit: this sink is another database; leave it out",

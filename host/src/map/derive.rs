@@ -15,6 +15,7 @@ use crate::config::{
     ColumnNameRules, ColumnType, DeriveConfig, ElementType, Envelope, MAX_DECIMAL_PRECISION,
     SinkKey,
 };
+use crate::db_kind::DbKind;
 use crate::format::RecordSchemas;
 use crate::format::shape::{Field, FieldType};
 
@@ -376,22 +377,19 @@ pub struct TypeRules {
 }
 
 impl TypeRules {
-    /// The rules of the database a sink URL's `scheme` names.
+    /// The rules of the database a sink URL's `scheme` names; for a scheme sluice does
+    /// not write to, the loosest: SQLite's.
     pub fn for_scheme(scheme: &str) -> Self {
-        match scheme {
-            "postgres" | "postgresql" => TypeRules {
-                arrays: true,
-                max_decimal: Some((MAX_DECIMAL_PRECISION, MAX_DECIMAL_PRECISION)),
-            },
-            // MySQL's and MariaDB's DECIMAL: 65 digits, 30 after the point.
-            "mysql" | "mariadb" => TypeRules {
-                arrays: false,
-                max_decimal: Some((65, 30)),
-            },
-            _ => TypeRules {
-                arrays: false,
-                max_decimal: None,
-            },
+        TypeRules::for_kind(DbKind::from_scheme(scheme).unwrap_or(DbKind::Sqlite))
+    }
+
+    /// The rules of `kind`. A database without a decimal bound of its own writes a
+    /// decimal without a precision as an unconstrained `numeric`, and one with a
+    /// precision within sluice's own bound ([`MAX_DECIMAL_PRECISION`]).
+    pub fn for_kind(kind: DbKind) -> Self {
+        TypeRules {
+            arrays: kind.has_arrays(),
+            max_decimal: kind.decimal_bound(),
         }
     }
 

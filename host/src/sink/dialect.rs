@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use crate::config::ColumnType;
+use crate::db_kind::DbKind;
 
 /// A database family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,14 +115,18 @@ impl TableSpec {
 }
 
 impl Dialect {
-    /// From a URL scheme; the configuration check has already refused the others.
+    /// From a URL's scheme ([`DbKind::from_url`]); the configuration check has already
+    /// refused the others.
     pub fn from_url(url: &str) -> Option<Self> {
-        let scheme = url.split("://").next()?;
-        match scheme {
-            "postgres" | "postgresql" => Some(Dialect::Postgres),
-            "mysql" | "mariadb" => Some(Dialect::MySql),
-            "sqlite" => Some(Dialect::Sqlite),
-            _ => None,
+        DbKind::from_url(url).map(Dialect::of)
+    }
+
+    /// The dialect of a database kind.
+    pub fn of(kind: DbKind) -> Self {
+        match kind {
+            DbKind::Postgres => Dialect::Postgres,
+            DbKind::MySql => Dialect::MySql,
+            DbKind::Sqlite => Dialect::Sqlite,
         }
     }
 
