@@ -1,6 +1,6 @@
 //! What the three databases share, written once over sqlx's `Database`: binding a
 //! [`SqlValue`], the offsets statements, and multi-row `VALUES` writes (MySQL and SQLite;
-//! PostgreSQL writes rows with `UNNEST` in `postgres.rs`).
+//! PostgreSQL writes rows with `UNNEST` in `db/postgres/write.rs`).
 
 use sqlx::query::Query;
 use sqlx::{

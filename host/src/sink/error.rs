@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use super::db;
+pub use super::db::ErrorClass;
+
 /// Why a sink operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
@@ -114,47 +117,23 @@ impl SinkError {
 /// Whether the database refused a statement for want of a privilege (PostgreSQL 42501,
 /// MySQL and MariaDB 1142 and 1044).
 pub(super) fn is_not_permitted(error: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = error else {
-        return false;
-    };
-    if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        return matches!(mysql.number(), 1142 | 1044);
+    match error {
+        sqlx::Error::Database(db) => db::read_error(db.as_ref()).not_permitted,
+        _ => false,
     }
-    db.code().as_deref() == Some("42501")
 }
 
 /// Whether the database refused to add a column that is already there (PostgreSQL 42701,
 /// MySQL and MariaDB 1060, SQLite's "duplicate column name").
 pub(super) fn is_duplicate_column(error: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = error else {
-        return false;
-    };
-    if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        return mysql.number() == 1060;
+    match error {
+        sqlx::Error::Database(db) => db::read_error(db.as_ref()).duplicate_column,
+        _ => false,
     }
-    db.code().as_deref() == Some("42701") || db.message().contains("duplicate column name")
 }
 
-/// What a database error means for the batch that met it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// Worth waiting for: the connection, the server or a lock will come back (lost
-    /// connections, pool timeouts, deadlocks, serialization failures, lock and statement
-    /// timeouts, a server shutting down or read-only during a failover, resources
-    /// exhausted).
-    Transient,
-    /// The database refused the rows themselves: a constraint (unique, foreign key, check,
-    /// not null), a value it cannot store (too long, out of range, bad encoding), bytes its
-    /// protocol cannot carry (a NUL), or a limit a value or a row can pass (an index entry
-    /// or a row too large, a name too long, too many columns). Never transient: the same
-    /// rows fail again. The refused rows are isolated and handled by the error policy.
-    Refused,
-    /// Anything else (a missing table, a privilege, a syntax error): retrying cannot help.
-    Permanent,
-}
-
-/// Classifies a database error by the database's own codes: SQLSTATE for PostgreSQL, the
-/// error number for MySQL and MariaDB, the result code for SQLite.
+/// Classifies a database error by the database's own codes (`db/`): SQLSTATE for
+/// PostgreSQL, the error number for MySQL and MariaDB, the result code for SQLite.
 pub fn classify(error: &sqlx::Error) -> ErrorClass {
     match error {
         sqlx::Error::Io(_)
@@ -170,83 +149,8 @@ pub fn classify(error: &sqlx::Error) -> ErrorClass {
             {
                 return ErrorClass::Refused;
             }
-            if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-                // MySQL's own error numbers say more than the SQLSTATEs it shares.
-                return classify_mysql(mysql.number());
-            }
-            let code = db.code().unwrap_or_default();
-            if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-                let ends_session = matches!(
-                    pg.severity(),
-                    sqlx::postgres::PgSeverity::Fatal | sqlx::postgres::PgSeverity::Panic
-                );
-                return classify_postgres(&code, ends_session);
-            }
-            code.parse::<i64>()
-                .map_or(ErrorClass::Permanent, classify_sqlite)
+            db::read_error(db.as_ref()).class
         }
-        _ => ErrorClass::Permanent,
-    }
-}
-
-/// PostgreSQL SQLSTATEs (appendix A of its manual); `ends_session` for an error of
-/// severity FATAL or PANIC, after which the server closes the connection.
-fn classify_postgres(sqlstate: &str, ends_session: bool) -> ErrorClass {
-    let class = sqlstate.get(..2).unwrap_or_default();
-    match (class, sqlstate) {
-        // A protocol violation the session outlives (severity ERROR): the bytes of the
-        // statement, such as a NUL in an identifier or in text, which the protocol's
-        // strings cannot hold; the same rows fail again. A FATAL one ends the connection
-        // (PgBouncer says 08P01 when it drops a client: query_wait_timeout, server conn
-        // crashed) and is waited out with the rest of class 08.
-        (_, "08P01") if !ends_session => ErrorClass::Refused,
-        // connection exceptions; insufficient resources (too many connections, disk full,
-        // out of memory)
-        ("08" | "53", _)
-        // serialization failure, deadlock, lock not available, query canceled (statement
-        // timeout), admin or crash shutdown, cannot connect now, idle session timeout,
-        // read-only transaction (a standby after a failover), I/O error
-        | (_, "40001" | "40P01" | "55P03" | "57014" | "57P01" | "57P02" | "57P03" | "57P05" | "25006" | "58030") => {
-            ErrorClass::Transient
-        }
-        // data exceptions; integrity constraint violations; program limits a value or a
-        // row can pass (an index row or a row too large, a string too long for a
-        // tsvector, a value nested too deep, too many columns); a name too long
-        ("22" | "23" | "54", _) | (_, "42622") => ErrorClass::Refused,
-        _ => ErrorClass::Permanent,
-    }
-}
-
-/// MySQL and MariaDB error numbers (server and client).
-fn classify_mysql(number: u16) -> ErrorClass {
-    match number {
-        // disk full, too many connections, shutdown in progress, network read/write errors,
-        // too many user connections, lock wait timeout, deadlock, read-only (option,
-        // transaction, mode), query interrupted, connection killed, statement time limits
-        // (MariaDB 1969, MySQL 3024), can't connect, server gone, lost connection,
-        // disconnected by the server
-        1021 | 1040 | 1053 | 1158 | 1159 | 1160 | 1161 | 1203 | 1205 | 1213 | 1290 | 1317
-        | 1792 | 1836 | 1927 | 1969 | 2002 | 2003 | 2006 | 2013 | 3024 | 4031 => {
-            ErrorClass::Transient
-        }
-        // null, duplicate, out of range, incorrect value, incorrect string, data too long,
-        // truncated, foreign keys, CHECK (MySQL 3819, MariaDB 4025); and what a record's
-        // content can pass: a name too long, too many columns, a row too large, an
-        // incorrect column name, an invalid character string, an illegal or incorrect
-        // value for its type, invalid JSON text
-        1048 | 1062 | 1264 | 1265 | 1292 | 1366 | 1406 | 1451 | 1452 | 1690 | 3819 | 4025
-        | 1059 | 1117 | 1118 | 1166 | 1300 | 1367 | 1411 | 3140 => ErrorClass::Refused,
-        _ => ErrorClass::Permanent,
-    }
-}
-
-/// SQLite result codes: the primary code is the low byte of an extended one.
-fn classify_sqlite(code: i64) -> ErrorClass {
-    match code & 0xff {
-        // BUSY, LOCKED, FULL (the disk)
-        5 | 6 | 13 => ErrorClass::Transient,
-        // TOOBIG, CONSTRAINT, MISMATCH
-        18..=20 => ErrorClass::Refused,
         _ => ErrorClass::Permanent,
     }
 }
@@ -271,10 +175,9 @@ pub(super) fn is_transient(error: &sqlx::Error) -> bool {
     classify(error) == ErrorClass::Transient
 }
 
-/// A database error as a user reads it: PostgreSQL's message with its detail (but for data
-/// and integrity errors, whose detail quotes the row's values) and hint, without the line
-/// of PostgreSQL's own source that sqlx appends (" at line 1392" reads as a line of the
-/// user's file); other errors as sqlx writes them.
+/// A database error as a user reads it: in its database's words where sqlx's are not
+/// right for a user (PostgreSQL's, without data values or sqlx's line of PostgreSQL's
+/// source: `db/postgres/errors.rs`); other errors as sqlx writes them.
 pub fn shown(error: &sqlx::Error) -> Shown<'_> {
     Shown(error)
 }
@@ -284,24 +187,10 @@ pub struct Shown<'a>(&'a sqlx::Error);
 
 impl std::fmt::Display for Shown<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pg = match self.0 {
-            sqlx::Error::Database(db) => db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>(),
-            _ => None,
-        };
-        let Some(pg) = pg else {
-            return write!(f, "{}", self.0);
-        };
-        write!(f, "error returned from database: {}", pg.message())?;
-        // The detail of a data or integrity error quotes the row ("Failing row contains
-        // (…)"): values that must not reach logs, traces and the status page.
-        let quotes_data = matches!(pg.code().get(..2), Some("22" | "23"));
-        if let (Some(detail), false) = (pg.detail(), quotes_data) {
-            write!(f, " ({detail})")?;
+        match self.0 {
+            sqlx::Error::Database(db) => db::write_error(db.as_ref(), f),
+            other => write!(f, "{other}"),
         }
-        if let Some(hint) = pg.hint() {
-            write!(f, " hint: {hint}")?;
-        }
-        Ok(())
     }
 }
 
@@ -313,97 +202,5 @@ mod tests {
     fn transient_errors() {
         assert!(is_transient(&sqlx::Error::PoolTimedOut));
         assert!(!is_transient(&sqlx::Error::RowNotFound));
-    }
-
-    #[test]
-    fn postgres_codes() {
-        use ErrorClass::*;
-        for (code, class) in [
-            ("08006", Transient),
-            ("08000", Transient),
-            ("08003", Transient),
-            // A NUL in a statement: the record's content, never waited out.
-            ("08P01", Refused),
-            ("40001", Transient),
-            ("40P01", Transient),
-            ("55P03", Transient),
-            ("57014", Transient),
-            ("57P01", Transient),
-            ("53300", Transient),
-            ("53100", Transient),
-            ("25006", Transient),
-            ("23505", Refused),
-            ("23514", Refused),
-            ("22001", Refused),
-            ("22021", Refused),
-            ("54000", Refused),
-            ("54001", Refused),
-            ("54011", Refused),
-            ("42622", Refused),
-            ("42P01", Permanent),
-            ("42501", Permanent),
-            ("28P01", Permanent),
-            ("57P04", Permanent),
-            ("", Permanent),
-        ] {
-            assert_eq!(classify_postgres(code, false), class, "{code}");
-        }
-        // FATAL: the connection is gone (PgBouncer drops clients with 08P01), so waited
-        // out; the class of every other code does not depend on its severity.
-        for (code, class) in [
-            ("08P01", Transient),
-            ("08006", Transient),
-            ("57P01", Transient),
-            ("53300", Transient),
-            ("28P01", Permanent),
-            ("3D000", Permanent),
-        ] {
-            assert_eq!(classify_postgres(code, true), class, "FATAL {code}");
-        }
-    }
-
-    #[test]
-    fn mysql_numbers() {
-        use ErrorClass::*;
-        for (number, class) in [
-            (1205, Transient),
-            (1213, Transient),
-            (1290, Transient),
-            (1792, Transient),
-            (1969, Transient),
-            (2013, Transient),
-            (1062, Refused),
-            (1406, Refused),
-            (4025, Refused),
-            (1059, Refused),
-            (1118, Refused),
-            (1166, Refused),
-            (1300, Refused),
-            (3140, Refused),
-            (1146, Permanent),
-            (1045, Permanent),
-            (1064, Permanent),
-        ] {
-            assert_eq!(classify_mysql(number), class, "{number}");
-        }
-    }
-
-    #[test]
-    fn sqlite_codes() {
-        use ErrorClass::*;
-        for (code, class) in [
-            (5, Transient),
-            (517, Transient),
-            (6, Transient),
-            (13, Transient),
-            (19, Refused),
-            (2067, Refused),
-            (1555, Refused),
-            (18, Refused),
-            (1, Permanent),
-            (14, Permanent),
-        ] {
-            assert_eq!(classify_sqlite(code), class, "{code}");
-        }
     }
 }

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 use sqlx::{Executor, IntoArguments};
 
 use super::backend::Backend;
+use super::db::postgres::copy::CopyIn;
 use super::derived::Layout;
 use super::dialect::TableSpec;
-use super::pg_copy::CopyIn;
 use super::runs::runs;
 use super::write_runs::write_runs;
 use super::{Sink, SinkError};

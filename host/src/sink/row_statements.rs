@@ -1,5 +1,5 @@
 //! The multi-row statements that write a sink table's rows (MySQL and SQLite; PostgreSQL
-//! builds its `UNNEST` statements in `postgres.rs`): inserts and upserts, updates, deletes,
+//! builds its `UNNEST` statements in `db/postgres/write.rs`): inserts and upserts, updates, deletes,
 //! truncates, each conditional on the stored version for a table with `sink.version`.
 
 use super::dialect::{Dialect, TableSpec};

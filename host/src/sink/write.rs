@@ -241,7 +241,7 @@ impl Sink {
                 table,
                 WriteMode::Upsert,
                 &runs,
-                &super::pg_copy::NO_COPY,
+                &super::db::postgres::copy::NO_COPY,
             )
             .await
             .map_err(dlq_error("write dead letters"))?;

@@ -1,6 +1,6 @@
 //! A table's runs written in order, each the way its kind and the database take it: a
 //! patch as `UPDATE`s of the columns it carries (`patch.rs`), a truncate as one statement,
-//! the rest on PostgreSQL with `COPY` or `UNNEST` (`postgres.rs`) and on MySQL and SQLite
+//! the rest on PostgreSQL with `COPY` or `UNNEST` (`db/postgres/write.rs`) and on MySQL and SQLite
 //! with multi-row `VALUES` ([`write_run`]). With `sink.version`, writes not newer than
 //! their key's tombstone are dropped first, and deletes and truncates leave tombstones
 //! (`tombstones.rs`). The batch's transaction (`write.rs`) and the tables of a table
@@ -10,9 +10,10 @@ use sqlx::{AssertSqlSafe, Executor, IntoArguments};
 
 use super::Run;
 use super::backend::{Backend, patch_in_bulk, write_run};
+use super::db::postgres;
+use super::db::postgres::copy::CopyIn;
 use super::dialect::{Dialect, TableSpec};
-use super::pg_copy::CopyIn;
-use super::{patch, postgres, tombstones};
+use super::{patch, tombstones};
 use crate::config::{ColumnType, WriteMode};
 use crate::map::SqlValue;
 
@@ -50,7 +51,7 @@ where
     Ok(())
 }
 
-/// One run on PostgreSQL (`postgres.rs`) or with multi-row `VALUES`.
+/// One run on PostgreSQL (`db/postgres/write.rs`) or with multi-row `VALUES`.
 async fn write_one<DB>(
     conn: &mut DB::Connection,
     dialect: Dialect,
@@ -75,7 +76,7 @@ where
     }
     let any: &mut dyn std::any::Any = &mut *conn;
     match any.downcast_mut::<sqlx::PgConnection>() {
-        Some(pg) => postgres::write_run(pg, table, mode, run, copy_in).await,
+        Some(pg) => postgres::write::write_run(pg, table, mode, run, copy_in).await,
         None => write_run::<DB>(conn, dialect, table, mode, run).await,
     }
 }

@@ -13,7 +13,7 @@
 //! them is exactly what `INSERT … ON CONFLICT` would do, and `COPY` does it at insert
 //! speed. [`upsert_if_all_new`] takes a savepoint and `COPY`s the run straight into the
 //! table; a key already there makes the key's unique index refuse it (23505), the run is
-//! rolled back to the savepoint and written with `UNNEST … ON CONFLICT` (`postgres.rs`),
+//! rolled back to the savepoint and written with `UNNEST … ON CONFLICT` (`write.rs`),
 //! which is never put on a record. While runs keep meeting present keys, [`CopyIn`] skips
 //! the attempt for longer and longer (up to [`MAX_SKIP`] runs), so a table of present
 //! keys pays one wasted `COPY` in that many runs. Only where the key is the table's own
@@ -31,9 +31,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use sqlx::{Executor, PgConnection};
 
-use super::dialect::{Dialect, TableSpec, TimestampText};
 use crate::config::ColumnType;
 use crate::map::SqlValue;
+use crate::sink::dialect::{Dialect, TableSpec, TimestampText};
 
 /// COPY data is sent in pieces of about this size, so a large batch is not held twice.
 const SEND_CHUNK: usize = 1 << 20;
@@ -42,26 +42,26 @@ const SEND_CHUNK: usize = 1 << 20;
 /// savepoint's round trips cost. It also bounds the subtransactions of one batch's
 /// transaction (each successful `COPY` is one, and PostgreSQL caches 64 per transaction
 /// before other sessions' snapshots slow down): at most 50 with batches of 5,000.
-pub(super) const MIN_ROWS: usize = 100;
+pub(in crate::sink) const MIN_ROWS: usize = 100;
 
 /// Most runs an upsert writes with `ON CONFLICT` before it tries `COPY` again.
-pub(super) const MAX_SKIP: u32 = 64;
+pub(in crate::sink) const MAX_SKIP: u32 = 64;
 
 /// The savepoint around an optimistic `COPY`.
 const SAVEPOINT: &str = "sluice_optimistic_copy";
 
 /// No `COPY` at all, to lend where a table has no [`CopyIn`] of its own (its counters are
 /// never touched: it takes no upserts).
-pub(super) static NO_COPY: CopyIn = CopyIn::none();
+pub(in crate::sink) static NO_COPY: CopyIn = CopyIn::none();
 
 /// How a table takes runs of rows through `COPY`: decided from the catalog when the table
 /// is made ready, and, for upserts, what recent runs met.
 #[derive(Debug, Default)]
 pub struct CopyIn {
     /// Inserts go through `COPY`.
-    pub(super) inserts: bool,
+    pub(in crate::sink) inserts: bool,
     /// Upserts try `COPY` first: the key is the table's unique, immediate index.
-    pub(super) upserts: bool,
+    pub(in crate::sink) upserts: bool,
     /// Upsert runs still to write with `ON CONFLICT` before `COPY` is tried again.
     skip: AtomicU32,
     /// Optimistic `COPY`s in a row that met a present key.
@@ -70,11 +70,11 @@ pub struct CopyIn {
 
 impl CopyIn {
     /// No `COPY` at all (MySQL, SQLite, a table that does not take it).
-    pub(super) const fn none() -> CopyIn {
+    pub(in crate::sink) const fn none() -> CopyIn {
         CopyIn::new(false, false)
     }
 
-    pub(super) const fn new(inserts: bool, upserts: bool) -> Self {
+    pub(in crate::sink) const fn new(inserts: bool, upserts: bool) -> Self {
         CopyIn {
             inserts,
             upserts,
@@ -84,7 +84,7 @@ impl CopyIn {
     }
 
     /// Whether this upsert run tries `COPY` (counts a skipped run down).
-    pub(super) fn try_upsert(&self) -> bool {
+    pub(in crate::sink) fn try_upsert(&self) -> bool {
         self.upserts
             && self
                 .skip
@@ -216,7 +216,7 @@ impl std::fmt::Write for Out<'_> {
 }
 
 /// Appends `value` in COPY's text format for a `column_type` column. The value kinds each
-/// column type takes are those `UNNEST`'s arrays take (`postgres.rs`).
+/// column type takes are those `UNNEST`'s arrays take (`write.rs`).
 fn encode(out: &mut Vec<u8>, value: &SqlValue, column_type: ColumnType) -> Result<(), sqlx::Error> {
     use ColumnType::*;
     match (value, column_type) {

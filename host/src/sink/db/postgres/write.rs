@@ -1,19 +1,19 @@
-//! PostgreSQL writes a run of inserts with `COPY` (`pg_copy.rs`), and a run of upserts,
+//! PostgreSQL writes a run of inserts with `COPY` (`copy.rs`), and a run of upserts,
 //! updates or deletes as one statement: each column travels as one array parameter and
 //! `UNNEST` turns the arrays back into rows, so a batch of any size is a handful of binds.
 //!
 //! `SLUICE_PG_WRITE=unnest` in the environment writes inserts with `UNNEST` too: the way
 //! sluice wrote them before `COPY`, kept for comparing the two (`scripts/bench.sh`).
 //! `SLUICE_PG_UPSERT=unnest` writes upserts with `UNNEST … ON CONFLICT` alone, without the
-//! optimistic `COPY` (`pg_copy.rs`), for the same comparison.
+//! optimistic `COPY` (`copy.rs`), for the same comparison.
 
 use sqlx::{AssertSqlSafe, PgConnection, Postgres};
 
-use super::Run;
-use super::dialect::{Dialect, TableSpec, timestamp_text};
-use super::pg_copy::CopyIn;
+use super::copy::{self, CopyIn};
 use crate::config::{ColumnType, WriteMode};
 use crate::map::SqlValue;
+use crate::sink::Run;
+use crate::sink::dialect::{Dialect, TableSpec, timestamp_text};
 
 /// One column's values as the array PostgreSQL receives.
 enum ColumnArray {
@@ -92,13 +92,13 @@ fn pg_type(column_type: ColumnType) -> std::borrow::Cow<'static, str> {
 }
 
 /// Whether inserts may go through `COPY` (unless `SLUICE_PG_WRITE=unnest`).
-pub(super) fn copy_enabled() -> bool {
+pub(in crate::sink) fn copy_enabled() -> bool {
     static COPY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *COPY.get_or_init(|| std::env::var("SLUICE_PG_WRITE").as_deref() != Ok("unnest"))
 }
 
 /// Whether upserts may try `COPY` first (unless `SLUICE_PG_UPSERT=unnest`).
-pub(super) fn upsert_copy_enabled() -> bool {
+pub(in crate::sink) fn upsert_copy_enabled() -> bool {
     static COPY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *COPY.get_or_init(|| {
         copy_enabled() && std::env::var("SLUICE_PG_UPSERT").as_deref() != Ok("unnest")
@@ -106,7 +106,7 @@ pub(super) fn upsert_copy_enabled() -> bool {
 }
 
 /// Writes one run: inserts with `COPY`, upserts of keys not in the table yet with `COPY`
-/// (`pg_copy::upsert_if_all_new`), the rest in one `UNNEST` statement.
+/// (`copy::upsert_if_all_new`), the rest in one `UNNEST` statement.
 pub async fn write_run(
     conn: &mut PgConnection,
     table: &TableSpec,
@@ -117,12 +117,12 @@ pub async fn write_run(
     match (run, mode) {
         (Run::Write(rows), _) if rows.is_empty() => Ok(()),
         (Run::Write(rows), WriteMode::Insert) if copy_in.inserts && copy_enabled() => {
-            super::pg_copy::insert(conn, table, rows).await
+            copy::insert(conn, table, rows).await
         }
         (Run::Write(rows), WriteMode::Upsert)
-            if rows.len() >= super::pg_copy::MIN_ROWS && copy_in.try_upsert() =>
+            if rows.len() >= copy::MIN_ROWS && copy_in.try_upsert() =>
         {
-            if super::pg_copy::upsert_if_all_new(conn, table, rows, copy_in).await? {
+            if copy::upsert_if_all_new(conn, table, rows, copy_in).await? {
                 return Ok(());
             }
             write_unnest(conn, table, mode, run).await
@@ -144,7 +144,7 @@ async fn write_unnest(
         Run::Delete(keys) => (keys, table.delete_columns()),
         // Written by `backend::write_one`.
         Run::Truncate(_) => return Ok(()),
-        Run::Patch(_) => return Err(super::backend::patch_in_bulk()),
+        Run::Patch(_) => return Err(crate::sink::backend::patch_in_bulk()),
     };
     if rows.is_empty() {
         return Ok(());

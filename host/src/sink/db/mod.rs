@@ -1,0 +1,75 @@
+//! One folder per database: what sluice does differently on PostgreSQL (`postgres/`),
+//! MySQL and MariaDB (`mysql/`) and SQLite (`sqlite/`).
+//!
+//! Each folder owns its error codes (what a refusal, a missing privilege, a lost
+//! connection look like in that database's words); PostgreSQL's also owns its fast write
+//! path (`COPY`, and the `UNNEST` statements) and the catalog reads that decide it.
+//! Statement text, quoting and type names are still in `sink/dialect.rs` and
+//! `sink/row_statements.rs`, and the pools in `sink/pools.rs`: they move here next.
+//!
+//! The rest of the sink asks this module, never a folder, what a database error means
+//! ([`read_error`], [`write_error`]): the database that raised it answers.
+
+pub(super) mod mysql;
+pub(super) mod postgres;
+pub(super) mod sqlite;
+
+use sqlx::error::DatabaseError;
+
+/// What a database error means for the batch that met it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Worth waiting for: the connection, the server or a lock will come back (lost
+    /// connections, pool timeouts, deadlocks, serialization failures, lock and statement
+    /// timeouts, a server shutting down or read-only during a failover, resources
+    /// exhausted).
+    Transient,
+    /// The database refused the rows themselves: a constraint (unique, foreign key, check,
+    /// not null), a value it cannot store (too long, out of range, bad encoding), bytes its
+    /// protocol cannot carry (a NUL), or a limit a value or a row can pass (an index entry
+    /// or a row too large, a name too long, too many columns). Never transient: the same
+    /// rows fail again. The refused rows are isolated and handled by the error policy.
+    Refused,
+    /// Anything else (a missing table, a privilege, a syntax error): retrying cannot help.
+    Permanent,
+}
+
+/// What a database's own codes say of one of its errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ErrorReading {
+    /// What the error means for the batch.
+    pub(super) class: ErrorClass,
+    /// The database refused sluice a privilege (to create or alter a table).
+    pub(super) not_permitted: bool,
+    /// The database refused to add a column that is already there.
+    pub(super) duplicate_column: bool,
+}
+
+impl ErrorReading {
+    /// An error no database here claims: permanent, and nothing more is known.
+    const UNKNOWN: ErrorReading = ErrorReading {
+        class: ErrorClass::Permanent,
+        not_permitted: false,
+        duplicate_column: false,
+    };
+}
+
+/// Reads a database error with the codes of the database that raised it.
+pub(super) fn read_error(error: &dyn DatabaseError) -> ErrorReading {
+    postgres::errors::read(error)
+        .or_else(|| mysql::errors::read(error))
+        .or_else(|| sqlite::errors::read(error))
+        .unwrap_or(ErrorReading::UNKNOWN)
+}
+
+/// Writes a database error as a user reads it: as its database words it for users where
+/// sqlx's text is not right (PostgreSQL), else as sqlx writes it.
+pub(super) fn write_error(
+    error: &dyn DatabaseError,
+    f: &mut std::fmt::Formatter<'_>,
+) -> std::fmt::Result {
+    match postgres::errors::write(error, f) {
+        Some(written) => written,
+        None => write!(f, "error returned from database: {error}"),
+    }
+}

@@ -1,0 +1,3 @@
+//! MySQL and MariaDB: their error numbers.
+
+pub(in crate::sink) mod errors;

@@ -1,0 +1,161 @@
+//! What PostgreSQL's catalog says of a table that decides how rows go into it: whether it
+//! takes `COPY` as it takes an `INSERT`, and whether the key is the arbiter that
+//! `ON CONFLICT` names (so that an optimistic `COPY` of upserts can only end in a unique
+//! violation). A catalog that cannot be read means the plain way, never a failure.
+
+use sqlx::PgPool;
+
+use super::copy::CopyIn;
+use super::write::{copy_enabled, upsert_copy_enabled};
+use crate::config::{ColumnType, WriteMode};
+use crate::sink::dialect::{Dialect, TableSpec};
+
+/// How `table` takes rows through `COPY`: only a table that takes it as it takes an
+/// `INSERT` ([`takes_copy`]); inserts always; upserts (tried first, `copy.rs`) when the
+/// key's columns are exactly those of one of the table's unique indexes that is checked
+/// at once (not deferred), has no predicate and no expression: the arbiter that
+/// `ON CONFLICT` names, so that a key already present can only end the `COPY` with a
+/// unique violation.
+pub(in crate::sink) async fn copy_choice(
+    pool: &PgPool,
+    mode: WriteMode,
+    table: &TableSpec,
+    connector: &str,
+) -> CopyIn {
+    match mode {
+        WriteMode::Insert => CopyIn::new(takes_copy(pool, table, connector).await, false),
+        WriteMode::Upsert if upsert_copy_enabled() => {
+            let takes = takes_copy(pool, table, connector).await
+                && key_is_arbiter(pool, table, connector).await;
+            CopyIn::new(false, takes)
+        }
+        _ => CopyIn::none(),
+    }
+}
+
+/// Whether the key's columns are exactly those of a unique, immediate, plain index of
+/// `table` (see [`copy_choice`]).
+async fn key_is_arbiter(pool: &PgPool, table: &TableSpec, connector: &str) -> bool {
+    let key: Vec<String> = table
+        .key
+        .iter()
+        .map(|&i| table.columns[i].0.clone())
+        .collect();
+    if key.is_empty() {
+        return false;
+    }
+    let found: Result<bool, sqlx::Error> = sqlx::query_scalar(
+        // The index's own key columns (indnkeyatts: not its INCLUDE columns), usable
+        // (valid, ready, live: not one CREATE INDEX CONCURRENTLY is still building),
+        // and no deferrable unique index on the same columns (ON CONFLICT would take
+        // it as an arbiter too, and refuse).
+        "WITH k AS (SELECT array_agg(x ORDER BY x) AS cols FROM unnest($2::text[]) AS x), \
+         idx AS (SELECT i.indimmediate, i.indisvalid AND i.indisready AND i.indislive AS usable, \
+             (SELECT array_agg(a.attname::text ORDER BY a.attname::text) FROM pg_attribute a \
+              WHERE a.attrelid = i.indrelid \
+                AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1])) AS cols \
+           FROM pg_index i \
+           WHERE i.indrelid = to_regclass($1) AND i.indisunique \
+             AND i.indpred IS NULL AND i.indexprs IS NULL) \
+         SELECT EXISTS (SELECT 1 FROM idx, k WHERE idx.cols = k.cols AND idx.indimmediate AND idx.usable) \
+            AND NOT EXISTS (SELECT 1 FROM idx, k WHERE idx.cols = k.cols AND NOT idx.indimmediate)",
+    )
+    .bind(table.quoted(Dialect::Postgres))
+    .bind(&key)
+    .fetch_one(pool)
+    .await;
+    match found {
+        Ok(true) => true,
+        Ok(false) => {
+            tracing::info!(connector, table = %table.name, key = ?key,
+                "upserts go through INSERT … ON CONFLICT, not COPY: the key is not the columns of one of the table's unique indexes checked at once");
+            false
+        }
+        Err(error) => {
+            tracing::info!(connector, table = %table.name, %error,
+                "upserts go through INSERT … ON CONFLICT, not COPY: the catalog cannot be read");
+            false
+        }
+    }
+}
+
+/// Whether `table` takes rows through `COPY` as it takes an `INSERT`: a plain or
+/// partitioned table (COPY refuses views, and bypasses rules), without row-level
+/// security (COPY FROM refuses it), whose configured columns have exactly sluice's
+/// types (COPY parses each value with the column's input function, where `UNNEST`
+/// assigned it with a cast: a double into an integer column, a UTC instant into a
+/// `timestamp` would land otherwise). Any other table, or a catalog that cannot be
+/// read, is written with `UNNEST`, as before `COPY`.
+async fn takes_copy(pool: &PgPool, table: &TableSpec, connector: &str) -> bool {
+    if !copy_enabled() {
+        return false;
+    }
+    let found: Result<Option<(String, bool, bool, String)>, sqlx::Error> = sqlx::query_as(
+        "SELECT c.relkind::text, c.relrowsecurity, \
+         EXISTS (SELECT 1 FROM pg_rewrite r WHERE r.ev_class = c.oid AND r.rulename <> '_RETURN'), \
+         (SELECT COALESCE(json_agg(json_build_array(a.attname, format_type(a.atttypid, a.atttypmod))), '[]')::text \
+          FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) \
+         FROM pg_class c WHERE c.oid = to_regclass($1)",
+    )
+    .bind(table.quoted(Dialect::Postgres))
+    .fetch_optional(pool)
+    .await;
+    let why_not = match found {
+        Err(e) => Some(format!("the catalog cannot be read: {e}")),
+        Ok(None) => Some("the table is not in the catalog".to_string()),
+        Ok(Some((kind, rls, rules, columns))) => {
+            let columns: Vec<(String, String)> = serde_json::from_str(&columns).unwrap_or_default();
+            let mismatch = table.columns.iter().find(|(name, t)| {
+                !columns
+                    .iter()
+                    .any(|(n, found)| n == name && *found == type_name(*t).as_ref())
+            });
+            if kind != "r" && kind != "p" {
+                Some(format!("it is not a plain table (relkind {kind})"))
+            } else if rls {
+                Some("it has row-level security".to_string())
+            } else if rules {
+                Some("it has rules".to_string())
+            } else {
+                mismatch.map(|(name, t)| {
+                    format!(
+                        "column {name} is not of type {} (sluice's {})",
+                        type_name(*t),
+                        t.name()
+                    )
+                })
+            }
+        }
+    };
+    match &why_not {
+        None => tracing::debug!(connector, table = %table.name, "inserts go through COPY"),
+        Some(why) => tracing::info!(connector, table = %table.name, why = %why,
+            "inserts go through INSERT … UNNEST, not COPY"),
+    }
+    why_not.is_none()
+}
+
+/// A column type as PostgreSQL's `format_type` names the type sluice creates for it.
+fn type_name(column_type: ColumnType) -> std::borrow::Cow<'static, str> {
+    use ColumnType::*;
+    std::borrow::Cow::Borrowed(match column_type {
+        Smallint => "smallint",
+        Bigint => "bigint",
+        Int => "integer",
+        Double => "double precision",
+        Numeric => "numeric",
+        Decimal { precision, scale } => {
+            return format!("numeric({precision},{scale})").into();
+        }
+        Text => "text",
+        Bool => "boolean",
+        Timestamp => "timestamp without time zone",
+        Timestamptz => "timestamp with time zone",
+        Date => "date",
+        Time => "time without time zone",
+        Json => "jsonb",
+        Bytes => "bytea",
+        Uuid => "uuid",
+        Array(element) => return format!("{}[]", type_name(element.scalar())).into(),
+    })
+}

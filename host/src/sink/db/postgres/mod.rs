@@ -1,0 +1,10 @@
+//! PostgreSQL: its error codes (SQLSTATEs), its fast write path (`COPY` for inserts and
+//! new keys, one `UNNEST` statement for the rest) and the catalog reads that decide which
+//! tables take `COPY`.
+
+pub(in crate::sink) mod catalog;
+pub(in crate::sink) mod copy;
+pub(in crate::sink) mod errors;
+pub(in crate::sink) mod write;
+
+pub(in crate::sink) use catalog::copy_choice;

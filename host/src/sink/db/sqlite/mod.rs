@@ -1,0 +1,3 @@
+//! SQLite: its result codes.
+
+pub(in crate::sink) mod errors;
