@@ -2,7 +2,9 @@
 //! MySQL and MariaDB (`mysql/`) and SQLite (`sqlite/`).
 //!
 //! Each folder owns its error codes (what a refusal, a missing privilege, a lost
-//! connection look like in that database's words); PostgreSQL's also owns its fast write
+//! connection look like in that database's words) and the migrations of sluice's own
+//! tables (their statements, the lock that serialises processes starting at once);
+//! PostgreSQL's also owns its fast write
 //! path (`COPY`, and the `UNNEST` statements) and the catalog reads that decide it.
 //! Statement text, quoting and type names are still in `sink/dialect.rs` and
 //! `sink/row_statements.rs`, and the pools in `sink/pools.rs`: they move here next.
@@ -11,10 +13,13 @@
 //! ([`read_error`], [`write_error`]): the database that raised it answers.
 
 pub(super) mod mysql;
+mod portable;
 pub(super) mod postgres;
 pub(super) mod sqlite;
 
 use sqlx::error::DatabaseError;
+
+use super::dialect::Dialect;
 
 /// What a database error means for the batch that met it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,5 +76,44 @@ pub(super) fn write_error(
     match postgres::errors::write(error, f) {
         Some(written) => written,
         None => write!(f, "error returned from database: {error}"),
+    }
+}
+
+/// How one database migrates sluice's own tables (`sink/schema.rs` runs them).
+pub(super) struct Migrations {
+    /// The statements that take the tables from `version - 1` to `version` (none for a
+    /// version that changed nothing on this database).
+    pub(super) steps: fn(i64) -> Vec<&'static str>,
+    /// Creates `sluice_schema`, the one row that holds the version.
+    pub(super) schema_table: &'static str,
+    /// What serialises the processes that start at once.
+    pub(super) lock: SchemaLock,
+    /// Whether an error of a step means that step was done already (a database that
+    /// commits DDL statement by statement: a migration stopped midway).
+    pub(super) already_done: fn(&dyn DatabaseError) -> bool,
+}
+
+/// The lock a migration runs under, in the migration's transaction.
+pub(super) enum SchemaLock {
+    /// The transaction holds it from its start (SQLite's `BEGIN IMMEDIATE`).
+    Transaction,
+    /// A statement that takes a lock the transaction's end releases.
+    UntilCommit(&'static str),
+    /// A named lock held by the connection: `take` answers 1 once it is held (and gives
+    /// up after `wait_seconds`), `release` lets it go before the connection goes back to
+    /// the pool.
+    Named {
+        take: &'static str,
+        wait_seconds: i64,
+        release: &'static str,
+    },
+}
+
+/// The migrations of a database.
+pub(super) fn migrations(dialect: Dialect) -> &'static Migrations {
+    match dialect {
+        Dialect::Postgres => &postgres::migrations::MIGRATIONS,
+        Dialect::MySql => &mysql::migrations::MIGRATIONS,
+        Dialect::Sqlite => &sqlite::migrations::MIGRATIONS,
     }
 }

@@ -1,3 +1,4 @@
 //! MySQL and MariaDB: their error numbers.
 
 pub(in crate::sink) mod errors;
+pub(in crate::sink) mod migrations;

@@ -8,3 +8,4 @@ pub(in crate::sink) mod errors;
 pub(in crate::sink) mod write;
 
 pub(in crate::sink) use catalog::copy_choice;
+pub(in crate::sink) mod migrations;

@@ -1,3 +1,4 @@
 //! SQLite: its result codes.
 
 pub(in crate::sink) mod errors;
+pub(in crate::sink) mod migrations;
