@@ -20,28 +20,14 @@
 //! closed is never handed out again.
 
 use std::collections::HashMap;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
-use sqlx::Executor;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::mysql::MySqlPool;
+use sqlx::postgres::PgPool;
+use sqlx::sqlite::SqlitePool;
 
-use super::{Dialect, SinkError, nodelay};
+use super::{Dialect, SinkError, db};
 use crate::config::{DatabasesConfig, redact_url};
-
-/// How long a task waits for a connection, or for a new one to be made, before the error
-/// is treated as transient.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
-/// SQLite waits longer: its one connection is shared by every writer of the file.
-const SQLITE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(60);
-/// The name sluice's connections carry at PostgreSQL (`pg_stat_activity.application_name`)
-/// unless the URL gives one.
-const APPLICATION_NAME: &str = "sluice";
 
 /// A connection pool of one of the three databases.
 pub(crate) enum Pool {
@@ -146,7 +132,8 @@ impl DatabasePools {
     }
 }
 
-/// Makes a pool for `url` and its first connection.
+/// Makes a pool for `url` and its first connection, as the URL's database wants it
+/// (`db/<name>/pool.rs`).
 async fn open(url: &str, settings: &DatabasesConfig) -> Result<Pool, SinkError> {
     let dialect = Dialect::from_url(url).ok_or_else(|| SinkError::UnsupportedUrl {
         url: redact_url(url),
@@ -155,104 +142,19 @@ async fn open(url: &str, settings: &DatabasesConfig) -> Result<Pool, SinkError> 
         url: redact_url(url),
         source,
     };
-    let idle = Some(settings.idle.0).filter(|d| !d.is_zero());
     Ok(match dialect {
-        Dialect::Postgres => {
-            let mut options = PgConnectOptions::from_str(url).map_err(connect_error)?;
-            if options.get_application_name().is_none() {
-                options = options.application_name(APPLICATION_NAME);
-            }
-            let peers = nodelay::tcp_peers(
-                options.get_socket().is_some(),
-                options.get_host(),
-                options.get_port(),
-            )
-            .await;
-            Pool::Postgres(
-                PgPoolOptions::new()
-                    .max_connections(settings.max_connections)
-                    .min_connections(0)
-                    .idle_timeout(idle)
-                    .acquire_timeout(ACQUIRE_TIMEOUT)
-                    .after_connect(move |_, _| {
-                        nodelay::set_on_connections_to(&peers);
-                        Box::pin(async { Ok(()) })
-                    })
-                    .connect_lazy_with(first_connection(options).await.map_err(connect_error)?),
-            )
-        }
-        Dialect::MySql => {
-            let url = url.replacen("mariadb://", "mysql://", 1);
-            let options = MySqlConnectOptions::from_str(&url).map_err(connect_error)?;
-            let peers = nodelay::tcp_peers(
-                options.get_socket().is_some(),
-                options.get_host(),
-                options.get_port(),
-            )
-            .await;
-            Pool::MySql(
-                MySqlPoolOptions::new()
-                    .max_connections(settings.max_connections)
-                    .min_connections(0)
-                    .idle_timeout(idle)
-                    .acquire_timeout(ACQUIRE_TIMEOUT)
-                    // REPEATABLE READ's gap locks make writers of neighbouring keys
-                    // deadlock; the compare-and-set needs no more than READ COMMITTED.
-                    // A server logging statements (binlog_format=STATEMENT) refuses
-                    // writes at READ COMMITTED (error 1665): it keeps its default.
-                    .after_connect(move |conn, _| {
-                        nodelay::set_on_connections_to(&peers);
-                        Box::pin(async move {
-                            let format: Option<String> =
-                                sqlx::query_scalar("SELECT @@SESSION.binlog_format")
-                                    .fetch_optional(&mut *conn)
-                                    .await
-                                    .ok()
-                                    .flatten();
-                            if format.as_deref() == Some("STATEMENT") {
-                                return Ok(());
-                            }
-                            conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                                .await
-                                .map(|_| ())
-                        })
-                    })
-                    .connect_lazy_with(first_connection(options).await.map_err(connect_error)?),
-            )
-        }
-        Dialect::Sqlite => {
-            // One writer at a time is all SQLite allows; WAL lets readers (inspect, the
-            // demo's checks) go on. FULL sync: a commit survives power loss.
-            let options = SqliteConnectOptions::from_str(url)
-                .map_err(connect_error)?
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Full)
-                .busy_timeout(Duration::from_secs(30));
-            Pool::Sqlite(
-                SqlitePoolOptions::new()
-                    .max_connections(1)
-                    .acquire_timeout(SQLITE_ACQUIRE_TIMEOUT)
-                    .connect_with(options)
-                    .await
-                    .map_err(connect_error)?,
-            )
-        }
+        Dialect::Postgres => Pool::Postgres(
+            db::postgres::pool::open(url, settings)
+                .await
+                .map_err(connect_error)?,
+        ),
+        Dialect::MySql => Pool::MySql(
+            db::mysql::pool::open(url, settings)
+                .await
+                .map_err(connect_error)?,
+        ),
+        Dialect::Sqlite => Pool::Sqlite(db::sqlite::pool::open(url).await.map_err(connect_error)?),
     })
-}
-
-/// Makes one connection with `options` and closes it: a wrong address or password, or a
-/// server out of connections, is reported at once with the server's own words. (The pool's
-/// own first connection would retry a refusal it deems passing, such as "too many
-/// clients", until its acquire timeout, and report only that it timed out.)
-async fn first_connection<O>(options: O) -> Result<O, sqlx::Error>
-where
-    O: sqlx::ConnectOptions,
-    O::Connection: Sized,
-{
-    let conn = options.connect().await?;
-    let _ = sqlx::Connection::close(conn).await;
-    Ok(options)
 }
 
 #[cfg(test)]

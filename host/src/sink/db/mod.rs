@@ -2,12 +2,12 @@
 //! MySQL and MariaDB (`mysql/`) and SQLite (`sqlite/`).
 //!
 //! Each folder owns its error codes (what a refusal, a missing privilege, a lost
-//! connection look like in that database's words) and the migrations of sluice's own
-//! tables (their statements, the lock that serialises processes starting at once);
-//! PostgreSQL's also owns its fast write
-//! path (`COPY`, and the `UNNEST` statements) and the catalog reads that decide it.
-//! Statement text, quoting and type names are still in `sink/dialect.rs` and
-//! `sink/row_statements.rs`, and the pools in `sink/pools.rs`: they move here next.
+//! connection look like in that database's words: `errors.rs`), the migrations of
+//! sluice's own tables (their statements, the lock that serialises processes starting at
+//! once: `migrations.rs`) and its pool with the settings of each connection (`pool.rs`).
+//! PostgreSQL's also owns its fast write path (`COPY`, and the `UNNEST` statements) and
+//! the catalog reads that decide it. Statement text, quoting and type names are still in
+//! `sink/dialect.rs` and `sink/row_statements.rs`; they move here next.
 //!
 //! The rest of the sink asks this module, never a folder, what a database error means
 //! ([`read_error`], [`write_error`]): the database that raised it answers.
@@ -20,6 +20,24 @@ pub(super) mod sqlite;
 use sqlx::error::DatabaseError;
 
 use super::dialect::Dialect;
+
+/// How long a task waits for a connection to a database server, or for a new one to be
+/// made, before the error is treated as transient.
+const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Makes one connection with `options` and closes it: a wrong address or password, or a
+/// server out of connections, is reported at once with the server's own words. (The pool's
+/// own first connection would retry a refusal it deems passing, such as "too many
+/// clients", until its acquire timeout, and report only that it timed out.)
+async fn first_connection<O>(options: O) -> Result<O, sqlx::Error>
+where
+    O: sqlx::ConnectOptions,
+    O::Connection: Sized,
+{
+    let conn = options.connect().await?;
+    let _ = sqlx::Connection::close(conn).await;
+    Ok(options)
+}
 
 /// What a database error means for the batch that met it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,3 +2,4 @@
 
 pub(in crate::sink) mod errors;
 pub(in crate::sink) mod migrations;
+pub(in crate::sink) mod pool;
