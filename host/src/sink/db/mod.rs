@@ -135,3 +135,42 @@ pub(super) fn migrations(dialect: Dialect) -> &'static Migrations {
         Dialect::Sqlite => &sqlite::migrations::MIGRATIONS,
     }
 }
+
+/// The statement that lists a table's columns from the database's catalog: name, type as
+/// the catalog spells it (lower case), position in the primary key (0 outside it), in the
+/// table's order (`db/<name>/catalog.rs`).
+pub(super) fn columns_query(dialect: Dialect, spec: &super::dialect::TableSpec) -> String {
+    match dialect {
+        Dialect::Postgres => postgres::catalog::columns_query(spec),
+        Dialect::MySql => mysql::catalog::columns_query(spec),
+        Dialect::Sqlite => sqlite::catalog::columns_query(spec),
+    }
+}
+
+/// The lock that serialises the processes adding columns to one table
+/// (`evolve: add_columns`, `sink/derived/`).
+pub(super) enum EvolveLock {
+    /// The transaction holds it from its start (SQLite's `BEGIN IMMEDIATE`); the columns
+    /// are added in the transaction.
+    Transaction,
+    /// A statement at the transaction's start takes it, its end releases it; the columns
+    /// are added in the transaction.
+    UntilCommit(String),
+    /// A named lock held by the connection, for a database whose DDL commits by itself:
+    /// `take` answers `1` once it is held (and gives up after `wait_seconds`), `release`
+    /// lets it go.
+    Named {
+        take: String,
+        wait_seconds: u64,
+        release: String,
+    },
+}
+
+/// The lock for adding columns to `spec`'s table.
+pub(super) fn evolve_lock(dialect: Dialect, spec: &super::dialect::TableSpec) -> EvolveLock {
+    match dialect {
+        Dialect::Postgres => postgres::catalog::evolve_lock(spec),
+        Dialect::MySql => mysql::catalog::evolve_lock(&spec.name),
+        Dialect::Sqlite => EvolveLock::Transaction,
+    }
+}

@@ -25,8 +25,9 @@ use std::sync::Arc;
 use sqlx::{Executor, IntoArguments};
 
 use super::backend::Backend;
+use super::db::{self, EvolveLock};
 use super::dialect::TableSpec;
-use super::{Checkout, Dialect, Sink, SinkError, each_pool, error};
+use super::{Checkout, Sink, SinkError, each_pool, error};
 use crate::config::{ColumnType, Evolve};
 use crate::map::DerivedShape;
 
@@ -34,43 +35,6 @@ mod layout;
 
 use layout::same_name;
 pub use layout::{CatalogColumn, Layout, Misfit};
-
-/// The statement that lists a table's columns with their types.
-fn catalog_query(dialect: Dialect, spec: &TableSpec) -> String {
-    let literal = |text: &str| match dialect {
-        Dialect::MySql => format!("'{}'", text.replace('\\', "\\\\").replace('\'', "''")),
-        _ => format!("'{}'", text.replace('\'', "''")),
-    };
-    let (schema, table) = spec.schema_and_identifier();
-    match dialect {
-        Dialect::Postgres => format!(
-            "SELECT a.attname::text, lower(format_type(a.atttypid, a.atttypmod)), \
-             COALESCE((SELECT k.n FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(num, n) \
-             WHERE k.num = a.attnum), 0)::text \
-             FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary \
-             WHERE a.attrelid = to_regclass({}) AND a.attnum > 0 \
-             AND NOT a.attisdropped ORDER BY a.attnum",
-            literal(&spec.quoted(dialect))
-        ),
-        Dialect::MySql => format!(
-            "SELECT CAST(c.COLUMN_NAME AS CHAR), CAST(CASE WHEN LOWER(c.DATA_TYPE) = 'decimal' \
-             THEN CONCAT('decimal(', c.NUMERIC_PRECISION, ',', c.NUMERIC_SCALE, ')') \
-             ELSE LOWER(c.DATA_TYPE) END AS CHAR), \
-             CAST(COALESCE(k.ORDINAL_POSITION, 0) AS CHAR) \
-             FROM information_schema.COLUMNS c LEFT JOIN information_schema.KEY_COLUMN_USAGE k \
-             ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
-             AND k.COLUMN_NAME = c.COLUMN_NAME AND k.CONSTRAINT_NAME = 'PRIMARY' \
-             WHERE c.TABLE_SCHEMA = {} AND c.TABLE_NAME = {} ORDER BY c.ORDINAL_POSITION",
-            schema.map_or("DATABASE()".to_string(), |s| literal(&s)),
-            literal(&table)
-        ),
-        Dialect::Sqlite => format!(
-            "SELECT name, lower(type), CAST(pk AS TEXT) FROM pragma_table_info({}{}) ORDER BY cid",
-            literal(&table),
-            schema.map_or(String::new(), |s| format!(", {}", literal(&s)))
-        ),
-    }
-}
 
 async fn read_catalog<DB>(
     conn: &mut DB::Connection,
@@ -97,22 +61,6 @@ where
         .collect()
 }
 
-/// How long MySQL waits for another process evolving the same table, in seconds.
-const LOCK_WAIT_SECONDS: u64 = 60;
-
-/// Name of MySQL's lock that serialises the processes evolving one table.
-fn lock_name(table: &str) -> String {
-    let mut name = format!("sluice_evolve:{table}");
-    // GET_LOCK takes names of up to 64 characters.
-    if name.len() > 64 {
-        let digest = table.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        name = format!("sluice_evolve:{digest:016x}");
-    }
-    name
-}
-
 impl Sink {
     /// `columns` without `spec`'s version column, which sluice writes itself.
     fn without_version(
@@ -130,7 +78,7 @@ impl Sink {
     /// The columns of `spec`'s table, without the version column; empty when it does
     /// not exist.
     pub(super) async fn catalog(&self, spec: &TableSpec) -> Result<Vec<CatalogColumn>, SinkError> {
-        let sql = catalog_query(self.dialect, spec);
+        let sql = db::columns_query(self.dialect, spec);
         let read = each_pool!(self, pool, DB => {
             let mut conn = pool.acquire().await.map_err(|source| SinkError::Database {
                 action: "read the columns of",
@@ -225,7 +173,7 @@ impl Sink {
             }
         };
         let quoted = spec.quoted(dialect);
-        let catalog_sql = catalog_query(dialect, spec);
+        let catalog_sql = db::columns_query(dialect, spec);
         let same = |a: &str, b: &str| same_name(dialect, a, b);
         let alters = |present: &[CatalogColumn]| -> Vec<String> {
             missing
@@ -240,15 +188,9 @@ impl Sink {
                 })
                 .collect()
         };
-        let lock_name = lock_name(&spec.name).replace('\'', "''");
-        let lock = match dialect {
-            Dialect::Postgres => format!("LOCK TABLE {quoted} IN SHARE ROW EXCLUSIVE MODE"),
-            Dialect::MySql => {
-                format!("SELECT CAST(GET_LOCK('{lock_name}', {LOCK_WAIT_SECONDS}) AS CHAR)")
-            }
-            Dialect::Sqlite => String::new(),
-        };
-        let transactional = dialect != Dialect::MySql;
+        let lock = db::evolve_lock(dialect, spec);
+        // Where DDL is transactional, the columns are added in one transaction.
+        let transactional = !matches!(lock, EvolveLock::Named { .. });
         let present = each_pool!(self, pool, DB => {
             let mut checkout = Checkout::<DB>::take(pool).await.map_err(db_error("evolve"))?;
             let conn = &mut *checkout.conn;
@@ -259,23 +201,27 @@ impl Sink {
                     .map_err(db_error("evolve"))?;
             }
             let result: Result<Vec<CatalogColumn>, SinkError> = async {
-                if dialect == Dialect::MySql {
-                    let row = sqlx::query::<DB>(sqlx::AssertSqlSafe(lock.clone()))
-                        .fetch_one(&mut *conn)
-                        .await
-                        .map_err(db_error("lock for evolving"))?;
-                    if DB::text_at(&row, 0).ok().flatten().as_deref() != Some("1") {
-                        return Err(SinkError::Timeout {
-                            action: "lock for evolving",
-                            table: table.clone(),
-                            after: std::time::Duration::from_secs(LOCK_WAIT_SECONDS),
-                        });
+                match &lock {
+                    EvolveLock::Transaction => {}
+                    EvolveLock::UntilCommit(take) => {
+                        sqlx::query::<DB>(sqlx::AssertSqlSafe(take.clone()))
+                            .execute(&mut *conn)
+                            .await
+                            .map_err(db_error("lock for evolving"))?;
                     }
-                } else if !lock.is_empty() {
-                    sqlx::query::<DB>(sqlx::AssertSqlSafe(lock.clone()))
-                        .execute(&mut *conn)
-                        .await
-                        .map_err(db_error("lock for evolving"))?;
+                    EvolveLock::Named { take, wait_seconds, .. } => {
+                        let row = sqlx::query::<DB>(sqlx::AssertSqlSafe(take.clone()))
+                            .fetch_one(&mut *conn)
+                            .await
+                            .map_err(db_error("lock for evolving"))?;
+                        if DB::text_at(&row, 0).ok().flatten().as_deref() != Some("1") {
+                            return Err(SinkError::Timeout {
+                                action: "lock for evolving",
+                                table: table.clone(),
+                                after: std::time::Duration::from_secs(*wait_seconds),
+                            });
+                        }
+                    }
                 }
                 let present = read_catalog::<DB>(&mut *conn, catalog_sql.clone())
                     .await
@@ -314,8 +260,8 @@ impl Sink {
                     .map_err(db_error("read the columns of"))
             }
             .await;
-            let end = match dialect {
-                Dialect::MySql => format!("DO RELEASE_LOCK('{lock_name}')"),
+            let end = match &lock {
+                EvolveLock::Named { release, .. } => release.clone(),
                 _ if result.is_ok() => "COMMIT".to_string(),
                 _ => "ROLLBACK".to_string(),
             };
@@ -382,6 +328,7 @@ mod tests {
     use crate::format::{RecordSchemas, WriterSchema};
     use crate::map::{Deriver, RowMapper};
     use crate::map::{RowOp, SqlValue};
+    use crate::sink::Dialect;
 
     /// The shape of a record of `fields` (name, type, optional), keyed by `id`.
     fn shape(fields: &[(&str, FieldType, bool)]) -> Arc<DerivedShape> {
@@ -620,11 +567,5 @@ mod tests {
         // SQLite keeps decimals as text, and an integer does not go there.
         assert!(fits(Dialect::Sqlite, "text", decimal(20, 12)).is_ok());
         assert!(fits(Dialect::Sqlite, "text", FieldType::Int64).is_err());
-    }
-
-    #[test]
-    fn long_lock_names_are_digested() {
-        assert_eq!(lock_name("orders"), "sluice_evolve:orders");
-        assert!(lock_name(&"x".repeat(100)).len() <= 64);
     }
 }

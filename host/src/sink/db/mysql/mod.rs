@@ -1,5 +1,6 @@
 //! MySQL and MariaDB: their error numbers.
 
+pub(in crate::sink) mod catalog;
 pub(in crate::sink) mod errors;
 pub(in crate::sink) mod migrations;
 pub(in crate::sink) mod pool;

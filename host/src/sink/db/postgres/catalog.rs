@@ -1,4 +1,5 @@
-//! What PostgreSQL's catalog says of a table that decides how rows go into it: whether it
+//! What PostgreSQL's catalog says of a table: its columns with their types and key
+//! positions ([`columns_query`]), and what decides how rows go into it: whether it
 //! takes `COPY` as it takes an `INSERT`, and whether the key is the arbiter that
 //! `ON CONFLICT` names (so that an optimistic `COPY` of upserts can only end in a unique
 //! violation). A catalog that cannot be read means the plain way, never a failure.
@@ -8,6 +9,7 @@ use sqlx::PgPool;
 use super::copy::CopyIn;
 use super::write::{copy_enabled, upsert_copy_enabled};
 use crate::config::{ColumnType, WriteMode};
+use crate::sink::db::EvolveLock;
 use crate::sink::dialect::{Dialect, TableSpec};
 
 /// How `table` takes rows through `COPY`: only a table that takes it as it takes an
@@ -158,4 +160,32 @@ fn type_name(column_type: ColumnType) -> std::borrow::Cow<'static, str> {
         Uuid => "uuid",
         Array(element) => return format!("{}[]", type_name(element.scalar())).into(),
     })
+}
+
+/// The statement that lists `spec`'s columns: name, type as `format_type` spells it
+/// (lower case), position in the primary key (0 outside it), in the table's order.
+pub(in crate::sink) fn columns_query(spec: &TableSpec) -> String {
+    format!(
+        "SELECT a.attname::text, lower(format_type(a.atttypid, a.atttypmod)), \
+         COALESCE((SELECT k.n FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(num, n) \
+         WHERE k.num = a.attnum), 0)::text \
+         FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary \
+         WHERE a.attrelid = to_regclass({}) AND a.attnum > 0 \
+         AND NOT a.attisdropped ORDER BY a.attnum",
+        literal(&spec.quoted(Dialect::Postgres))
+    )
+}
+
+/// A string literal.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// The lock that serialises the processes adding columns to `spec`'s table: a table lock
+/// that lets readers on and keeps other writers and DDL out until the transaction ends.
+pub(in crate::sink) fn evolve_lock(spec: &TableSpec) -> EvolveLock {
+    EvolveLock::UntilCommit(format!(
+        "LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE",
+        spec.quoted(Dialect::Postgres)
+    ))
 }

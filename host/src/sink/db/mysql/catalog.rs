@@ -1,0 +1,67 @@
+//! What MySQL's and MariaDB's catalog (`information_schema`) says of a table, and the lock
+//! that serialises the processes adding columns to one.
+
+use crate::sink::db::EvolveLock;
+use crate::sink::dialect::TableSpec;
+
+/// The statement that lists `spec`'s columns: name, type (lower case; a decimal with its
+/// precision and scale), position in the primary key (0 outside it), in the table's
+/// order. A table without a schema is looked up in the connection's database.
+pub(in crate::sink) fn columns_query(spec: &TableSpec) -> String {
+    let (schema, table) = spec.schema_and_identifier();
+    format!(
+        "SELECT CAST(c.COLUMN_NAME AS CHAR), CAST(CASE WHEN LOWER(c.DATA_TYPE) = 'decimal' \
+         THEN CONCAT('decimal(', c.NUMERIC_PRECISION, ',', c.NUMERIC_SCALE, ')') \
+         ELSE LOWER(c.DATA_TYPE) END AS CHAR), \
+         CAST(COALESCE(k.ORDINAL_POSITION, 0) AS CHAR) \
+         FROM information_schema.COLUMNS c LEFT JOIN information_schema.KEY_COLUMN_USAGE k \
+         ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
+         AND k.COLUMN_NAME = c.COLUMN_NAME AND k.CONSTRAINT_NAME = 'PRIMARY' \
+         WHERE c.TABLE_SCHEMA = {} AND c.TABLE_NAME = {} ORDER BY c.ORDINAL_POSITION",
+        schema.map_or("DATABASE()".to_string(), |s| literal(&s)),
+        literal(&table)
+    )
+}
+
+/// A string literal: MySQL takes a backslash as an escape inside one.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// How long a process waits for another one evolving the same table, in seconds.
+const LOCK_WAIT_SECONDS: u64 = 60;
+
+/// The named lock that serialises the processes adding columns to `table` (MySQL commits
+/// DDL by itself, so no transaction can hold it).
+pub(in crate::sink) fn evolve_lock(table: &str) -> EvolveLock {
+    let name = lock_name(table).replace('\'', "''");
+    EvolveLock::Named {
+        take: format!("SELECT CAST(GET_LOCK('{name}', {LOCK_WAIT_SECONDS}) AS CHAR)"),
+        wait_seconds: LOCK_WAIT_SECONDS,
+        release: format!("DO RELEASE_LOCK('{name}')"),
+    }
+}
+
+/// Name of the lock that serialises the processes evolving one table.
+fn lock_name(table: &str) -> String {
+    let mut name = format!("sluice_evolve:{table}");
+    // GET_LOCK takes names of up to 64 characters.
+    if name.len() > 64 {
+        let digest = table.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        name = format!("sluice_evolve:{digest:016x}");
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lock_names_are_digested() {
+        assert_eq!(lock_name("orders"), "sluice_evolve:orders");
+        assert!(lock_name(&"x".repeat(100)).len() <= 64);
+    }
+}
