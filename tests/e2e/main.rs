@@ -5,6 +5,8 @@
 //! - [`pipeline`]: records through `sluice run` into each database, exactly once.
 //! - [`offset_integrity`]: stored offsets the log no longer has, records that skip offsets.
 //! - [`offsets_cas`]: the compare-and-set on stored offsets, two writers racing.
+//! - [`control_store`]: a connector's target state and restart requests, written and read
+//!   back on each database.
 //! - [`dedup`]: producer duplicates (`delivery.dedup`) skipped across batches, partitions,
 //!   a SIGKILL and two writers at once; ids cleaned up past their window.
 //! - [`faults`]: SIGKILLs, database and broker outages, a broker restart, a rebalance storm.
@@ -76,6 +78,7 @@ mod harness;
 mod admin_surface;
 mod cdc;
 mod config_corpus;
+mod control_store;
 mod dashboards;
 mod debezium;
 mod dedup;
