@@ -21,7 +21,7 @@
 //! A reset only runs while the connector runs nowhere: [`running_anywhere`].
 
 use crate::config::{ConnectorConfig, Guarantee, KafkaConfig};
-use crate::sink::{Forgotten, OffsetsChange, ResetPoint, Sink, SinkError};
+use crate::sink::{ControlStore, Forgotten, OffsetsChange, ResetPoint, Sink, SinkError};
 
 /// What the operator asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +70,7 @@ pub struct ResetReport {
 /// is `None` where the cluster cannot be reached (another process's embedded cluster):
 /// then the heartbeats alone tell.
 pub async fn running_anywhere(
-    sink: &Sink,
+    control: &ControlStore,
     kafka: &KafkaConfig,
     brokers: Option<&str>,
     connector: &ConnectorConfig,
@@ -81,7 +81,8 @@ pub async fn running_anywhere(
         reason,
     };
     let mut running = live_tasks(
-        sink.read_heartbeats()
+        control
+            .read_heartbeats()
             .await
             .map_err(|e| unchecked(e.to_string()))?,
         except,

@@ -26,18 +26,34 @@ async fn targets_and_restarts_round_trip(db: Backend) {
     let name = harness::unique("ctl");
     let sink = sink_of(&db, &name).await;
     let other = sink_of(&db, &name.to_uppercase()).await;
-    assert_eq!(sink.read_control().await.expect("read"), None, "never set");
+    assert_eq!(
+        sink.control().read_control().await.expect("read"),
+        None,
+        "never set"
+    );
 
-    sink.write_target(Target::Paused).await.expect("pause");
+    sink.control()
+        .write_target(Target::Paused)
+        .await
+        .expect("pause");
     let paused = ControlRow {
         target: Target::Paused,
         ..ControlRow::default()
     };
-    assert_eq!(sink.read_control().await.expect("read"), Some(paused));
-
-    assert_eq!(sink.request_restart(true, false).await.expect("restart"), 1);
     assert_eq!(
-        sink.read_control().await.expect("read"),
+        sink.control().read_control().await.expect("read"),
+        Some(paused)
+    );
+
+    assert_eq!(
+        sink.control()
+            .request_restart(true, false)
+            .await
+            .expect("restart"),
+        1
+    );
+    assert_eq!(
+        sink.control().read_control().await.expect("read"),
         Some(ControlRow {
             target: Target::Paused,
             restart_seq: 1,
@@ -46,10 +62,19 @@ async fn targets_and_restarts_round_trip(db: Backend) {
         }),
         "a restart request keeps the target"
     );
-    assert_eq!(sink.request_restart(false, true).await.expect("restart"), 2);
-    sink.write_target(Target::Running).await.expect("resume");
     assert_eq!(
-        sink.read_control().await.expect("read"),
+        sink.control()
+            .request_restart(false, true)
+            .await
+            .expect("restart"),
+        2
+    );
+    sink.control()
+        .write_target(Target::Running)
+        .await
+        .expect("resume");
+    assert_eq!(
+        sink.control().read_control().await.expect("read"),
         Some(ControlRow {
             target: Target::Running,
             restart_seq: 2,
@@ -60,15 +85,23 @@ async fn targets_and_restarts_round_trip(db: Backend) {
     );
 
     assert_eq!(
-        other.read_control().await.expect("read"),
+        other.control().read_control().await.expect("read"),
         None,
         "{} read {name}'s row",
         name.to_uppercase()
     );
     // A restart request before any target: the connector is taken to be running.
-    assert_eq!(other.request_restart(true, true).await.expect("restart"), 1);
     assert_eq!(
         other
+            .control()
+            .request_restart(true, true)
+            .await
+            .expect("restart"),
+        1
+    );
+    assert_eq!(
+        other
+            .control()
             .read_control()
             .await
             .expect("read")
@@ -76,7 +109,8 @@ async fn targets_and_restarts_round_trip(db: Backend) {
         Some(Target::Running)
     );
     assert_eq!(
-        sink.read_control()
+        sink.control()
+            .read_control()
             .await
             .expect("read")
             .map(|row| row.restart_seq),

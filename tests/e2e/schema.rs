@@ -265,7 +265,8 @@ async fn heartbeats_carry_figures(kind: Backend) {
             figures: TaskFigures::default(),
         },
     ];
-    sink.write_heartbeats("worker-a", &beats)
+    sink.control()
+        .write_heartbeats("worker-a", &beats)
         .await
         .expect("write heartbeats");
     db.run(&format!(
@@ -276,7 +277,11 @@ async fn heartbeats_carry_figures(kind: Backend) {
         connector.name
     ))
     .await;
-    let rows = sink.read_heartbeats().await.expect("read heartbeats");
+    let rows = sink
+        .control()
+        .read_heartbeats()
+        .await
+        .expect("read heartbeats");
     let seen: Vec<(&str, i32, Option<&TaskFigures>)> = rows
         .iter()
         .map(|r| (r.worker.as_str(), r.task, r.figures.as_ref()))
@@ -349,18 +354,20 @@ async fn migrates_from_every_earlier_version(kind: Backend) {
             sink.read_offsets("Orders").await.unwrap(),
             HashMap::from([(0, 6)])
         );
-        sink.write_heartbeats(
-            "worker-new",
-            &[sluice::sink::control::Heartbeat {
-                task: 0,
-                state: "RUNNING",
-                trace: None,
-                figures: Default::default(),
-            }],
-        )
-        .await
-        .unwrap_or_else(|e| panic!("a heartbeat after version {version}: {e}"));
+        sink.control()
+            .write_heartbeats(
+                "worker-new",
+                &[sluice::sink::control::Heartbeat {
+                    task: 0,
+                    state: "RUNNING",
+                    trace: None,
+                    figures: Default::default(),
+                }],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("a heartbeat after version {version}: {e}"));
         let workers: Vec<(String, bool)> = sink
+            .control()
             .read_heartbeats()
             .await
             .expect("read heartbeats")

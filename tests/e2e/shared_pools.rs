@@ -205,7 +205,8 @@ async fn writes_leave_the_last_connection_to_control_reads(kind: Backend) {
     let control = async {
         // Both writes have started and wait on the locks (or the permit).
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let read = tokio::time::timeout(Duration::from_secs(2), sink.read_control()).await;
+        let read =
+            tokio::time::timeout(Duration::from_secs(2), sink.control().read_control()).await;
         holder.rollback().await.expect("release the keys");
         read
     };

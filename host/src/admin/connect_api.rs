@@ -375,7 +375,7 @@ async fn offsets(State(state): State<AdminState>, Path(name): Path<String>) -> R
             format!("connector {name} is not connected to its database yet"),
         );
     };
-    match sink.read_all_offsets().await {
+    match sink.control().read_all_offsets().await {
         Ok(rows) => Json(offsets_body(rows)).into_response(),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
@@ -395,7 +395,7 @@ async fn stopped_everywhere(
     if stopped_here && let Some(sink) = &view.sink {
         let brokers = state.supervisor.brokers();
         match crate::reset::running_anywhere(
-            sink,
+            &sink.control(),
             &state.supervisor.config().kafka,
             Some(&brokers),
             &connector.config,

@@ -104,7 +104,7 @@ async fn reset_one(config: &Config, connector: &ConnectorConfig, sink: &Sink) ->
     }
     // The embedded cluster of another process is not reachable from here.
     let brokers = (!config.kafka.is_embedded()).then_some(config.kafka.brokers.as_str());
-    match running_anywhere(sink, &config.kafka, brokers, connector, None).await {
+    match running_anywhere(&sink.control(), &config.kafka, brokers, connector, None).await {
         Ok(running) if running.is_empty() => {}
         Ok(running) => {
             eprintln!(

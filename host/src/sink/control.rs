@@ -15,7 +15,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sqlx::AssertSqlSafe;
 
-use super::{Dialect, Sink, SinkError, each_pool};
+use std::sync::Arc;
+
+use super::{Dialect, SharedPool, Sink, SinkError, each_pool};
 
 /// What the operator asked a connector to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -134,7 +136,34 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// One connector's control store: its row of `sluice_control`, its processes' heartbeats
+/// in `sluice_task_status`, and its stored offsets as the status shows them. The
+/// supervisor, the admin API and `reset` take this, not the whole [`Sink`]: it writes no
+/// rows of the connector's tables. Cheap to clone: the process's shared pool and a name.
+#[derive(Clone)]
+pub struct ControlStore {
+    pool: Arc<SharedPool>,
+    dialect: Dialect,
+    connector: String,
+}
+
 impl Sink {
+    /// The connector's control store, on the sink's pool.
+    pub fn control(&self) -> ControlStore {
+        ControlStore {
+            pool: self.pool.clone(),
+            dialect: self.dialect,
+            connector: self.connector.clone(),
+        }
+    }
+}
+
+impl ControlStore {
+    /// The connector whose rows these are.
+    pub fn connector(&self) -> &str {
+        &self.connector
+    }
+
     fn control_error(&self, action: &'static str) -> impl Fn(sqlx::Error) -> SinkError {
         move |source| SinkError::Database {
             action,

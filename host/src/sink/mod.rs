@@ -49,6 +49,7 @@ use crate::config::{ConnectorConfig, DeadLetterDestination, WriteMode, redact_ur
 use crate::dedup::DedupKey;
 use crate::failure::DeadLetter;
 use crate::map::{RowOp, TableRoutes};
+pub use control::ControlStore;
 pub use db::postgres::copy::CopyIn;
 pub use delivery::DeliveryRow;
 pub use dialect::{Dialect, TableSpec};

@@ -283,7 +283,7 @@ impl Runner {
                 super::coverage::watch_coverage(
                     self.context.clone(),
                     self.config.clone(),
-                    sink.clone(),
+                    sink.control(),
                     self.metrics.clone(),
                     self.coverage.clone(),
                     self.view.subscribe(),
@@ -300,7 +300,7 @@ impl Runner {
         let Some(sink) = self.sink.clone() else {
             return false;
         };
-        match tokio::time::timeout(SYNC_TIMEOUT, sink.read_control()).await {
+        match tokio::time::timeout(SYNC_TIMEOUT, sink.control().read_control()).await {
             Ok(Ok(Some(row))) => {
                 if self.pending_target.is_none() {
                     self.target = row.target;
@@ -596,7 +596,8 @@ impl Runner {
             failures.push(format!("connector {}: {failure}", self.config.name));
         }
         if let Some(sink) = &self.sink {
-            let gone = sink.write_heartbeats(&self.context.worker_id, &[]);
+            let control = sink.control();
+            let gone = control.write_heartbeats(&self.context.worker_id, &[]);
             let _ = tokio::time::timeout(Duration::from_secs(2), gone).await;
         }
         self.close_sink().await;

@@ -38,7 +38,7 @@ use super::context::Context;
 use super::messages::{Command, ConnectorState, ConnectorView};
 use crate::config::{ConnectorConfig, Guarantee};
 use crate::metrics::ConnectorMetrics;
-use crate::sink::Sink;
+use crate::sink::ControlStore;
 use crate::sink::control::now_ms;
 
 /// How often the watcher counts the connector's partitions.
@@ -264,7 +264,7 @@ impl Rejoin {
 pub(super) async fn watch_coverage(
     context: Arc<Context>,
     config: Arc<ConnectorConfig>,
-    sink: Arc<Sink>,
+    control: ControlStore,
     metrics: Arc<ConnectorMetrics>,
     coverage: Arc<Coverage>,
     view: watch::Receiver<ConnectorView>,
@@ -305,7 +305,7 @@ pub(super) async fn watch_coverage(
             tokio::time::sleep(COVERAGE_INTERVAL).await;
             continue;
         }
-        match count(&context, &config, &sink, &metrics, &coverage, &snapshot).await {
+        match count(&context, &config, &control, &metrics, &coverage, &snapshot).await {
             Ok(mut unread) => {
                 let seen: BTreeSet<(String, i32)> = unread
                     .iter()
@@ -388,7 +388,7 @@ pub(super) async fn watch_coverage(
 async fn count(
     context: &Arc<Context>,
     config: &Arc<ConnectorConfig>,
-    sink: &Arc<Sink>,
+    control: &ControlStore,
     metrics: &ConnectorMetrics,
     coverage: &Coverage,
     view: &ConnectorView,
@@ -427,7 +427,7 @@ async fn count(
     // Where each would start: the stored offsets (the database, or the group's with
     // at_least_once), and the log ends.
     let stored: BTreeMap<(String, i32), i64> = match config.delivery.guarantee {
-        Guarantee::ExactlyOnce => sink
+        Guarantee::ExactlyOnce => control
             .read_all_offsets()
             .await
             .map_err(|e| format!("cannot read the stored offsets: {e}"))?,

@@ -66,7 +66,7 @@ impl Runner {
         if came_from.is_none() && config.delivery.guarantee == Guarantee::ExactlyOnce {
             // Before schema version 8: infer an at-least-once period from a group ahead of
             // the stored offsets.
-            let stored = sink.read_all_offsets().await.map_err(text)?;
+            let stored = sink.control().read_all_offsets().await.map_err(text)?;
             let probe = (*config).clone();
             let committed = crate::kafka::blocking(move || {
                 crate::kafka::group::committed_offsets(&kafka, &brokers, &probe)
@@ -113,7 +113,8 @@ impl Runner {
         groups: &[String],
     ) -> Result<(), String> {
         let running = crate::reset::live_tasks(
-            sink.heartbeats_of(connector)
+            sink.control()
+                .heartbeats_of(connector)
                 .await
                 .map_err(|e| e.to_string())?,
             Some(&self.context.worker_id),
@@ -174,7 +175,7 @@ impl Runner {
             // The group is moved first (again by another process starting at once: the
             // same offsets), then the change claimed.
             (true, Guarantee::AtLeastOnce) => {
-                let stored = sink.read_all_offsets().await.map_err(text)?;
+                let stored = sink.control().read_all_offsets().await.map_err(text)?;
                 let count = stored.len();
                 let new = config.clone();
                 crate::kafka::blocking(move || {

@@ -2,12 +2,11 @@
 //! operator's target and restart requests, this process's heartbeats and theirs; and the
 //! view of the connector that status and the admin API show.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::connector::{CONTROL_INTERVAL, Runner, SYNC_TIMEOUT};
 use super::messages::{ConnectorState, ConnectorView, LastError, TaskView, kc_task_state};
-use crate::sink::Sink;
+use crate::sink::ControlStore;
 use crate::sink::control::{ControlRow, Heartbeat, PartitionLag, Target, TaskFigures, now_ms};
 use crate::task::TaskState;
 
@@ -26,7 +25,7 @@ impl Runner {
         let Some(sink) = self.sink.clone() else {
             return;
         };
-        let exchanged = tokio::time::timeout(SYNC_TIMEOUT, self.exchange(&sink)).await;
+        let exchanged = tokio::time::timeout(SYNC_TIMEOUT, self.exchange(&sink.control())).await;
         match exchanged {
             Ok(Ok(Some(row))) => self.apply_control(row).await,
             Ok(Ok(None)) => {}
@@ -42,23 +41,24 @@ impl Runner {
     /// The body of [`sync`](Self::sync).
     pub(super) async fn exchange(
         &mut self,
-        sink: &Arc<Sink>,
+        control: &ControlStore,
     ) -> Result<Option<ControlRow>, crate::sink::SinkError> {
         if let Some(target) = self.pending_target {
-            sink.write_target(target).await?;
+            control.write_target(target).await?;
             self.pending_target = None;
         }
         if let Some((include_tasks, only_failed)) = self.pending_restart {
-            let seq = sink.request_restart(include_tasks, only_failed).await?;
+            let seq = control.request_restart(include_tasks, only_failed).await?;
             self.restart_seen = Some(seq);
             self.pending_restart = None;
         }
-        let row = sink.read_control().await?;
+        let row = control.read_control().await?;
         let tasks = self.heartbeats();
-        sink.write_heartbeats(&self.context.worker_id, &tasks)
+        control
+            .write_heartbeats(&self.context.worker_id, &tasks)
             .await?;
         let now = now_ms();
-        self.others = sink
+        self.others = control
             .read_heartbeats()
             .await?
             .into_iter()
