@@ -14,6 +14,7 @@ mod derive;
 mod envelope;
 mod missing;
 mod route;
+mod table_routes;
 #[cfg(test)]
 mod tests;
 mod version;
@@ -22,7 +23,8 @@ pub use convert::convert;
 use convert::decoded_bytes;
 pub use derive::{DerivedColumn, DerivedShape, Deriver, TypeRules, column_type_of};
 use envelope::Change;
-pub use route::{SourceRead, TableRouter, TableRoutes};
+pub use route::{SourceRead, TableRouter};
+pub use table_routes::TableRoutes;
 use version::VersionSource;
 pub use version::encode as encode_version;
 
