@@ -11,6 +11,7 @@
 //!   of dates, times, instants and decimals.
 
 pub mod avro;
+mod compiled;
 pub mod connect_json;
 mod decode;
 pub mod json_schema;
@@ -20,10 +21,8 @@ pub mod shape;
 pub mod temporal;
 pub mod wire;
 
-pub use decode::{
-    DecodeFailure, Decoded, Decoders, FormatError, RecordSchemas, Resolved, SchemaSource,
-    WriterSchema, load_avro_file,
-};
+pub use compiled::{RecordSchemas, SchemaSource, WriterSchema};
+pub use decode::{DecodeFailure, Decoded, Decoders, FormatError, Resolved, load_avro_file};
 pub use registry::RegistryError;
 
 use std::sync::Arc;
