@@ -1,4 +1,4 @@
-//! PostgreSQL's inserts go through `COPY` (`host/src/sink/pg_copy.rs`), its upserts through
+//! PostgreSQL's inserts go through `COPY` (`host/src/sink/db/postgres/copy.rs`), its upserts through
 //! `COPY` while their keys are new and `UNNEST … ON CONFLICT` otherwise: every column type
 //! at its edges reads back as written by either, text with COPY's own special characters
 //! included; upserts of present keys update them, of new ones insert them, and a table
