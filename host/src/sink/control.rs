@@ -17,7 +17,7 @@ use sqlx::AssertSqlSafe;
 
 use std::sync::Arc;
 
-use super::{Dialect, SharedPool, Sink, SinkError, each_pool};
+use super::{Dialect, SharedPool, Sink, SinkError, db, each_pool};
 
 /// What the operator asked a connector to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -197,23 +197,7 @@ impl ControlStore {
 
     /// Sets the connector's target state (every process applies it within seconds).
     pub async fn write_target(&self, target: Target) -> Result<(), SinkError> {
-        let p = |n| self.dialect.param(n);
-        let sql = match self.dialect {
-            Dialect::MySql => format!(
-                "INSERT INTO sluice_control (connector, target, restart_seq, restart_tasks, restart_only_failed, updated_at) \
-                 VALUES ({}, {}, 0, 0, 0, {}) ON DUPLICATE KEY UPDATE target = VALUES(target), updated_at = VALUES(updated_at)",
-                p(1),
-                p(2),
-                p(3)
-            ),
-            _ => format!(
-                "INSERT INTO sluice_control (connector, target, restart_seq, restart_tasks, restart_only_failed, updated_at) \
-                 VALUES ({}, {}, 0, 0, 0, {}) ON CONFLICT (connector) DO UPDATE SET target = excluded.target, updated_at = excluded.updated_at",
-                p(1),
-                p(2),
-                p(3)
-            ),
-        };
+        let sql = db::own_tables(self.dialect).write_target;
         each_pool!(self, pool, DB => {
             sqlx::query::<DB>(AssertSqlSafe(sql))
                 .bind(self.connector.clone())
@@ -232,27 +216,7 @@ impl ControlStore {
         include_tasks: bool,
         only_failed: bool,
     ) -> Result<i64, SinkError> {
-        let p = |n| self.dialect.param(n);
-        let sql = match self.dialect {
-            Dialect::MySql => format!(
-                "INSERT INTO sluice_control (connector, target, restart_seq, restart_tasks, restart_only_failed, updated_at) \
-                 VALUES ({}, 'RUNNING', 1, {}, {}, {}) ON DUPLICATE KEY UPDATE restart_seq = restart_seq + 1, \
-                 restart_tasks = VALUES(restart_tasks), restart_only_failed = VALUES(restart_only_failed), updated_at = VALUES(updated_at)",
-                p(1),
-                p(2),
-                p(3),
-                p(4)
-            ),
-            _ => format!(
-                "INSERT INTO sluice_control (connector, target, restart_seq, restart_tasks, restart_only_failed, updated_at) \
-                 VALUES ({}, 'RUNNING', 1, {}, {}, {}) ON CONFLICT (connector) DO UPDATE SET restart_seq = sluice_control.restart_seq + 1, \
-                 restart_tasks = excluded.restart_tasks, restart_only_failed = excluded.restart_only_failed, updated_at = excluded.updated_at",
-                p(1),
-                p(2),
-                p(3),
-                p(4)
-            ),
-        };
+        let sql = db::own_tables(self.dialect).request_restart;
         each_pool!(self, pool, DB => {
             sqlx::query::<DB>(AssertSqlSafe(sql))
                 .bind(self.connector.clone())

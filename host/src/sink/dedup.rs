@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use sqlx::{AssertSqlSafe, ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Type};
 
 use super::backend::Backend;
-use super::{Dialect, Sink, SinkError, each_pool};
+use super::{Dialect, Sink, SinkError, db, each_pool};
 use crate::dedup::{DedupKey, duplicates};
 
 /// Ids looked up, or rows stored, per statement: far under every database's bind limit.
@@ -51,10 +51,8 @@ where
     for chunk in wanted.chunks(IDS_PER_STATEMENT) {
         let list: Vec<String> = (0..chunk.len()).map(|i| dialect.param(i + 2)).collect();
         // MySQL keeps ids as bytes (VARBINARY: compared exactly, trailing spaces too).
-        let id = match dialect {
-            Dialect::MySql => "CONVERT(id USING utf8mb4)",
-            _ => "id",
-        };
+        // MySQL keeps ids as bytes (VARBINARY: compared exactly, trailing spaces too).
+        let id = db::own_tables(dialect).dedup_id_text;
         let sql = format!(
             "SELECT {id} FROM sluice_dedup WHERE connector = {} AND id IN ({})",
             dialect.param(1),
@@ -147,25 +145,9 @@ impl Sink {
                 .execute(pool)
                 .await
                 .map_err(db_error("clean up producer ids"))?;
-                let cutoff = format!("{now} - {}", dialect.param(2));
                 // In chunks: a large cleanup does not hold the connection (SQLite has one)
                 // or many locks for long.
-                let sql = match dialect {
-                    Dialect::MySql => format!(
-                        "DELETE FROM sluice_dedup WHERE connector = {} AND written_at < {cutoff} LIMIT {CLEAN_CHUNK}",
-                        dialect.param(1),
-                    ),
-                    Dialect::Postgres => format!(
-                        "DELETE FROM sluice_dedup WHERE ctid IN (SELECT ctid FROM sluice_dedup \
-                         WHERE connector = {} AND written_at < {cutoff} LIMIT {CLEAN_CHUNK})",
-                        dialect.param(1),
-                    ),
-                    Dialect::Sqlite => format!(
-                        "DELETE FROM sluice_dedup WHERE rowid IN (SELECT rowid FROM sluice_dedup \
-                         WHERE connector = {} AND written_at < {cutoff} LIMIT {CLEAN_CHUNK})",
-                        dialect.param(1),
-                    ),
-                };
+                let sql = (db::own_tables(dialect).clean_dedup)(now, CLEAN_CHUNK);
                 let mut removed = 0;
                 loop {
                     let result = sqlx::query::<DB>(AssertSqlSafe(sql.clone()))

@@ -20,7 +20,7 @@ use sqlx::{AssertSqlSafe, Executor, IntoArguments};
 use super::backend::Backend;
 use super::dialect::{Dialect, TableSpec};
 use super::runs::bound_key;
-use super::{Sink, SinkError, each_pool};
+use super::{Sink, SinkError, db, each_pool};
 use crate::config::ColumnType;
 use crate::map::SqlValue;
 
@@ -171,15 +171,7 @@ where
                 format!("({}, {}, {}, {})", p(1), p(2), p(3), p(4))
             })
             .collect();
-        let conflict = match dialect {
-            Dialect::MySql => " ON DUPLICATE KEY UPDATE \
-                deleted_at = IF(version < VALUES(version), VALUES(deleted_at), deleted_at), \
-                version = IF(version < VALUES(version), VALUES(version), version)"
-                .to_string(),
-            _ => " ON CONFLICT (table_name, row_key) DO UPDATE SET version = excluded.version, \
-                deleted_at = excluded.deleted_at WHERE sluice_tombstones.version < excluded.version"
-                .to_string(),
-        };
+        let conflict = db::own_tables(dialect).keep_newer_tombstone;
         let sql = format!(
             "INSERT INTO sluice_tombstones (table_name, row_key, version, deleted_at) VALUES {}{conflict}",
             groups.join(", ")
@@ -223,26 +215,7 @@ impl Sink {
         let d = self.dialect;
         // In chunks: a large cleanup does not hold the connection (SQLite has one) or take
         // many locks at once.
-        let sql = match d {
-            Dialect::MySql => format!(
-                "DELETE FROM sluice_tombstones WHERE table_name = ? AND deleted_at < ? LIMIT {CLEAN_CHUNK}"
-            ),
-            _ => format!(
-                "DELETE FROM sluice_tombstones WHERE table_name = {p1} AND row_key IN \
-                 (SELECT row_key FROM sluice_tombstones WHERE table_name = {p1} AND deleted_at < {p2} LIMIT {CLEAN_CHUNK})",
-                // Numbered on SQLite too: the first one stands twice.
-                p1 = if d == Dialect::Sqlite {
-                    "?1".to_string()
-                } else {
-                    d.param(1)
-                },
-                p2 = if d == Dialect::Sqlite {
-                    "?2".to_string()
-                } else {
-                    d.param(2)
-                }
-            ),
-        };
+        let sql = (db::own_tables(d).clean_tombstones)(CLEAN_CHUNK.unsigned_abs());
         let mut removed = 0;
         loop {
             let sql = sql.clone();

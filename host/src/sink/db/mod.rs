@@ -174,3 +174,34 @@ pub(super) fn evolve_lock(dialect: Dialect, spec: &super::dialect::TableSpec) ->
         Dialect::Sqlite => EvolveLock::Transaction,
     }
 }
+
+/// The statements on sluice's own tables whose words differ between databases
+/// (`db/<name>/own_tables.rs`). Parameters are bound in the order each names.
+pub(super) struct OwnTables {
+    /// `sluice_control`: sets a connector's target state; binds connector, target,
+    /// updated_at.
+    pub(super) write_target: &'static str,
+    /// `sluice_control`: counts a restart request (the target stays); binds connector,
+    /// include tasks, only failed, updated_at.
+    pub(super) request_restart: &'static str,
+    /// `sluice_tombstones`: what follows a multi-row `INSERT` so that a newer version of a
+    /// delete replaces the stored one and an older one changes nothing.
+    pub(super) keep_newer_tombstone: &'static str,
+    /// `sluice_tombstones`: deletes at most `chunk` of a table's tombstones older than a
+    /// time; binds table name, time.
+    pub(super) clean_tombstones: fn(u64) -> String,
+    /// `sluice_dedup`: deletes at most `chunk` of a connector's ids written before `now`
+    /// (an expression) minus the window; binds connector, window.
+    pub(super) clean_dedup: fn(&str, u64) -> String,
+    /// `sluice_dedup`: the id column read as text.
+    pub(super) dedup_id_text: &'static str,
+}
+
+/// The statements of a database on sluice's own tables.
+pub(super) fn own_tables(dialect: Dialect) -> &'static OwnTables {
+    match dialect {
+        Dialect::Postgres => &postgres::own_tables::OWN_TABLES,
+        Dialect::MySql => &mysql::own_tables::OWN_TABLES,
+        Dialect::Sqlite => &sqlite::own_tables::OWN_TABLES,
+    }
+}

@@ -38,3 +38,8 @@ pub(super) const VERSION_9: &[&str] = &[
 
 /// `sluice_schema`: one row, the version of sluice's own tables.
 pub(super) const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS sluice_schema (id INTEGER NOT NULL PRIMARY KEY, version BIGINT NOT NULL)";
+
+/// What follows a multi-row `INSERT` into `sluice_tombstones` so that a newer version of a
+/// key's delete replaces the stored one and an older one changes nothing.
+pub(super) const KEEP_NEWER_TOMBSTONE: &str = " ON CONFLICT (table_name, row_key) DO UPDATE SET version = excluded.version, \
+    deleted_at = excluded.deleted_at WHERE sluice_tombstones.version < excluded.version";

@@ -9,4 +9,5 @@ pub(in crate::sink) mod write;
 
 pub(in crate::sink) use catalog::copy_choice;
 pub(in crate::sink) mod migrations;
+pub(in crate::sink) mod own_tables;
 pub(in crate::sink) mod pool;
