@@ -406,9 +406,8 @@ impl TypeRules {
         };
         match precision {
             Some(p) => decimal(p, scale, max_precision, max_scale),
-            // PostgreSQL's NUMERIC takes every value of a variable scale; MySQL's widest
-            // DECIMAL is as near as it gets, with the values past it failing alone.
-            None if max_precision == MAX_DECIMAL_PRECISION => ColumnType::Numeric,
+            // A variable scale: the database's widest DECIMAL is as near as it gets, with
+            // the values past it failing alone.
             None => ColumnType::Decimal {
                 precision: max_precision,
                 scale: max_scale,
