@@ -21,6 +21,7 @@
 pub mod auth;
 pub mod client;
 pub mod connect_api;
+mod connect_offsets;
 pub mod figures;
 pub mod metrics_listener;
 pub mod plugin_calls;
@@ -394,6 +395,15 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         error(self.status, self.message)
     }
+}
+
+/// The answer to a control call while a reload runs: it is not forgotten later, it is
+/// refused now (Kafka Connect answers 409 while it rebalances).
+pub(super) fn reloading() -> Response {
+    error(
+        StatusCode::CONFLICT,
+        "a reload of the configuration is running: try again when it has finished",
+    )
 }
 
 /// Kafka Connect's error body.
