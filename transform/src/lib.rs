@@ -52,6 +52,7 @@ mod host;
 mod js;
 mod python;
 #[allow(dead_code)]
+mod stage;
 mod toolchain;
 mod tools;
 
