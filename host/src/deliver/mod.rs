@@ -14,6 +14,7 @@
 //!   to the dead-letter topic and acknowledged before the transaction begins.
 
 pub mod dry_run;
+mod letters;
 mod plan;
 pub mod redrive;
 pub mod redrive_topic;
