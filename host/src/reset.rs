@@ -70,7 +70,7 @@ pub struct ResetReport {
 /// is `None` where the cluster cannot be reached (another process's embedded cluster):
 /// then the heartbeats alone tell.
 pub async fn running_anywhere(
-    control: &ControlStore,
+    control: &ControlStore<'_>,
     kafka: &KafkaConfig,
     brokers: Option<&str>,
     connector: &ConnectorConfig,

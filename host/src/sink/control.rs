@@ -15,8 +15,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sqlx::AssertSqlSafe;
 
-use std::sync::Arc;
-
 use super::{Dialect, SharedPool, Sink, SinkError, db, each_pool};
 
 /// What the operator asked a connector to be.
@@ -139,29 +137,30 @@ pub fn now_ms() -> i64 {
 /// One connector's control store: its row of `sluice_control`, its processes' heartbeats
 /// in `sluice_task_status`, and its stored offsets as the status shows them. The
 /// supervisor, the admin API and `reset` take this, not the whole [`Sink`]: it writes no
-/// rows of the connector's tables. Cheap to clone: the process's shared pool and a name.
-#[derive(Clone)]
-pub struct ControlStore {
-    pool: Arc<SharedPool>,
+/// rows of the connector's tables. A view of its sink, borrowed: it never keeps the
+/// sink's pool open past the sink's close.
+#[derive(Clone, Copy)]
+pub struct ControlStore<'a> {
+    pool: &'a SharedPool,
     dialect: Dialect,
-    connector: String,
+    connector: &'a str,
 }
 
 impl Sink {
     /// The connector's control store, on the sink's pool.
-    pub fn control(&self) -> ControlStore {
+    pub fn control(&self) -> ControlStore<'_> {
         ControlStore {
-            pool: self.pool.clone(),
+            pool: &self.pool,
             dialect: self.dialect,
-            connector: self.connector.clone(),
+            connector: &self.connector,
         }
     }
 }
 
-impl ControlStore {
+impl ControlStore<'_> {
     /// The connector whose rows these are.
     pub fn connector(&self) -> &str {
-        &self.connector
+        self.connector
     }
 
     fn control_error(&self, action: &'static str) -> impl Fn(sqlx::Error) -> SinkError {
@@ -180,7 +179,7 @@ impl ControlStore {
         );
         let row: Option<(String, i64, i32, i32)> = each_pool!(self, pool, DB => {
             sqlx::query_as::<DB, (String, i64, i32, i32)>(AssertSqlSafe(sql))
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
                 .fetch_optional(pool)
                 .await
         })
@@ -200,7 +199,7 @@ impl ControlStore {
         let sql = db::own_tables(self.dialect).write_target;
         each_pool!(self, pool, DB => {
             sqlx::query::<DB>(AssertSqlSafe(sql))
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
                 .bind(target.name().to_string())
                 .bind(now_ms())
                 .execute(pool)
@@ -219,7 +218,7 @@ impl ControlStore {
         let sql = db::own_tables(self.dialect).request_restart;
         each_pool!(self, pool, DB => {
             sqlx::query::<DB>(AssertSqlSafe(sql))
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
                 .bind(i32::from(include_tasks))
                 .bind(i32::from(only_failed))
                 .bind(now_ms())
@@ -264,7 +263,7 @@ impl ControlStore {
         each_pool!(self, pool, DB => {
             let mut tx = pool.begin_with(self.dialect.begin()).await.map_err(error)?;
             sqlx::query::<DB>(AssertSqlSafe(delete))
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
                 .bind(worker.to_string())
                 .execute(&mut *tx)
                 .await
@@ -274,7 +273,7 @@ impl ControlStore {
                 // goes without figures rather than not at all.
                 let figures = serde_json::to_string(&heartbeat.figures).ok();
                 sqlx::query::<DB>(AssertSqlSafe(insert.clone()))
-                    .bind(self.connector.clone())
+                    .bind(self.connector.to_string())
                     .bind(worker.to_string())
                     .bind(heartbeat.task)
                     .bind(heartbeat.state.to_string())
@@ -291,7 +290,7 @@ impl ControlStore {
 
     /// Every process's heartbeat rows for the connector.
     pub async fn read_heartbeats(&self) -> Result<Vec<TaskRow>, SinkError> {
-        self.heartbeats_of(&self.connector).await
+        self.heartbeats_of(self.connector).await
     }
 
     /// The heartbeats of any connector name (a renamed connector's old one, say).
@@ -339,7 +338,7 @@ impl ControlStore {
         );
         each_pool!(self, pool, DB => {
             sqlx::query_as::<DB, (String, i32, i64)>(AssertSqlSafe(sql))
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
                 .fetch_all(pool)
                 .await
         })

@@ -283,7 +283,7 @@ impl Runner {
                 super::coverage::watch_coverage(
                     self.context.clone(),
                     self.config.clone(),
-                    sink.control(),
+                    sink.clone(),
                     self.metrics.clone(),
                     self.coverage.clone(),
                     self.view.subscribe(),
@@ -576,13 +576,8 @@ impl Runner {
     }
 
     async fn close_sink(&mut self) {
-        // Aborted and awaited: a task's future (and the sink and control store it holds)
-        // is dropped before the sink closes, so the sink is its pool's last user and the
-        // pool is closed gracefully, not dropped later by a task that was still winding
-        // down.
         for cleaner in self.cleaners.drain(..) {
             cleaner.abort();
-            let _ = cleaner.await;
         }
         self.coverage.forget(&self.metrics);
         if let Some(sink) = self.sink.take() {

@@ -38,8 +38,8 @@ use super::context::Context;
 use super::messages::{Command, ConnectorState, ConnectorView};
 use crate::config::{ConnectorConfig, Guarantee};
 use crate::metrics::ConnectorMetrics;
-use crate::sink::ControlStore;
 use crate::sink::control::now_ms;
+use crate::sink::{ControlStore, Sink};
 
 /// How often the watcher counts the connector's partitions.
 pub const COVERAGE_INTERVAL: Duration = Duration::from_secs(5);
@@ -264,7 +264,7 @@ impl Rejoin {
 pub(super) async fn watch_coverage(
     context: Arc<Context>,
     config: Arc<ConnectorConfig>,
-    control: ControlStore,
+    sink: Arc<Sink>,
     metrics: Arc<ConnectorMetrics>,
     coverage: Arc<Coverage>,
     view: watch::Receiver<ConnectorView>,
@@ -305,7 +305,16 @@ pub(super) async fn watch_coverage(
             tokio::time::sleep(COVERAGE_INTERVAL).await;
             continue;
         }
-        match count(&context, &config, &control, &metrics, &coverage, &snapshot).await {
+        match count(
+            &context,
+            &config,
+            &sink.control(),
+            &metrics,
+            &coverage,
+            &snapshot,
+        )
+        .await
+        {
             Ok(mut unread) => {
                 let seen: BTreeSet<(String, i32)> = unread
                     .iter()
@@ -388,7 +397,7 @@ pub(super) async fn watch_coverage(
 async fn count(
     context: &Arc<Context>,
     config: &Arc<ConnectorConfig>,
-    control: &ControlStore,
+    control: &ControlStore<'_>,
     metrics: &ConnectorMetrics,
     coverage: &Coverage,
     view: &ConnectorView,

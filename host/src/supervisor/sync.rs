@@ -41,7 +41,7 @@ impl Runner {
     /// The body of [`sync`](Self::sync).
     pub(super) async fn exchange(
         &mut self,
-        control: &ControlStore,
+        control: &ControlStore<'_>,
     ) -> Result<Option<ControlRow>, crate::sink::SinkError> {
         if let Some(target) = self.pending_target {
             control.write_target(target).await?;
