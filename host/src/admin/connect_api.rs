@@ -16,7 +16,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use super::{AdminState, connect_offsets, error, find_connector, reloading};
+use super::{AdminState, connect_offsets, controlled, error, find_connector};
 use crate::sink::control::Target;
 use crate::sink::control::TaskRow;
 use crate::supervisor::{Command, ConnectorHandle, ConnectorState};
@@ -238,15 +238,12 @@ async fn task_status(
 }
 
 fn control(state: &AdminState, name: &str, target: Target) -> Response {
-    let Some(_gate) = state.supervisor.control_gate() else {
-        return reloading();
-    };
-    match find_connector(state, name) {
-        Ok(connector) => {
+    match controlled(state, name) {
+        Ok((_gate, connector)) => {
             connector.send(Command::Target(target));
             StatusCode::ACCEPTED.into_response()
         }
-        Err(e) => e.into_response(),
+        Err(answer) => *answer,
     }
 }
 
@@ -273,12 +270,9 @@ async fn restart(
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let Some(_gate) = state.supervisor.control_gate() else {
-        return reloading();
-    };
-    let connector = match find_connector(&state, &name) {
-        Ok(connector) => connector,
-        Err(e) => return e.into_response(),
+    let (_gate, connector) = match controlled(&state, &name) {
+        Ok(controlled) => controlled,
+        Err(answer) => return *answer,
     };
     let pairs = query_pairs(query.as_deref());
     let include_tasks = flag(&pairs, "includeTasks");
@@ -299,12 +293,9 @@ async fn restart_task(
     State(state): State<AdminState>,
     Path((name, task)): Path<(String, usize)>,
 ) -> Response {
-    let Some(_gate) = state.supervisor.control_gate() else {
-        return reloading();
-    };
-    let connector = match find_connector(&state, &name) {
-        Ok(connector) => connector,
-        Err(e) => return e.into_response(),
+    let (_gate, connector) = match controlled(&state, &name) {
+        Ok(controlled) => controlled,
+        Err(answer) => return *answer,
     };
     if task >= connector.config.tasks as usize {
         return error(

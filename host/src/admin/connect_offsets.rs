@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AdminState, ApiError, error, find_connector, reloading};
+use super::{AdminState, ApiError, controlled, error, find_connector};
 use crate::config::Guarantee;
 use crate::supervisor::{ConnectorHandle, ConnectorState};
 
@@ -161,12 +161,9 @@ pub(super) async fn alter_offsets(
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
-    let Some(_gate) = state.supervisor.control_gate() else {
-        return reloading();
-    };
-    let connector = match find_connector(&state, &name) {
-        Ok(connector) => connector,
-        Err(e) => return e.into_response(),
+    let (_gate, connector) = match controlled(&state, &name) {
+        Ok(controlled) => controlled,
+        Err(answer) => return *answer,
     };
     let body: OffsetsBody = match serde_json::from_slice(&body) {
         Ok(body) => body,
@@ -308,12 +305,9 @@ pub(super) async fn reset_offsets(
     State(state): State<AdminState>,
     Path(name): Path<String>,
 ) -> Response {
-    let Some(_gate) = state.supervisor.control_gate() else {
-        return reloading();
-    };
-    let connector = match find_connector(&state, &name) {
-        Ok(connector) => connector,
-        Err(e) => return e.into_response(),
+    let (_gate, connector) = match controlled(&state, &name) {
+        Ok(controlled) => controlled,
+        Err(answer) => return *answer,
     };
     let sink = match stopped_everywhere(&state, &connector).await {
         Ok(sink) => sink,

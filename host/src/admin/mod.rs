@@ -397,13 +397,21 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The answer to a control call while a reload runs: it is not forgotten later, it is
-/// refused now (Kafka Connect answers 409 while it rebalances).
-pub(super) fn reloading() -> Response {
-    error(
-        StatusCode::CONFLICT,
-        "a reload of the configuration is running: try again when it has finished",
-    )
+/// What a control call acts on: the connector `name`, with the gate that keeps a reload
+/// out until the call is done. A reload already running is refused now, not forgotten
+/// later (409, as Kafka Connect answers while it rebalances); an unknown name is 404.
+fn controlled<'s>(
+    state: &'s AdminState,
+    name: &str,
+) -> Result<(tokio::sync::RwLockReadGuard<'s, ()>, Arc<ConnectorHandle>), Box<Response>> {
+    let Some(gate) = state.supervisor.control_gate() else {
+        return Err(Box::new(error(
+            StatusCode::CONFLICT,
+            "a reload of the configuration is running: try again when it has finished",
+        )));
+    };
+    let connector = find_connector(state, name).map_err(|e| Box::new(e.into_response()))?;
+    Ok((gate, connector))
 }
 
 /// Kafka Connect's error body.
