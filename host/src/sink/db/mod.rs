@@ -25,6 +25,19 @@ use super::dialect::Dialect;
 /// made, before the error is treated as transient.
 const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The pool options every database server takes alike: at most
+/// `databases.max_connections`, none kept open for nothing, an idle one closed after
+/// `databases.idle` (0: never), [`ACQUIRE_TIMEOUT`].
+fn server_pool<DB: sqlx::Database>(
+    settings: &crate::config::DatabasesConfig,
+) -> sqlx::pool::PoolOptions<DB> {
+    sqlx::pool::PoolOptions::new()
+        .max_connections(settings.max_connections)
+        .min_connections(0)
+        .idle_timeout(Some(settings.idle.0).filter(|d| !d.is_zero()))
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+}
+
 /// Makes one connection with `options` and closes it: a wrong address or password, or a
 /// server out of connections, is reported at once with the server's own words. (The pool's
 /// own first connection would retry a refusal it deems passing, such as "too many

@@ -4,10 +4,11 @@
 use std::str::FromStr;
 
 use sqlx::Executor;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::MySql;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 
 use crate::config::DatabasesConfig;
-use crate::sink::db::{ACQUIRE_TIMEOUT, first_connection};
+use crate::sink::db::{first_connection, server_pool};
 use crate::sink::nodelay;
 
 /// Makes a pool for `url` (`mysql://` or `mariadb://`) and its first connection.
@@ -23,11 +24,7 @@ pub(in crate::sink) async fn open(
         options.get_port(),
     )
     .await;
-    Ok(MySqlPoolOptions::new()
-        .max_connections(settings.max_connections)
-        .min_connections(0)
-        .idle_timeout(Some(settings.idle.0).filter(|d| !d.is_zero()))
-        .acquire_timeout(ACQUIRE_TIMEOUT)
+    Ok(server_pool::<MySql>(settings)
         // REPEATABLE READ's gap locks make writers of neighbouring keys deadlock; the
         // compare-and-set needs no more than READ COMMITTED. A server logging statements
         // (binlog_format=STATEMENT) refuses writes at READ COMMITTED (error 1665): it

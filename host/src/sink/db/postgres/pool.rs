@@ -3,10 +3,11 @@
 
 use std::str::FromStr;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::Postgres;
+use sqlx::postgres::{PgConnectOptions, PgPool};
 
 use crate::config::DatabasesConfig;
-use crate::sink::db::{ACQUIRE_TIMEOUT, first_connection};
+use crate::sink::db::{first_connection, server_pool};
 use crate::sink::nodelay;
 
 /// The name sluice's connections carry at PostgreSQL (`pg_stat_activity.application_name`)
@@ -28,11 +29,7 @@ pub(in crate::sink) async fn open(
         options.get_port(),
     )
     .await;
-    Ok(PgPoolOptions::new()
-        .max_connections(settings.max_connections)
-        .min_connections(0)
-        .idle_timeout(Some(settings.idle.0).filter(|d| !d.is_zero()))
-        .acquire_timeout(ACQUIRE_TIMEOUT)
+    Ok(server_pool::<Postgres>(settings)
         .after_connect(move |_, _| {
             nodelay::set_on_connections_to(&peers);
             Box::pin(async { Ok(()) })
