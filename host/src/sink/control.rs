@@ -196,7 +196,7 @@ impl ControlStore<'_> {
 
     /// Sets the connector's target state (every process applies it within seconds).
     pub async fn write_target(&self, target: Target) -> Result<(), SinkError> {
-        let sql = db::own_tables(self.dialect).write_target;
+        let sql = db::of(self.dialect).own_tables.write_target;
         each_pool!(self, pool, DB => {
             sqlx::query::<DB>(AssertSqlSafe(sql))
                 .bind(self.connector.to_string())
@@ -215,7 +215,7 @@ impl ControlStore<'_> {
         include_tasks: bool,
         only_failed: bool,
     ) -> Result<i64, SinkError> {
-        let sql = db::own_tables(self.dialect).request_restart;
+        let sql = db::of(self.dialect).own_tables.request_restart;
         each_pool!(self, pool, DB => {
             sqlx::query::<DB>(AssertSqlSafe(sql))
                 .bind(self.connector.to_string())

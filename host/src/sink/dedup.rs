@@ -52,7 +52,7 @@ where
         let list: Vec<String> = (0..chunk.len()).map(|i| dialect.param(i + 2)).collect();
         // MySQL keeps ids as bytes (VARBINARY: compared exactly, trailing spaces too).
         // MySQL keeps ids as bytes (VARBINARY: compared exactly, trailing spaces too).
-        let id = db::own_tables(dialect).dedup_id_text;
+        let id = db::of(dialect).own_tables.dedup_id_text;
         let sql = format!(
             "SELECT {id} FROM sluice_dedup WHERE connector = {} AND id IN ({})",
             dialect.param(1),
@@ -147,7 +147,7 @@ impl Sink {
                 .map_err(db_error("clean up producer ids"))?;
                 // In chunks: a large cleanup does not hold the connection (SQLite has one)
                 // or many locks for long.
-                let sql = (db::own_tables(dialect).clean_dedup)(now, CLEAN_CHUNK);
+                let sql = (db::of(dialect).own_tables.clean_dedup)(now, CLEAN_CHUNK);
                 let mut removed = 0;
                 loop {
                     let result = sqlx::query::<DB>(AssertSqlSafe(sql.clone()))

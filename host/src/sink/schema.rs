@@ -67,7 +67,7 @@ impl Sink {
             table: "sluice_schema".into(),
             source,
         };
-        let migrations = db::migrations(dialect);
+        let migrations = db::of(dialect).migrations;
         each_pool!(self, pool, DB => {
             let mut tx = pool.begin_with(dialect.begin()).await.map_err(db_error)?;
             match migrations.lock {
@@ -201,7 +201,7 @@ mod tests {
 
     #[test]
     fn every_version_up_to_the_current_one_has_its_steps() {
-        let migration = |dialect, version| (db::migrations(dialect).steps)(version);
+        let migration = |dialect, version| (db::of(dialect).migrations.steps)(version);
         for dialect in [Dialect::Postgres, Dialect::MySql, Dialect::Sqlite] {
             assert!(!migration(dialect, 1).is_empty(), "{dialect:?}");
             assert!(migration(dialect, SCHEMA_VERSION + 1).is_empty());

@@ -171,7 +171,7 @@ where
                 format!("({}, {}, {}, {})", p(1), p(2), p(3), p(4))
             })
             .collect();
-        let conflict = db::own_tables(dialect).keep_newer_tombstone;
+        let conflict = db::of(dialect).own_tables.keep_newer_tombstone;
         let sql = format!(
             "INSERT INTO sluice_tombstones (table_name, row_key, version, deleted_at) VALUES {}{conflict}",
             groups.join(", ")
@@ -215,7 +215,7 @@ impl Sink {
         let d = self.dialect;
         // In chunks: a large cleanup does not hold the connection (SQLite has one) or take
         // many locks at once.
-        let sql = (db::own_tables(d).clean_tombstones)(CLEAN_CHUNK.unsigned_abs());
+        let sql = (db::of(d).own_tables.clean_tombstones)(CLEAN_CHUNK.unsigned_abs());
         let mut removed = 0;
         loop {
             let sql = sql.clone();

@@ -19,7 +19,7 @@ pub(super) mod sqlite;
 
 use sqlx::error::DatabaseError;
 
-use super::dialect::Dialect;
+use super::dialect::{Dialect, TableSpec};
 
 /// How long a task waits for a connection to a database server, or for a new one to be
 /// made, before the error is treated as transient.
@@ -92,9 +92,8 @@ impl ErrorReading {
 
 /// Reads a database error with the codes of the database that raised it.
 pub(super) fn read_error(error: &dyn DatabaseError) -> ErrorReading {
-    postgres::errors::read(error)
-        .or_else(|| mysql::errors::read(error))
-        .or_else(|| sqlite::errors::read(error))
+    ALL.iter()
+        .find_map(|database| (database.read_error)(error))
         .unwrap_or(ErrorReading::UNKNOWN)
 }
 
@@ -104,10 +103,12 @@ pub(super) fn write_error(
     error: &dyn DatabaseError,
     f: &mut std::fmt::Formatter<'_>,
 ) -> std::fmt::Result {
-    match postgres::errors::write(error, f) {
-        Some(written) => written,
-        None => write!(f, "error returned from database: {error}"),
+    for database in ALL {
+        if let Some(written) = (database.write_error)(error, f) {
+            return written;
+        }
     }
+    write!(f, "error returned from database: {error}")
 }
 
 /// How one database migrates sluice's own tables (`sink/schema.rs` runs them).
@@ -140,26 +141,6 @@ pub(super) enum SchemaLock {
     },
 }
 
-/// The migrations of a database.
-pub(super) fn migrations(dialect: Dialect) -> &'static Migrations {
-    match dialect {
-        Dialect::Postgres => &postgres::migrations::MIGRATIONS,
-        Dialect::MySql => &mysql::migrations::MIGRATIONS,
-        Dialect::Sqlite => &sqlite::migrations::MIGRATIONS,
-    }
-}
-
-/// The statement that lists a table's columns from the database's catalog: name, type as
-/// the catalog spells it (lower case), position in the primary key (0 outside it), in the
-/// table's order (`db/<name>/catalog.rs`).
-pub(super) fn columns_query(dialect: Dialect, spec: &super::dialect::TableSpec) -> String {
-    match dialect {
-        Dialect::Postgres => postgres::catalog::columns_query(spec),
-        Dialect::MySql => mysql::catalog::columns_query(spec),
-        Dialect::Sqlite => sqlite::catalog::columns_query(spec),
-    }
-}
-
 /// The lock that serialises the processes adding columns to one table
 /// (`evolve: add_columns`, `sink/derived/`).
 pub(super) enum EvolveLock {
@@ -177,15 +158,6 @@ pub(super) enum EvolveLock {
         wait_seconds: u64,
         release: String,
     },
-}
-
-/// The lock for adding columns to `spec`'s table.
-pub(super) fn evolve_lock(dialect: Dialect, spec: &super::dialect::TableSpec) -> EvolveLock {
-    match dialect {
-        Dialect::Postgres => postgres::catalog::evolve_lock(spec),
-        Dialect::MySql => mysql::catalog::evolve_lock(&spec.name),
-        Dialect::Sqlite => EvolveLock::Transaction,
-    }
 }
 
 /// The statements on sluice's own tables whose words differ between databases
@@ -210,11 +182,35 @@ pub(super) struct OwnTables {
     pub(super) dedup_id_text: &'static str,
 }
 
-/// The statements of a database on sluice's own tables.
-pub(super) fn own_tables(dialect: Dialect) -> &'static OwnTables {
+/// What one database does its own way, as the sink asks it: one per folder
+/// (`db/<name>/mod.rs`, `DATABASE`), registered in [`of`] and [`ALL`].
+pub(super) struct Database {
+    /// The migrations of sluice's own tables.
+    pub(super) migrations: &'static Migrations,
+    /// The statements on sluice's own tables whose words differ.
+    pub(super) own_tables: &'static OwnTables,
+    /// The statement that lists a table's columns from the catalog: name, type as the
+    /// catalog spells it (lower case), position in the primary key (0 outside it), in the
+    /// table's order.
+    pub(super) columns_query: fn(&TableSpec) -> String,
+    /// The lock for adding columns to a table.
+    pub(super) evolve_lock: fn(&TableSpec) -> EvolveLock,
+    /// What the database's codes say of an error; `None` when another database raised it.
+    pub(super) read_error: fn(&dyn DatabaseError) -> Option<ErrorReading>,
+    /// Writes an error of this database as a user reads it, where sqlx's words do not
+    /// suit; `None` to leave it to sqlx (or when another database raised it).
+    pub(super) write_error:
+        fn(&dyn DatabaseError, &mut std::fmt::Formatter<'_>) -> Option<std::fmt::Result>,
+}
+
+/// Every database, in the order an error is offered to them.
+static ALL: [&Database; 3] = [&postgres::DATABASE, &mysql::DATABASE, &sqlite::DATABASE];
+
+/// The database a dialect writes to.
+pub(super) fn of(dialect: Dialect) -> &'static Database {
     match dialect {
-        Dialect::Postgres => &postgres::own_tables::OWN_TABLES,
-        Dialect::MySql => &mysql::own_tables::OWN_TABLES,
-        Dialect::Sqlite => &sqlite::own_tables::OWN_TABLES,
+        Dialect::Postgres => &postgres::DATABASE,
+        Dialect::MySql => &mysql::DATABASE,
+        Dialect::Sqlite => &sqlite::DATABASE,
     }
 }

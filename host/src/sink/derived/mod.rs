@@ -78,7 +78,7 @@ impl Sink {
     /// The columns of `spec`'s table, without the version column; empty when it does
     /// not exist.
     pub(super) async fn catalog(&self, spec: &TableSpec) -> Result<Vec<CatalogColumn>, SinkError> {
-        let sql = db::columns_query(self.dialect, spec);
+        let sql = (db::of(self.dialect).columns_query)(spec);
         let read = each_pool!(self, pool, DB => {
             let mut conn = pool.acquire().await.map_err(|source| SinkError::Database {
                 action: "read the columns of",
@@ -173,7 +173,7 @@ impl Sink {
             }
         };
         let quoted = spec.quoted(dialect);
-        let catalog_sql = db::columns_query(dialect, spec);
+        let catalog_sql = (db::of(dialect).columns_query)(spec);
         let same = |a: &str, b: &str| same_name(dialect, a, b);
         let alters = |present: &[CatalogColumn]| -> Vec<String> {
             missing
@@ -188,7 +188,7 @@ impl Sink {
                 })
                 .collect()
         };
-        let lock = db::evolve_lock(dialect, spec);
+        let lock = (db::of(dialect).evolve_lock)(spec);
         // Where DDL is transactional, the columns are added in one transaction.
         let transactional = !matches!(lock, EvolveLock::Named { .. });
         let present = each_pool!(self, pool, DB => {

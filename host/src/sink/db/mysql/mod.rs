@@ -5,3 +5,16 @@ pub(in crate::sink) mod errors;
 pub(in crate::sink) mod migrations;
 pub(in crate::sink) mod own_tables;
 pub(in crate::sink) mod pool;
+
+use crate::sink::db::Database;
+
+/// MySQL and MariaDB, as the sink asks them.
+pub(in crate::sink) static DATABASE: Database = Database {
+    migrations: &migrations::MIGRATIONS,
+    own_tables: &own_tables::OWN_TABLES,
+    columns_query: catalog::columns_query,
+    evolve_lock: |spec| catalog::evolve_lock(&spec.name),
+    read_error: errors::read,
+    // sqlx's words suit.
+    write_error: |_, _| None,
+};

@@ -11,3 +11,15 @@ pub(in crate::sink) use catalog::copy_choice;
 pub(in crate::sink) mod migrations;
 pub(in crate::sink) mod own_tables;
 pub(in crate::sink) mod pool;
+
+use crate::sink::db::Database;
+
+/// PostgreSQL, as the sink asks it.
+pub(in crate::sink) static DATABASE: Database = Database {
+    migrations: &migrations::MIGRATIONS,
+    own_tables: &own_tables::OWN_TABLES,
+    columns_query: catalog::columns_query,
+    evolve_lock: catalog::evolve_lock,
+    read_error: errors::read,
+    write_error: errors::write,
+};

@@ -5,3 +5,17 @@ pub(in crate::sink) mod errors;
 pub(in crate::sink) mod migrations;
 pub(in crate::sink) mod own_tables;
 pub(in crate::sink) mod pool;
+
+use crate::sink::db::{Database, EvolveLock};
+
+/// SQLite, as the sink asks it.
+pub(in crate::sink) static DATABASE: Database = Database {
+    migrations: &migrations::MIGRATIONS,
+    own_tables: &own_tables::OWN_TABLES,
+    columns_query: catalog::columns_query,
+    // The transaction's BEGIN IMMEDIATE holds the database's write lock.
+    evolve_lock: |_| EvolveLock::Transaction,
+    read_error: errors::read,
+    // sqlx's words suit.
+    write_error: |_, _| None,
+};
