@@ -43,6 +43,11 @@ pub trait RebalanceListener: Send + Sync {
     /// Taken on a revocation so that they reach the group before the partitions leave.
     fn take_kafka_commits(&self) -> Vec<(Partition, i64)>;
 
+    /// Exactly-once: the broker refused the group commit of these offsets (a rebalance
+    /// under way, a coordinator moving): the task sends them again with its next mirror
+    /// unless newer ones went meanwhile.
+    fn mirror_refused(&self, _refused: &[(Partition, i64)]) {}
+
     /// Of the topics of an assignment, those whose ids (KIP-516) were never asked for: a
     /// topic that `topics_regex` took after the task started.
     fn topics_without_ids(&self, _topics: &[String]) -> Vec<String> {
@@ -122,6 +127,29 @@ impl ClientContext for SourceContext {
 }
 
 impl ConsumerContext for SourceContext {
+    // Runs inside `poll`, on the task thread, for each commit librdkafka finished.
+    fn commit_callback(
+        &self,
+        result: rdkafka::error::KafkaResult<()>,
+        offsets: &TopicPartitionList,
+    ) {
+        let Err(error) = result else { return };
+        if !self.commits_mirror {
+            return;
+        }
+        let refused: Vec<(Partition, i64)> = offsets
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(next) => Some(((e.topic().to_string(), e.partition()), next)),
+                _ => None,
+            })
+            .collect();
+        tracing::debug!(connector = %self.connector, task = self.task, %error, partitions = refused.len(),
+            "the group refused the mirror of committed offsets; it is sent again");
+        self.listener.mirror_refused(&refused);
+    }
+
     // Runs inside `poll`, on the task thread: its log lines are in the task's span.
     fn rebalance(
         &self,

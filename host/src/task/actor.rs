@@ -2,7 +2,6 @@
 //! flight, cut and submit batches, apply backpressure, poll. In rust-arroyo's terms: poll,
 //! submit, join (with a bounded wait on stop), terminate.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -64,8 +63,6 @@ pub(super) struct Actor {
     pub(super) lag_updated: Option<Instant>,
     /// The partitions whose lag gauges are set.
     pub(super) lag_partitions: Vec<Partition>,
-    /// Exactly-once: committed offsets not mirrored to the Kafka group yet.
-    pub(super) mirror_pending: HashMap<Partition, i64>,
     /// When the mirror last went.
     pub(super) mirror_sent: Option<Instant>,
     /// The buffer is full: the loop takes no records (but one per
@@ -99,7 +96,6 @@ impl Actor {
             chain_retrying: None,
             lag_updated: None,
             lag_partitions: Vec::new(),
-            mirror_pending: HashMap::new(),
             mirror_sent: None,
             holding: false,
             polled_at: Instant::now(),
@@ -552,31 +548,37 @@ impl Actor {
     /// Exactly-once: the database holds the offsets and sluice resumes from there only;
     /// they also go to the Kafka group, asynchronously and at most every
     /// [`MIRROR_INTERVAL`] (and when the task stops or fails), so that the group shows its
-    /// progress and lag to `kafka-consumer-groups`, Burrow or KEDA. Never read back.
+    /// progress and lag to `kafka-consumer-groups`, Burrow or KEDA. Never read back. What
+    /// is pending goes with the partitions when they are revoked (the rebalance callback
+    /// commits it), an assigned partition's stored offset is mirrored by its new owner, and
+    /// a commit the broker refused is sent again (`mirror_refused`), so the group's view
+    /// reaches the database's even when nothing more is read.
     fn commit_to_kafka(&mut self, consumer: &SourceConsumer, mirror: Mirror) {
-        let commits = self.shared.take_kafka_commits();
         if self.shared.guarantee == Guarantee::ExactlyOnce {
-            // The mirror goes at most every MIRROR_INTERVAL, the newest offset of each
-            // partition, and at once when the task stops or fails.
-            for (partition, next) in commits {
-                self.mirror_pending.insert(partition, next);
-            }
             let due = self
                 .mirror_sent
                 .is_none_or(|at| at.elapsed() >= MIRROR_INTERVAL);
-            if self.mirror_pending.is_empty() || (mirror == Mirror::WhenDue && !due) {
+            if mirror == Mirror::WhenDue && !due {
                 return;
             }
-            self.mirror_sent = Some(Instant::now());
-            // Only partitions still held: a revoked one's new owner mirrors it now, and an
-            // older offset from here must not overwrite that.
+            // Only partitions still held: a revoked one's pending offset went with the
+            // revocation, and its new owner mirrors it from then on.
             let commits: Vec<(Partition, i64)> = {
-                let inner = self.shared.lock();
-                self.mirror_pending
-                    .drain()
+                let mut inner = self.shared.lock();
+                if inner.kafka_commits.is_empty() {
+                    return;
+                }
+                let pending = std::mem::take(&mut inner.kafka_commits);
+                let held: Vec<(Partition, i64)> = pending
+                    .into_iter()
                     .filter(|(partition, _)| inner.partitions.contains_key(partition))
-                    .collect()
+                    .collect();
+                for (partition, next) in &held {
+                    inner.mirrored.insert(partition.clone(), *next);
+                }
+                held
             };
+            self.mirror_sent = Some(Instant::now());
             if commits.is_empty() {
                 return;
             }
@@ -584,22 +586,17 @@ impl Actor {
                 commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Async)
             {
                 tracing::debug!(%error, "showing progress to the Kafka group failed (the database holds the offsets)");
+                self.shared.mirror_refused(&commits);
             }
             return;
         }
+        let commits = self.shared.take_kafka_commits();
         if commits.is_empty() {
             return;
         }
-        if self.shared.guarantee == Guarantee::AtLeastOnce {
-            if let Err(error) =
-                commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Sync)
-            {
-                tracing::warn!(%error, "committing offsets to Kafka failed; those records will be delivered again");
-            }
-        } else if let Err(error) =
-            commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Async)
+        if let Err(error) = commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Sync)
         {
-            tracing::debug!(%error, "showing progress to the Kafka group failed (the database holds the offsets)");
+            tracing::warn!(%error, "committing offsets to Kafka failed; those records will be delivered again");
         }
     }
 }

@@ -188,8 +188,13 @@ struct Inner {
     reassign: Vec<Partition>,
     /// Set while the stored offsets for `reassign` cannot be read (a transient failure).
     reassign_retrying: Option<Retrying>,
-    /// At-least-once: offsets to commit to Kafka after their rows committed.
-    kafka_commits: Vec<(Partition, i64)>,
+    /// Offsets to commit to the Kafka group, the newest of each partition: after their
+    /// rows committed, and (exactly-once) each assigned partition's stored offset, so that
+    /// the group shows where the database stands even when nothing new is read.
+    kafka_commits: HashMap<Partition, i64>,
+    /// Exactly-once: the newest offset of each held partition sent to the group, so that a
+    /// commit the broker refused is sent again only while nothing newer went after it.
+    mirrored: HashMap<Partition, i64>,
     /// Partitions whose first record came past their stored offset, for the loop to judge.
     jumped: Vec<partitions::JumpedStart>,
 }
@@ -259,7 +264,8 @@ impl Shared {
                 fatal: None,
                 reassign: Vec::new(),
                 reassign_retrying: None,
-                kafka_commits: Vec::new(),
+                kafka_commits: HashMap::new(),
+                mirrored: HashMap::new(),
                 jumped: Vec::new(),
             }),
             sink,

@@ -62,6 +62,7 @@ impl RebalanceListener for Shared {
         inner.drop_buffered(partitions);
         for partition in partitions {
             inner.partitions.remove(partition);
+            inner.mirrored.remove(partition);
         }
         inner.reassign.retain(|p| !partitions.contains(p));
         inner.jumped.retain(|j| !partitions.contains(&j.partition));
@@ -177,6 +178,11 @@ impl RebalanceListener for Shared {
                 }
             }
             inner.partitions.insert(partition.clone(), state);
+            // Exactly-once: the group is shown where the database stands, even if nothing
+            // new is ever read here (the previous owner's last mirror may not have gone).
+            if let (Some(stored_at), false) = (start, foreign.contains_key(&partition.0)) {
+                inner.kafka_commits.insert(partition.clone(), stored_at);
+            }
             if unknown.contains(&partition.0) {
                 waiting.push(partition.clone());
             } else {
@@ -191,6 +197,27 @@ impl RebalanceListener for Shared {
 
     fn take_kafka_commits(&self) -> Vec<(Partition, i64)> {
         std::mem::take(&mut self.lock().kafka_commits)
+            .into_iter()
+            .collect()
+    }
+
+    fn mirror_refused(&self, refused: &[(Partition, i64)]) {
+        if self.guarantee != Guarantee::ExactlyOnce {
+            return;
+        }
+        let mut inner = self.lock();
+        for (partition, next) in refused {
+            // Sent again only if it is still the newest sent for a partition still held,
+            // and nothing newer waits: an older offset never overwrites a newer one.
+            if inner.mirrored.get(partition) == Some(next)
+                && inner.partitions.contains_key(partition)
+            {
+                inner
+                    .kafka_commits
+                    .entry(partition.clone())
+                    .or_insert(*next);
+            }
+        }
     }
 
     fn failed(&self, error: rdkafka::error::KafkaError) {
