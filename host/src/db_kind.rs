@@ -111,6 +111,12 @@ impl DbKind {
         self == DbKind::Postgres
     }
 
+    /// Whether `ALTER TABLE` can make a `NOT NULL` column nullable in place
+    /// (`evolve: relax`). SQLite cannot without rebuilding the table.
+    pub fn relaxes_not_null(self) -> bool {
+        self != DbKind::Sqlite
+    }
+
     /// The widest exact decimal a column takes, as (precision, scale), where the database
     /// has a bound sluice must respect: MySQL's and MariaDB's `DECIMAL(65, 30)`. `None`
     /// where sluice's own bound applies (PostgreSQL's `numeric` goes far beyond it) or the

@@ -147,7 +147,10 @@ impl Prepared {
                     self.routes.push(table);
                 }
                 if let Some(shape) = shape {
-                    self.routes.push_shape(shape);
+                    let (topic, partition, offset) = self.coordinates[index];
+                    let topics = &self.topics;
+                    self.routes
+                        .push_shape(shape, || (topics[topic].to_string(), partition, offset));
                 }
                 None
             }

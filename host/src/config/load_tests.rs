@@ -539,3 +539,40 @@ fn an_unquoted_reference_inside_braces_says_to_quote_it() {
         problems(&broken)
     );
 }
+
+/// `sink.evolve` takes a list of steps or one name (`none` is `[]`, `add_columns` is
+/// `[add_columns]`), checked by the JSON Schema and by serde alike; `relax` is refused on
+/// SQLite, which cannot make a column nullable in place.
+#[test]
+fn evolve_takes_a_list_or_a_name() {
+    let derived = |evolve: &str, url: &str| {
+        format!(
+            "kafka: {{ brokers: \"localhost:9092\" }}\nconnectors:\n  - name: c\n    topics: [t]\n    format: connect_json\n    sink:\n      url: {url}\n      table: t\n      mode: upsert\n      key: [id]\n      evolve: {evolve}\n"
+        )
+    };
+    let evolve = |text: &str| {
+        load_str(text, &no_env)
+            .map(|c| c.connectors[0].sink.evolve)
+            .map_err(|e| e.to_string())
+    };
+    let pg = "postgres://localhost/db";
+    assert_eq!(evolve(&derived("none", pg)), Ok(super::Evolve::NONE));
+    let add = evolve(&derived("add_columns", pg)).expect("add_columns");
+    assert_eq!(add.names(), ["add_columns"]);
+    assert_eq!(evolve(&derived("[add_columns]", pg)), Ok(add));
+    let all = evolve(&derived("[add_columns, widen, relax]", pg)).expect("a list");
+    assert_eq!(all.names(), ["add_columns", "widen", "relax"]);
+    assert_eq!(evolve(&derived("[]", pg)), Ok(super::Evolve::NONE));
+    for wrong in ["widen_all", "[drop_columns]", "{ widen: true }"] {
+        assert!(
+            !problems(&derived(wrong, pg)).is_empty(),
+            "{wrong} was taken"
+        );
+    }
+    let sqlite = problems(&derived("[widen, relax]", "sqlite://x.db"));
+    assert!(
+        sqlite.len() == 1 && sqlite[0].contains("sink.evolve") && sqlite[0].contains("relax"),
+        "{sqlite:?}"
+    );
+    assert!(problems(&derived("[widen]", "sqlite://x.db")).is_empty());
+}

@@ -224,16 +224,96 @@ impl DeriveConfig {
     }
 }
 
-/// `sink.evolve`: what a record whose schema has a field the table lacks does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+/// `sink.evolve`: which changes of a record's schema sluice applies to a derived table
+/// before the batch that first carries them. `connectors.yaml` takes a list of steps, or
+/// one name: `none` (the default) means `[]`, `add_columns` means `[add_columns]`. A change
+/// no step listed allows fails the schema's records alone (class `schema_incompatible`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Evolve {
+    /// A new optional field (or one with a default) adds a nullable column.
+    pub add_columns: bool,
+    /// A column whose field's type grows is altered to the wider type, where the database
+    /// does it without losing a value: integer widths, decimal precision with the same
+    /// scale.
+    pub widen: bool,
+    /// A `NOT NULL` column outside the key becomes nullable when the schema stops carrying
+    /// its field or makes it optional.
+    pub relax: bool,
+}
+
+/// One step of `sink.evolve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Evolve {
-    /// The record fails alone (class `schema_incompatible`).
-    #[default]
-    None,
-    /// A new optional field (or one with a default) adds a nullable column, before the
-    /// batch that first carries it; other changes fail as under `none`.
+enum EvolveStep {
     AddColumns,
+    Widen,
+    Relax,
+}
+
+impl Evolve {
+    /// Nothing is applied.
+    pub const NONE: Evolve = Evolve {
+        add_columns: false,
+        widen: false,
+        relax: false,
+    };
+
+    /// Whether no step is allowed.
+    pub fn is_none(self) -> bool {
+        self == Evolve::NONE
+    }
+
+    /// The steps allowed, as `connectors.yaml` names them.
+    pub fn names(self) -> Vec<&'static str> {
+        [
+            (self.add_columns, "add_columns"),
+            (self.widen, "widen"),
+            (self.relax, "relax"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+}
+
+impl<'de> Deserialize<'de> for Evolve {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            One(String),
+            Steps(Vec<EvolveStep>),
+        }
+        let steps = match Written::deserialize(deserializer).map_err(|_| {
+            serde::de::Error::custom(
+                "expected none, add_columns, or a list of add_columns, widen and relax",
+            )
+        })? {
+            Written::One(name) if name == "none" => Vec::new(),
+            Written::One(name) => {
+                vec![
+                    EvolveStep::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(
+                        &name,
+                    ))
+                    .map_err(|_| {
+                        serde::de::Error::custom(format!(
+                            "unknown evolve {name:?}: expected none, add_columns, or a list of add_columns, widen and relax"
+                        ))
+                    })?,
+                ]
+            }
+            Written::Steps(steps) => steps,
+        };
+        let mut evolve = Evolve::NONE;
+        for step in steps {
+            match step {
+                EvolveStep::AddColumns => evolve.add_columns = true,
+                EvolveStep::Widen => evolve.widen = true,
+                EvolveStep::Relax => evolve.relax = true,
+            }
+        }
+        Ok(evolve)
+    }
 }
 
 /// `connectors[].envelope`: how a value carries a change of one row.

@@ -82,13 +82,24 @@ pub(super) fn derive_problems(
                 "derive adjusts columns derived from the value's schema: it needs sink.columns left out",
             ));
         }
-        if sink.evolve != super::Evolve::None {
+        if !sink.evolve.is_none() {
             problems.push(Problem::new(
                 at("sink.evolve"),
-                "evolve adds columns derived from the value's schema: it needs sink.columns left out",
+                "evolve changes tables whose columns are derived from the value's schema: it needs sink.columns left out",
             ));
         }
         return problems;
+    }
+    if sink.evolve.relax
+        && let Some(kind) = DbKind::from_scheme(sink.url.scheme())
+        && !kind.relaxes_not_null()
+    {
+        problems.push(Problem::new(
+            at("sink.evolve"),
+            format!(
+                "relax: {kind} cannot make a NOT NULL column nullable without rebuilding the table; leave relax out (a NULL into such a column fails its record alone) or rebuild the table by hand"
+            ),
+        ));
     }
     if !connector.format.decodes() {
         problems.push(Problem::new(

@@ -24,7 +24,7 @@ use convert::decoded_bytes;
 pub use derive::{DerivedColumn, DerivedShape, Deriver, TypeRules, column_type_of};
 use envelope::Change;
 pub use route::{SourceRead, TableRouter};
-pub use table_routes::TableRoutes;
+pub use table_routes::{SourcePosition, TableRoutes};
 use version::VersionSource;
 pub use version::encode as encode_version;
 

@@ -4,6 +4,9 @@
 
 use std::sync::Arc;
 
+/// A record's place in its log: topic, partition, offset.
+pub type SourcePosition = (String, i32, i64);
+
 /// The table of each of a batch's row operations, when the connector writes many: an index
 /// into `tables` per operation, in step with the operations. Empty for a connector with one
 /// table.
@@ -18,6 +21,9 @@ pub struct TableRoutes {
     pub shape_of: Vec<u32>,
     /// The batch's shapes, each once.
     pub shapes: Vec<Arc<super::DerivedShape>>,
+    /// Per shape: the record (topic, partition, offset) that first carried it in the
+    /// batch, named where a change of the table is recorded (`sink.evolve`).
+    pub shape_sources: Vec<SourcePosition>,
 }
 
 impl TableRoutes {
@@ -41,12 +47,18 @@ impl TableRoutes {
         self.of.push(u32::try_from(index).unwrap_or(u32::MAX));
     }
 
-    /// Adds the next operation's shape (with derived columns, after its table).
-    pub fn push_shape(&mut self, shape: Arc<super::DerivedShape>) {
+    /// Adds the next operation's shape (with derived columns, after its table); `source`
+    /// gives its record's position, asked only for a shape new to the batch.
+    pub fn push_shape(
+        &mut self,
+        shape: Arc<super::DerivedShape>,
+        source: impl FnOnce() -> SourcePosition,
+    ) {
         let index = match self.shapes.iter().rposition(|s| Arc::ptr_eq(s, &shape)) {
             Some(index) => index,
             None => {
                 self.shapes.push(shape);
+                self.shape_sources.push(source());
                 self.shapes.len() - 1
             }
         };

@@ -234,6 +234,17 @@ impl ConnectorMetrics {
             .inc();
     }
 
+    /// One statement that changed a derived table, by its `sink.evolve` step.
+    pub fn schema_changed(&self, step: &str) {
+        self.all
+            .schema_changes
+            .get_or_create(&StepLabel {
+                connector: self.connector.clone(),
+                step: step.to_string(),
+            })
+            .inc();
+    }
+
     /// A transient failure retried, for `reason` (database, stored_offsets, …).
     pub fn retried(&self, reason: &str) {
         self.all

@@ -65,6 +65,12 @@ struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabel {
+    connector: String,
+    step: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StageLabel {
     connector: String,
     stage: String,
@@ -157,6 +163,7 @@ pub struct Metrics {
     offset_gaps: Family<GapLabel, Counter>,
     offset_resets: Family<ConnectorLabel, Counter>,
     offsets_skipped: Family<ConnectorLabel, Counter>,
+    schema_changes: Family<StepLabel, Counter>,
     rebalances: Family<TaskLabel, Counter>,
     task_restarts: Family<TaskLabel, Counter>,
     task_state: Family<StateLabel, Gauge>,
@@ -307,6 +314,12 @@ impl Metrics {
                 r,
                 "offsets_skipped",
                 "Offsets passed over by such resets (records the log no longer had)",
+                Family::default()
+            ),
+            schema_changes: register!(
+                r,
+                "schema_changes",
+                "Statements sluice ran to change a derived table (sink.evolve), by step: add_columns, widen or relax; each is recorded in sluice_schema_changes",
                 Family::default()
             ),
             rebalances: register!(

@@ -23,7 +23,9 @@ use super::write_runs::write_runs;
 use super::{Sink, SinkError};
 use crate::config::{Evolve, WriteMode};
 use crate::failure::FailureClass;
+use crate::map::SourcePosition;
 use crate::map::{DerivedShape, RowOp, TableRoutes};
+use crate::metrics::ConnectorMetrics;
 
 /// A table a template made, ready to be written.
 #[derive(Debug)]
@@ -46,7 +48,13 @@ pub(super) struct Routing {
     pub(super) fixed: bool,
     /// The tables made ready so far, by name.
     pub(super) ready: Mutex<HashMap<Arc<str>, Arc<ReadyTable>>>,
+    /// Where the changes `sink.evolve` makes are counted (`sluice_schema_changes_total`),
+    /// once the connector's runner gives its metrics.
+    pub(super) schema_metrics: std::sync::OnceLock<Arc<ConnectorMetrics>>,
 }
+
+/// A table's shapes in a batch, each with its index into the routes' shapes.
+type ShapesOf<'r> = [(usize, &'r Arc<DerivedShape>)];
 
 /// What became of a table a batch names.
 enum Verdict {
@@ -207,7 +215,14 @@ impl Sink {
                 (known, Some(evolve)) => {
                     let shapes: Vec<(usize, &Arc<DerivedShape>)> = shapes_of(routes, index);
                     match self
-                        .derived_ready(routing, name, known, &shapes, create, evolve)
+                        .derived_ready(
+                            routing,
+                            name,
+                            known,
+                            (&shapes, &routes.shape_sources),
+                            create,
+                            evolve,
+                        )
                         .await
                     {
                         Ok((table, refused)) => Verdict::Ready(table, refused),
@@ -222,6 +237,19 @@ impl Sink {
             }
         }
         Ok(verdicts)
+    }
+
+    /// Counts the changes `sink.evolve` makes in `metrics` (the connector's runner calls
+    /// it once; a sink without derived columns makes none).
+    pub fn count_schema_changes(&self, metrics: Arc<ConnectorMetrics>) {
+        if let Some(routing) = &self.routing {
+            let _ = routing.schema_metrics.set(metrics);
+        }
+    }
+
+    /// Where the changes `sink.evolve` makes are counted, once set.
+    pub(super) fn schema_metrics(&self) -> Option<&Arc<ConnectorMetrics>> {
+        self.routing.as_ref()?.schema_metrics.get()
     }
 
     /// A table that cannot be made ready: its records fail alone, unless waiting may mend
@@ -244,7 +272,7 @@ impl Sink {
         routing: &Routing,
         name: &Arc<str>,
         known: Option<Arc<ReadyTable>>,
-        shapes: &[(usize, &Arc<DerivedShape>)],
+        (shapes, sources): (&ShapesOf<'_>, &[SourcePosition]),
         create: bool,
         evolve: Evolve,
     ) -> Result<(Arc<ReadyTable>, Vec<(usize, String)>), SinkError> {
@@ -259,15 +287,18 @@ impl Sink {
             Some(layout) => layout,
             None => self.derived_layout(&spec, shapes, create).await?,
         };
-        let evolve = if create { evolve } else { Evolve::None };
         let columns_before = layout.catalog.len();
-        let (mut layout, mut refused) = self.fit_shapes(&spec, layout, shapes, evolve).await?;
+        let (mut layout, mut refused) = self
+            .fit_shapes(&spec, layout, shapes, (evolve, create), sources)
+            .await?;
         let mut changed = layout.catalog.len() != columns_before;
         if !refused.is_empty() && from_cache {
             // The table may have changed since it was read (a column added by hand or by
             // another process): look again before refusing.
             let read = super::derived::Layout::of(self.catalog(&spec).await?);
-            (layout, refused) = self.fit_shapes(&spec, read, shapes, evolve).await?;
+            (layout, refused) = self
+                .fit_shapes(&spec, read, shapes, (evolve, create), sources)
+                .await?;
             changed = true;
         }
         if let Some(table) = known.filter(|_| !changed) {

@@ -21,6 +21,7 @@
 //! | 8 | `sluice_dedup.written_at` (the sink database's clock, ms: the window counts from it, not from the record's timestamp) and `source_topic`, `source_partition`, `source_offset` (where the id was first read: an offsets reset forgets the ids it rewinds past); `sluice_delivery` (connector, guarantee, group_id, updated_at): the guarantee and Kafka group a connector last ran with, so that a switch seeds the other side's positions and a rename (`renamed_from`) finds the old group |
 //! | 9 | `sluice_tombstones` (table_name, row_key, version, deleted_at): the versions of rows deleted from tables with `sink.version`, so that an older change replayed after a delete does not bring the row back (`sink/tombstones.rs`) |
 //! | 10 | `sluice_task_status.figures`: each task's figures as its heartbeat carries them (JSON: the lag of each partition it holds, its process's rows/s), so that any process's status shows the connector's lag and rate across processes |
+//! | 11 | `sluice_schema_changes` (id, connector, table_name, step, statement, source_topic, source_partition, source_offset, applied_at): every statement `sink.evolve` ran on a derived table, with the record that needed it |
 //!
 //! During a rolling upgrade, a process of the previous version that is already running
 //! keeps running: every column a migration adds is nullable, so its statements still fit.
@@ -34,7 +35,7 @@ use super::db::{self, Migrations, SchemaLock};
 use super::{Dialect, Sink, SinkError, each_pool};
 
 /// The version of sluice's own tables this binary writes.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// What a migration at start did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

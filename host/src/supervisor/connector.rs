@@ -230,6 +230,7 @@ impl Runner {
                 Connect::Failed(e.to_string())
             };
         }
+        sink.count_schema_changes(self.metrics.clone());
         let sink = Arc::new(sink);
         if let Err(waiting) = self.hand_over(&sink).await {
             sink.close().await;

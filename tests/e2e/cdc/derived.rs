@@ -11,7 +11,7 @@
 
 use serde_json::{Value, json};
 
-use crate::formats::FormatRun;
+use crate::formats::{FormatRun, hex};
 use crate::harness::Backend;
 
 /// A row field of a Connect schema: (name, type, optional).
@@ -79,14 +79,6 @@ fn key(id: i64) -> Value {
                    "fields": [{"type": "int64", "optional": false, "field": "id"}]},
         "payload": {"id": id}
     })
-}
-
-fn hex(value: &Value) -> String {
-    value
-        .to_string()
-        .bytes()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// One record of `produce.py`'s raw serializer (a `None` value: a tombstone).

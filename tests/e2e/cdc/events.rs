@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::formats::{FormatRun, read_rows, row};
+use crate::formats::{FormatRun, hex, read_rows, row};
 use crate::harness::Backend;
 
 /// A Kafka Connect JSON key `{"id": N}` with its schema, as Debezium writes it.
@@ -64,14 +64,6 @@ fn event(topic: &str, op: &str, lsn: i64, before: Value, after: Value) -> Value 
 
 fn customer(id: i64, name: &str, micros: i64) -> Value {
     json!({"id": id, "name": name, "updated_at": micros})
-}
-
-fn hex(value: &Value) -> String {
-    value
-        .to_string()
-        .bytes()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// One record of `produce.py`'s raw serializer: a key and a value (None: a tombstone).

@@ -11,6 +11,8 @@
 //!   table ends equal to the history's final state, and a replay changes nothing.
 //! - [`derived`]: columns derived from the row's schema as it changes mid-stream, under
 //!   `evolve: add_columns` and `evolve: none`.
+//! - [`evolve`]: `evolve: [widen, relax]` on a table sluice did not create, each change
+//!   recorded; two processes racing to the same widening make it once.
 //! - [`privileges`]: a table the database does not let sluice create fails the task, not
 //!   its records.
 //! - [`property`]: generated histories over a few keys, delivered out of order, some events
@@ -19,6 +21,7 @@
 
 mod derived;
 mod events;
+mod evolve;
 mod history;
 mod privileges;
 mod property;

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use super::{FormatRun, row};
+use super::{FormatRun, hex, row};
 use crate::harness::Backend;
 
 /// A Debezium change event (op `c`), as Debezium's MySQL connector writes it with
@@ -125,14 +125,6 @@ fn connect_types() -> Value {
             "note": null
         }
     })
-}
-
-fn hex(value: &Value) -> String {
-    value
-        .to_string()
-        .bytes()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 async fn debezium_events_and_connect_types(kind: Backend) {

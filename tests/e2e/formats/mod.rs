@@ -191,6 +191,16 @@ connectors:
     }
 }
 
+/// `value`'s JSON text as lowercase hex: a raw key or value for `produce.py`'s raw
+/// serializer.
+pub(crate) fn hex(value: &Value) -> String {
+    value
+        .to_string()
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Runs a Python script of the suites (`path` from the repository's root) with the
 /// examples' Python, `spec` as JSON on its stdin; its output once it exits.
 pub(crate) async fn run_script(path: &str, spec: Value) -> std::process::Output {

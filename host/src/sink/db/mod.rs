@@ -19,6 +19,7 @@ pub(super) mod sqlite;
 
 use sqlx::error::DatabaseError;
 
+use super::derived::{CatalogColumn, Change};
 use super::dialect::{Dialect, TableSpec};
 
 /// How long a task waits for a connection to a database server, or for a new one to be
@@ -189,12 +190,16 @@ pub(super) struct Database {
     pub(super) migrations: &'static Migrations,
     /// The statements on sluice's own tables whose words differ.
     pub(super) own_tables: &'static OwnTables,
-    /// The statement that lists a table's columns from the catalog: name, type as the
-    /// catalog spells it (lower case), position in the primary key (0 outside it), in the
-    /// table's order.
+    /// The statement that lists a table's columns from the catalog, in the table's order:
+    /// name, type as the catalog spells it (lower case), position in the primary key (0
+    /// outside it), `1` when it takes NULL, `1` when it has a default, and its definition
+    /// where a change must restate it ([`CatalogColumn`]).
     pub(super) columns_query: fn(&TableSpec) -> String,
     /// The lock for adding columns to a table.
     pub(super) evolve_lock: fn(&TableSpec) -> EvolveLock,
+    /// The statement that makes a widening or a relaxation (`sink.evolve`) of one column
+    /// of a table, or why this database cannot make it.
+    pub(super) alter_column: fn(&TableSpec, &CatalogColumn, &Change) -> Result<String, String>,
     /// What the database's codes say of an error; `None` when another database raised it.
     pub(super) read_error: fn(&dyn DatabaseError) -> Option<ErrorReading>,
     /// Writes an error of this database as a user reads it, where sqlx's words do not

@@ -36,6 +36,11 @@ pub(super) const VERSION_9: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS sluice_tombstones_age ON sluice_tombstones (table_name, deleted_at)",
 ];
 
+/// The index of the step to schema version 11 (`sluice_schema_changes` by connector and
+/// time; the table itself differs in its id column).
+pub(super) const VERSION_11_INDEX: &str = "CREATE INDEX IF NOT EXISTS sluice_schema_changes_by_connector \
+             ON sluice_schema_changes (connector, applied_at)";
+
 /// `sluice_schema`: one row, the version of sluice's own tables.
 pub(super) const SCHEMA_TABLE: &str = "CREATE TABLE IF NOT EXISTS sluice_schema (id INTEGER NOT NULL PRIMARY KEY, version BIGINT NOT NULL)";
 

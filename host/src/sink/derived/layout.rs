@@ -16,6 +16,15 @@ pub struct CatalogColumn {
     pub sql_type: String,
     /// Its place in the primary key, from 1; 0 when it is not in it.
     pub key_position: u32,
+    /// Whether it takes NULL (no `NOT NULL`).
+    pub nullable: bool,
+    /// Whether it has a default (an `INSERT` that leaves it out does not write NULL).
+    pub has_default: bool,
+    /// Where a statement that changes the column must restate its whole definition
+    /// (MySQL's `MODIFY`): its type with character set and collation, as the catalog
+    /// gives them; `None` where the definition holds what a restatement would lose (a
+    /// default, a comment, an extra attribute) or the database needs none.
+    pub definition: Option<String>,
 }
 
 /// The primary key's columns of a table, in key order.
@@ -55,11 +64,67 @@ pub struct Fitted {
 /// Why a schema does not fit a table as it stands.
 #[derive(Debug, PartialEq)]
 pub enum Misfit {
-    /// Fields the table lacks, each optional (or with a default): `evolve: add_columns`
-    /// adds them.
-    Missing(Vec<(String, ColumnType)>),
+    /// Changes of the table that would make it fit (`sink.evolve` says which are made).
+    Needs(Vec<Change>),
     /// A change no evolution takes.
     Incompatible(String),
+}
+
+/// One change of a derived table that `sink.evolve` may make.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// A nullable column for a field the table lacks (optional, or with a default):
+    /// `add_columns`.
+    Add { column: String, to: ColumnType },
+    /// A column whose field's type grew, altered to the wider type: `widen`.
+    Widen {
+        column: String,
+        /// The schema's field.
+        field: String,
+        /// The column's type as the catalog spells it.
+        from: String,
+        to: ColumnType,
+    },
+    /// A `NOT NULL` column outside the key made nullable: `relax`.
+    Relax { column: String },
+}
+
+impl Change {
+    /// The `sink.evolve` step that makes it.
+    pub fn step(&self) -> &'static str {
+        match self {
+            Change::Add { .. } => "add_columns",
+            Change::Widen { .. } => "widen",
+            Change::Relax { .. } => "relax",
+        }
+    }
+
+    /// The column it changes.
+    pub fn column(&self) -> &str {
+        match self {
+            Change::Add { column, .. }
+            | Change::Widen { column, .. }
+            | Change::Relax { column } => column,
+        }
+    }
+
+    /// What it does, for a user.
+    pub fn describe(&self) -> String {
+        match self {
+            Change::Add { column, to } => format!("add column {column} ({})", to.name()),
+            Change::Widen {
+                column,
+                field,
+                from,
+                to,
+            } => format!(
+                "widen column {column} from {from} to {} (field {field} is {} in the schema)",
+                to.name(),
+                to.name()
+            ),
+            Change::Relax { column } => format!("make column {column} nullable"),
+        }
+    }
 }
 
 /// Whether two column names are one column: PostgreSQL compares sluice's quoted names
@@ -195,6 +260,24 @@ fn written_as(field: ColumnType, takes: &[ColumnType]) -> Option<ColumnType> {
     takes.iter().copied().find(|&column| wider(column))
 }
 
+/// Whether a column made for `column` values can be altered to `field`, the type a
+/// schema now gives its field, without losing a value: a wider integer, or a decimal of
+/// more digits with the same scale.
+fn widens_to(column: ColumnType, field: ColumnType) -> bool {
+    use ColumnType::*;
+    match (column, field) {
+        (Smallint, Int | Bigint) | (Int, Bigint) => true,
+        (
+            Decimal {
+                precision: p,
+                scale: s,
+            },
+            Decimal { precision, scale },
+        ) => scale == s && precision > p,
+        _ => false,
+    }
+}
+
 impl Layout {
     /// Fits `shape` to this table: `base` gives its name and version column.
     pub fn fit(
@@ -214,7 +297,7 @@ impl Layout {
                 self.key.join(", ")
             )));
         }
-        let mut missing = Vec::new();
+        let mut needs = Vec::new();
         for (index, column) in shape.columns.iter().enumerate() {
             if self.catalog.iter().any(|c| same(&c.name, &column.name)) {
                 continue;
@@ -233,10 +316,10 @@ impl Layout {
                     column.name
                 )));
             }
-            missing.push((column.name.clone(), column.column_type));
-        }
-        if !missing.is_empty() {
-            return Err(Misfit::Missing(missing));
+            needs.push(Change::Add {
+                column: column.name.clone(),
+                to: column.column_type,
+            });
         }
         let mut columns = Vec::with_capacity(self.catalog.len() + 1);
         let mut from_shape = Vec::with_capacity(self.catalog.len() + 1);
@@ -250,6 +333,15 @@ impl Layout {
                 (Some(at), Some(takes)) => {
                     let field = &shape.columns[at];
                     let Some(written) = written_as(field.column_type, takes) else {
+                        if widens_to(takes[0], field.column_type) && !shape.key.contains(&at) {
+                            needs.push(Change::Widen {
+                                column: column.name.clone(),
+                                field: field.field.clone(),
+                                from: column.sql_type.clone(),
+                                to: field.column_type,
+                            });
+                            continue;
+                        }
                         return Err(Misfit::Incompatible(format!(
                             "field {} is {} in the schema, and column {} is {}: a type change",
                             field.field,
@@ -273,6 +365,9 @@ impl Layout {
                 }
                 (None, None) => {}
             }
+        }
+        if !needs.is_empty() {
+            return Err(Misfit::Needs(needs));
         }
         let key = self
             .key
@@ -299,6 +394,31 @@ impl Layout {
             },
             from_shape,
         })
+    }
+}
+
+impl Layout {
+    /// The `NOT NULL` columns outside the key that `shape`'s rows may leave NULL: its
+    /// field is gone (and sluice writes NULL, or the column has no default) or optional.
+    /// `evolve: relax` makes them nullable.
+    pub fn relaxable(&self, dialect: Dialect, shape: &DerivedShape) -> Vec<Change> {
+        self.catalog
+            .iter()
+            .filter(|c| c.key_position == 0 && !c.nullable)
+            .filter(|c| {
+                match shape
+                    .columns
+                    .iter()
+                    .find(|f| same_name(dialect, &f.name, &c.name))
+                {
+                    Some(field) => field.optional,
+                    None => !c.has_default || portable_types(dialect, &c.sql_type).is_some(),
+                }
+            })
+            .map(|c| Change::Relax {
+                column: c.name.clone(),
+            })
+            .collect()
     }
 }
 

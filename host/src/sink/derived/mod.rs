@@ -10,31 +10,36 @@
 //! - a column the schema lacks (a field that disappeared) is written NULL, when its type is
 //!   one sluice creates; a column of another type is left alone;
 //! - a field the table lacks is added as a nullable column under `evolve: add_columns`
-//!   when the field is optional or has a default, before the batch's transaction, under a
-//!   lock, after looking again (another process may have added it); otherwise, as a type
-//!   change or another key, the schema's records fail alone (class `schema_incompatible`).
+//!   when the field is optional or has a default; a column whose field's type grew is
+//!   widened under `evolve: widen`; a `NOT NULL` column the schema may leave NULL is made
+//!   nullable under `evolve: relax`. Each before the batch's transaction, under a lock,
+//!   after looking again (another process may have made it), and recorded in
+//!   `sluice_schema_changes`. Otherwise, as a type change or another key, the schema's
+//!   records fail alone (class `schema_incompatible`).
 //!
 //! A table's key is its primary key, read from the catalog: a schema of another key does
 //! not fit.
 //!
 //! - [`layout`]: a table as its catalog lists it, and the fit of a schema to it;
-//! - here: reading the catalog, creating a table, adding columns under a lock.
+//! - [`evolve`]: the changes `sink.evolve` allows, made under a lock and recorded;
+//! - here: reading the catalog, creating a table.
 
 use std::sync::Arc;
 
 use sqlx::{Executor, IntoArguments};
 
 use super::backend::Backend;
-use super::db::{self, EvolveLock};
+use super::db;
 use super::dialect::TableSpec;
-use super::{Checkout, Sink, SinkError, each_pool, error};
-use crate::config::{ColumnType, Evolve};
+use super::{Sink, SinkError, each_pool};
+use crate::config::ColumnType;
 use crate::map::DerivedShape;
 
+mod evolve;
 mod layout;
 
 use layout::same_name;
-pub use layout::{CatalogColumn, Layout, Misfit};
+pub use layout::{CatalogColumn, Change, Layout, Misfit};
 
 async fn read_catalog<DB>(
     conn: &mut DB::Connection,
@@ -56,6 +61,9 @@ where
                 key_position: DB::text_at(row, 2)?
                     .and_then(|p| p.trim().parse().ok())
                     .unwrap_or(0),
+                nullable: DB::text_at(row, 3)?.as_deref() != Some("0"),
+                has_default: DB::text_at(row, 4)?.as_deref() == Some("1"),
+                definition: DB::text_at(row, 5)?,
             })
         })
         .collect()
@@ -141,188 +149,13 @@ impl Sink {
             columns = first.columns.len(), "table created from the record's schema");
         Ok(Layout::of(self.catalog(spec).await?))
     }
-
-    /// Adds `missing` columns to `spec`'s table (nullable, no default), once across
-    /// processes: under a lock, it looks at the table again and adds what is still
-    /// missing (a column another process added meanwhile is no error). Runs outside any
-    /// batch's transaction (MySQL commits DDL implicitly), on a connection that is closed
-    /// rather than reused when the work is cancelled half-way (a time bound, a stop).
-    pub(super) async fn add_columns(
-        &self,
-        spec: &TableSpec,
-        missing: &[(String, ColumnType)],
-    ) -> Result<Vec<CatalogColumn>, SinkError> {
-        let dialect = self.dialect;
-        let table = spec.name.clone();
-        let db_error = |action: &'static str| {
-            let table = table.clone();
-            move |source: sqlx::Error| {
-                if error::is_not_permitted(&source) {
-                    SinkError::NotPermitted {
-                        action,
-                        table: table.clone(),
-                        source,
-                    }
-                } else {
-                    SinkError::Database {
-                        action,
-                        table: table.clone(),
-                        source,
-                    }
-                }
-            }
-        };
-        let quoted = spec.quoted(dialect);
-        let catalog_sql = (db::of(dialect).columns_query)(spec);
-        let same = |a: &str, b: &str| same_name(dialect, a, b);
-        let alters = |present: &[CatalogColumn]| -> Vec<String> {
-            missing
-                .iter()
-                .filter(|(name, _)| !present.iter().any(|c| same(&c.name, name)))
-                .map(|(name, column_type)| {
-                    format!(
-                        "ALTER TABLE {quoted} ADD COLUMN {} {}",
-                        dialect.quote_one(name),
-                        dialect.type_name(*column_type, false)
-                    )
-                })
-                .collect()
-        };
-        let lock = (db::of(dialect).evolve_lock)(spec);
-        // Where DDL is transactional, the columns are added in one transaction.
-        let transactional = !matches!(lock, EvolveLock::Named { .. });
-        let present = each_pool!(self, pool, DB => {
-            let mut checkout = Checkout::<DB>::take(pool).await.map_err(db_error("evolve"))?;
-            let conn = &mut *checkout.conn;
-            if transactional {
-                sqlx::query::<DB>(sqlx::AssertSqlSafe(dialect.begin().to_string()))
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(db_error("evolve"))?;
-            }
-            let result: Result<Vec<CatalogColumn>, SinkError> = async {
-                match &lock {
-                    EvolveLock::Transaction => {}
-                    EvolveLock::UntilCommit(take) => {
-                        sqlx::query::<DB>(sqlx::AssertSqlSafe(take.clone()))
-                            .execute(&mut *conn)
-                            .await
-                            .map_err(db_error("lock for evolving"))?;
-                    }
-                    EvolveLock::Named { take, wait_seconds, .. } => {
-                        let row = sqlx::query::<DB>(sqlx::AssertSqlSafe(take.clone()))
-                            .fetch_one(&mut *conn)
-                            .await
-                            .map_err(db_error("lock for evolving"))?;
-                        if DB::text_at(&row, 0).ok().flatten().as_deref() != Some("1") {
-                            return Err(SinkError::Timeout {
-                                action: "lock for evolving",
-                                table: table.clone(),
-                                after: std::time::Duration::from_secs(*wait_seconds),
-                            });
-                        }
-                    }
-                }
-                let present = read_catalog::<DB>(&mut *conn, catalog_sql.clone())
-                    .await
-                    .map_err(db_error("read the columns of"))?;
-                for alter in alters(&present) {
-                    tracing::info!(connector = %self.connector, table = %table,
-                        statement = %alter, "adding a column for a new field (evolve: add_columns)");
-                    // Under a savepoint where DDL is transactional: a failed ALTER
-                    // aborts PostgreSQL's transaction, and the catalog is read after it.
-                    let savepoint = |verb: &str| sqlx::AssertSqlSafe(format!("{verb} sluice_alter"));
-                    if transactional {
-                        sqlx::query::<DB>(savepoint("SAVEPOINT"))
-                            .execute(&mut *conn)
-                            .await
-                            .map_err(db_error("alter"))?;
-                    }
-                    let altered = sqlx::query::<DB>(sqlx::AssertSqlSafe(alter))
-                        .execute(&mut *conn)
-                        .await;
-                    if transactional {
-                        let verb = if altered.is_ok() { "RELEASE SAVEPOINT" } else { "ROLLBACK TO SAVEPOINT" };
-                        sqlx::query::<DB>(savepoint(verb))
-                            .execute(&mut *conn)
-                            .await
-                            .map_err(db_error("alter"))?;
-                    }
-                    match altered {
-                        Ok(_) => {}
-                        // Added meanwhile (MySQL takes no lock on a table here).
-                        Err(e) if error::is_duplicate_column(&e) => {}
-                        Err(e) => return Err(db_error("alter")(e)),
-                    }
-                }
-                read_catalog::<DB>(&mut *conn, catalog_sql.clone())
-                    .await
-                    .map_err(db_error("read the columns of"))
-            }
-            .await;
-            let end = match &lock {
-                EvolveLock::Named { release, .. } => release.clone(),
-                _ if result.is_ok() => "COMMIT".to_string(),
-                _ => "ROLLBACK".to_string(),
-            };
-            let ended = sqlx::query::<DB>(sqlx::AssertSqlSafe(end)).execute(&mut *conn).await;
-            if ended.is_ok() {
-                checkout.ran_to_completion();
-            }
-            let present = result?;
-            ended.map_err(db_error("evolve"))?;
-            present
-        });
-        Ok(self.without_version(spec, present))
-    }
-
-    /// Fits each of `shapes` to the derived table `table`, adding columns under
-    /// `evolve: add_columns`: the table as it stands after, and per shape (an index into
-    /// `shapes`) why it cannot be written.
-    pub(super) async fn fit_shapes(
-        &self,
-        spec: &TableSpec,
-        mut layout: Layout,
-        shapes: &[(usize, &Arc<DerivedShape>)],
-        evolve: Evolve,
-    ) -> Result<(Layout, Vec<(usize, String)>), SinkError> {
-        let mut refused = Vec::new();
-        for &(index, shape) in shapes {
-            match layout.fit(self.dialect, spec, shape) {
-                Ok(_) => {}
-                Err(Misfit::Incompatible(why)) => refused.push((index, why)),
-                Err(Misfit::Missing(missing)) if evolve == Evolve::AddColumns => {
-                    layout = Layout::of(self.add_columns(spec, &missing).await?);
-                    if let Err(misfit) = layout.fit(self.dialect, spec, shape) {
-                        refused.push((index, match misfit {
-                            Misfit::Incompatible(why) => why,
-                            Misfit::Missing(still) => format!(
-                                "columns {} could not be added",
-                                still.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
-                            ),
-                        }));
-                    }
-                }
-                Err(Misfit::Missing(missing)) => refused.push((
-                    index,
-                    format!(
-                        "the table has no column for field(s) {} and sink.evolve is none: set evolve: add_columns, or add the column(s)",
-                        missing
-                            .iter()
-                            .map(|(n, t)| format!("{n} ({})", t.name()))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )),
-            }
-        }
-        Ok((layout, refused))
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::layout::Fitted;
     use super::*;
+    use crate::config::Evolve;
     use crate::config::{Format, SinkConfig};
     use crate::format::shape::{Field, FieldType};
     use crate::format::{RecordSchemas, WriterSchema};
@@ -382,6 +215,9 @@ mod tests {
                     name: name.to_string(),
                     sql_type: sql_type.to_string(),
                     key_position: u32::from(name.eq_ignore_ascii_case("id")),
+                    nullable: !name.eq_ignore_ascii_case("id"),
+                    has_default: false,
+                    definition: None,
                 })
                 .collect(),
             key: vec!["id".into()],
@@ -396,6 +232,141 @@ mod tests {
             key: Vec::new(),
             version: None,
         }
+    }
+
+    /// A field whose integer type grew, or whose decimal has more digits with the same
+    /// scale, needs its column widened (`evolve: widen`); a narrower field fits as it is;
+    /// a change of kind or of scale, or a key column, is a type change no step takes.
+    #[test]
+    fn a_grown_type_needs_a_widening_and_nothing_else_does() {
+        let fit = |sql_type: &str, field: FieldType| {
+            let s = shape(&[("id", FieldType::Int64, false), ("v", field, true)]);
+            layout(&[("id", "bigint"), ("v", sql_type)]).fit(Dialect::Postgres, &base(), &s)
+        };
+        // The widening a fit asks for: the type the column is to take.
+        let widened_to = |fitted: Result<Fitted, Misfit>| match fitted {
+            Err(Misfit::Needs(changes)) => match &changes[..] {
+                [Change::Widen { column, to, .. }] if column == "v" => Some(*to),
+                _ => None,
+            },
+            _ => None,
+        };
+        assert_eq!(
+            widened_to(fit("smallint", FieldType::Int32)),
+            Some(ColumnType::Int)
+        );
+        assert_eq!(
+            widened_to(fit("integer", FieldType::Int64)),
+            Some(ColumnType::Bigint)
+        );
+        assert_eq!(
+            widened_to(fit(
+                "numeric(10,2)",
+                FieldType::Decimal {
+                    precision: Some(14),
+                    scale: 2
+                }
+            )),
+            Some(ColumnType::Decimal {
+                precision: 14,
+                scale: 2
+            })
+        );
+        assert!(
+            fit("bigint", FieldType::Int16).is_ok(),
+            "a narrower field fits"
+        );
+        for (sql_type, field) in [
+            ("integer", FieldType::String),
+            ("bigint", FieldType::Float64),
+            (
+                "numeric(10,2)",
+                FieldType::Decimal {
+                    precision: Some(14),
+                    scale: 4,
+                },
+            ),
+        ] {
+            assert!(
+                matches!(fit(sql_type, field.clone()), Err(Misfit::Incompatible(why)) if why.contains("type change")),
+                "{sql_type} <- {field:?}"
+            );
+        }
+        // The key's column is never altered.
+        let s = shape(&[("id", FieldType::Int64, false)]);
+        assert!(matches!(
+            layout(&[("id", "integer")]).fit(Dialect::Postgres, &base(), &s),
+            Err(Misfit::Incompatible(_))
+        ));
+    }
+
+    /// `NOT NULL` columns outside the key that a schema may leave NULL: an optional field,
+    /// a field gone (written NULL, or left to a default the column lacks).
+    #[test]
+    fn columns_a_schema_may_leave_null_are_relaxable() {
+        let mut table = layout(&[
+            ("id", "bigint"),
+            ("required", "text"),
+            ("optional", "text"),
+            ("gone", "text"),
+            ("defaulted", "varchar(4)"),
+            ("bare", "varchar(4)"),
+            ("nullable", "text"),
+        ]);
+        for column in &mut table.catalog {
+            column.nullable = column.name == "nullable";
+            column.has_default = column.name == "defaulted";
+        }
+        let s = shape(&[
+            ("id", FieldType::Int64, false),
+            ("required", FieldType::String, false),
+            ("optional", FieldType::String, true),
+        ]);
+        let relaxable: Vec<String> = table
+            .relaxable(Dialect::Postgres, &s)
+            .iter()
+            .map(|c| c.column().to_string())
+            .collect();
+        assert_eq!(relaxable, ["optional", "gone", "bare"]);
+    }
+
+    /// Which changes `sink.evolve` allows, and what a refusal names.
+    #[test]
+    fn a_change_evolve_does_not_allow_names_the_step_it_needs() {
+        let add = Change::Add {
+            column: "email".into(),
+            to: ColumnType::Text,
+        };
+        let widen = Change::Widen {
+            column: "qty".into(),
+            field: "qty".into(),
+            from: "smallint".into(),
+            to: ColumnType::Int,
+        };
+        let none = evolve::not_allowed(std::slice::from_ref(&add), Evolve::NONE).expect("refused");
+        assert!(
+            none.contains("evolve is none") && none.contains("email"),
+            "{none}"
+        );
+        let widen_only = Evolve {
+            widen: true,
+            ..Evolve::NONE
+        };
+        assert!(evolve::not_allowed(std::slice::from_ref(&widen), widen_only).is_none());
+        let why = evolve::not_allowed(
+            &[widen],
+            Evolve {
+                add_columns: true,
+                ..Evolve::NONE
+            },
+        )
+        .expect("refused");
+        assert!(
+            why.contains("type change")
+                && why.contains("add widen")
+                && why.contains("[add_columns]"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -447,7 +418,10 @@ mod tests {
             table
                 .fit(Dialect::Postgres, &base(), &optional)
                 .expect_err("missing"),
-            Misfit::Missing(vec![("email".into(), ColumnType::Text)])
+            Misfit::Needs(vec![Change::Add {
+                column: "email".into(),
+                to: ColumnType::Text
+            }])
         );
         let required = shape(&[
             ("id", FieldType::Int64, false),
@@ -477,16 +451,25 @@ mod tests {
                 name: "b".into(),
                 sql_type: "text".into(),
                 key_position: 2,
+                nullable: false,
+                has_default: false,
+                definition: None,
             },
             CatalogColumn {
                 name: "a".into(),
                 sql_type: "text".into(),
                 key_position: 1,
+                nullable: false,
+                has_default: false,
+                definition: None,
             },
             CatalogColumn {
                 name: "c".into(),
                 sql_type: "text".into(),
                 key_position: 0,
+                nullable: false,
+                has_default: false,
+                definition: None,
             },
         ]);
         assert_eq!(read.key, vec!["a".to_string(), "b".to_string()]);
@@ -514,7 +497,7 @@ mod tests {
         let pg = layout(&[("id", "bigint"), ("name", "text"), ("on", "boolean")]);
         assert!(matches!(
             pg.fit(Dialect::Postgres, &base(), &s),
-            Err(Misfit::Missing(_))
+            Err(Misfit::Needs(_))
         ));
     }
 

@@ -2,7 +2,8 @@
 //! that serialises the processes adding columns to one.
 
 use crate::sink::db::EvolveLock;
-use crate::sink::dialect::TableSpec;
+use crate::sink::derived::{CatalogColumn, Change};
+use crate::sink::dialect::{Dialect, TableSpec};
 
 /// The statement that lists `spec`'s columns: name, type (lower case; a decimal with its
 /// precision and scale), position in the primary key (0 outside it), in the table's
@@ -13,7 +14,14 @@ pub(in crate::sink) fn columns_query(spec: &TableSpec) -> String {
         "SELECT CAST(c.COLUMN_NAME AS CHAR), CAST(CASE WHEN LOWER(c.DATA_TYPE) = 'decimal' \
          THEN CONCAT('decimal(', c.NUMERIC_PRECISION, ',', c.NUMERIC_SCALE, ')') \
          ELSE LOWER(c.DATA_TYPE) END AS CHAR), \
-         CAST(COALESCE(k.ORDINAL_POSITION, 0) AS CHAR) \
+         CAST(COALESCE(k.ORDINAL_POSITION, 0) AS CHAR), \
+         IF(c.IS_NULLABLE = 'YES', '1', '0'), \
+         IF(c.COLUMN_DEFAULT IS NULL OR c.COLUMN_DEFAULT = 'NULL', '0', '1'), \
+         CAST(IF(c.EXTRA = '' AND c.COLUMN_COMMENT = '' \
+           AND (c.COLUMN_DEFAULT IS NULL OR c.COLUMN_DEFAULT = 'NULL'), \
+           CONCAT(c.COLUMN_TYPE, IF(c.CHARACTER_SET_NAME IS NULL, '', \
+             CONCAT(' CHARACTER SET ', c.CHARACTER_SET_NAME, ' COLLATE ', c.COLLATION_NAME))), \
+           NULL) AS CHAR) \
          FROM information_schema.COLUMNS c LEFT JOIN information_schema.KEY_COLUMN_USAGE k \
          ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
          AND k.COLUMN_NAME = c.COLUMN_NAME AND k.CONSTRAINT_NAME = 'PRIMARY' \
@@ -21,6 +29,35 @@ pub(in crate::sink) fn columns_query(spec: &TableSpec) -> String {
         schema.map_or("DATABASE()".to_string(), |s| literal(&s)),
         literal(&table)
     )
+}
+
+/// `ALTER TABLE … MODIFY COLUMN`, which restates the whole column: only a column whose
+/// definition the catalog gives whole (no default, comment or extra attribute that the
+/// restatement would drop) is changed.
+pub(in crate::sink) fn alter_column(
+    spec: &TableSpec,
+    column: &CatalogColumn,
+    change: &Change,
+) -> Result<String, String> {
+    let Some(definition) = &column.definition else {
+        return Err(format!(
+            "column {} has a default, a comment or an extra attribute that MySQL's MODIFY would drop: change it by hand",
+            column.name
+        ));
+    };
+    let table = spec.quoted(Dialect::MySql);
+    let name = Dialect::MySql.quote_one(&column.name);
+    match change {
+        Change::Widen { to, .. } => Ok(format!(
+            "ALTER TABLE {table} MODIFY COLUMN {name} {} {}",
+            Dialect::MySql.type_name(*to, false),
+            if column.nullable { "NULL" } else { "NOT NULL" }
+        )),
+        Change::Relax { .. } => Ok(format!(
+            "ALTER TABLE {table} MODIFY COLUMN {name} {definition} NULL"
+        )),
+        Change::Add { .. } => Err("a new column is added, not altered".into()),
+    }
 }
 
 /// A string literal: MySQL takes a backslash as an escape inside one.

@@ -93,6 +93,16 @@ fn steps(version: i64) -> Vec<&'static str> {
              INDEX sluice_tombstones_age (table_name, deleted_at))",
         ],
         10 => vec!["ALTER TABLE sluice_task_status ADD COLUMN figures TEXT NULL"],
+        11 => vec![
+            "CREATE TABLE IF NOT EXISTS sluice_schema_changes (\
+             id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+             connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             table_name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             step VARCHAR(16) NOT NULL, statement TEXT NOT NULL, \
+             source_topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL, \
+             source_partition INT NULL, source_offset BIGINT NULL, applied_at BIGINT NOT NULL, \
+             INDEX sluice_schema_changes_by_connector (connector, applied_at))",
+        ],
         _ => Vec::new(),
     }
 }

@@ -14,6 +14,7 @@ pub(in crate::sink) static DATABASE: Database = Database {
     own_tables: &own_tables::OWN_TABLES,
     columns_query: catalog::columns_query,
     evolve_lock: |spec| catalog::evolve_lock(&spec.name),
+    alter_column: catalog::alter_column,
     read_error: errors::read,
     // sqlx's words suit.
     write_error: |_, _| None,

@@ -10,6 +10,7 @@ use super::copy::CopyIn;
 use super::write::{copy_enabled, upsert_copy_enabled};
 use crate::config::{ColumnType, WriteMode};
 use crate::sink::db::EvolveLock;
+use crate::sink::derived::{CatalogColumn, Change};
 use crate::sink::dialect::{Dialect, TableSpec};
 
 /// How `table` takes rows through `COPY`: only a table that takes it as it takes an
@@ -168,12 +169,35 @@ pub(in crate::sink) fn columns_query(spec: &TableSpec) -> String {
     format!(
         "SELECT a.attname::text, lower(format_type(a.atttypid, a.atttypmod)), \
          COALESCE((SELECT k.n FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(num, n) \
-         WHERE k.num = a.attnum), 0)::text \
+         WHERE k.num = a.attnum), 0)::text, \
+         CASE WHEN a.attnotnull THEN '0' ELSE '1' END, CASE WHEN a.atthasdef THEN '1' ELSE '0' END, \
+         NULL::text \
          FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary \
          WHERE a.attrelid = to_regclass({}) AND a.attnum > 0 \
          AND NOT a.attisdropped ORDER BY a.attnum",
         literal(&spec.quoted(Dialect::Postgres))
     )
+}
+
+/// `ALTER TABLE … ALTER COLUMN`: PostgreSQL keeps the column's default and constraints
+/// through a change of type, and checks every stored value against the new one.
+pub(in crate::sink) fn alter_column(
+    spec: &TableSpec,
+    column: &CatalogColumn,
+    change: &Change,
+) -> Result<String, String> {
+    let table = spec.quoted(Dialect::Postgres);
+    let name = Dialect::Postgres.quote_one(&column.name);
+    match change {
+        Change::Widen { to, .. } => Ok(format!(
+            "ALTER TABLE {table} ALTER COLUMN {name} TYPE {}",
+            Dialect::Postgres.type_name(*to, false)
+        )),
+        Change::Relax { .. } => Ok(format!(
+            "ALTER TABLE {table} ALTER COLUMN {name} DROP NOT NULL"
+        )),
+        Change::Add { .. } => Err("a new column is added, not altered".into()),
+    }
 }
 
 /// A string literal.

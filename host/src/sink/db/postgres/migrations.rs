@@ -47,6 +47,13 @@ fn steps(version: i64) -> Vec<&'static str> {
         10 => {
             vec!["ALTER TABLE sluice_task_status ADD COLUMN IF NOT EXISTS figures TEXT"]
         }
+        11 => vec![
+            "CREATE TABLE IF NOT EXISTS sluice_schema_changes (id BIGSERIAL PRIMARY KEY, \
+             connector TEXT NOT NULL, table_name TEXT NOT NULL, step TEXT NOT NULL, \
+             statement TEXT NOT NULL, source_topic TEXT, source_partition INTEGER, \
+             source_offset BIGINT, applied_at BIGINT NOT NULL)",
+            portable::VERSION_11_INDEX,
+        ],
         _ => Vec::new(),
     }
 }

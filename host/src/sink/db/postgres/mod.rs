@@ -20,6 +20,7 @@ pub(in crate::sink) static DATABASE: Database = Database {
     own_tables: &own_tables::OWN_TABLES,
     columns_query: catalog::columns_query,
     evolve_lock: catalog::evolve_lock,
+    alter_column: catalog::alter_column,
     read_error: errors::read,
     write_error: errors::write,
 };

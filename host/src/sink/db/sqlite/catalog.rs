@@ -1,5 +1,6 @@
 //! What SQLite's catalog (`pragma_table_info`) says of a table.
 
+use crate::sink::derived::{CatalogColumn, Change};
 use crate::sink::dialect::TableSpec;
 
 /// The statement that lists `spec`'s columns: name, declared type (lower case), position
@@ -7,10 +8,25 @@ use crate::sink::dialect::TableSpec;
 pub(in crate::sink) fn columns_query(spec: &TableSpec) -> String {
     let (schema, table) = spec.schema_and_identifier();
     format!(
-        "SELECT name, lower(type), CAST(pk AS TEXT) FROM pragma_table_info({}{}) ORDER BY cid",
+        "SELECT name, lower(type), CAST(pk AS TEXT), CASE WHEN \"notnull\" = 0 THEN '1' ELSE '0' END, \
+         CASE WHEN dflt_value IS NULL THEN '0' ELSE '1' END, NULL \
+         FROM pragma_table_info({}{}) ORDER BY cid",
         literal(&table),
         schema.map_or(String::new(), |s| format!(", {}", literal(&s)))
     )
+}
+
+/// SQLite alters no column in place: a column takes any width of its affinity already, and
+/// `NOT NULL` goes only with a rebuild of the table (`validate` refuses `relax` here).
+pub(in crate::sink) fn alter_column(
+    _spec: &TableSpec,
+    _column: &CatalogColumn,
+    change: &Change,
+) -> Result<String, String> {
+    Err(format!(
+        "SQLite cannot {} in place: rebuild the table by hand",
+        change.describe()
+    ))
 }
 
 /// A string literal.

@@ -37,6 +37,13 @@ fn steps(version: i64) -> Vec<&'static str> {
         ],
         9 => portable::VERSION_9.to_vec(),
         10 => vec!["ALTER TABLE sluice_task_status ADD COLUMN figures TEXT"],
+        11 => vec![
+            "CREATE TABLE IF NOT EXISTS sluice_schema_changes (id INTEGER PRIMARY KEY, \
+             connector TEXT NOT NULL, table_name TEXT NOT NULL, step TEXT NOT NULL, \
+             statement TEXT NOT NULL, source_topic TEXT, source_partition INTEGER, \
+             source_offset INTEGER, applied_at INTEGER NOT NULL)",
+            portable::VERSION_11_INDEX,
+        ],
         _ => Vec::new(),
     }
 }

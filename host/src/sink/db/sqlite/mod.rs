@@ -15,6 +15,7 @@ pub(in crate::sink) static DATABASE: Database = Database {
     columns_query: catalog::columns_query,
     // The transaction's BEGIN IMMEDIATE holds the database's write lock.
     evolve_lock: |_| EvolveLock::Transaction,
+    alter_column: catalog::alter_column,
     read_error: errors::read,
     // sqlx's words suit.
     write_error: |_, _| None,

@@ -1,0 +1,305 @@
+//! `sink.evolve: [widen, relax]` on a table sluice did not create, fed Connect JSON rows
+//! whose schema changes as a source's does: an integer column widened twice, a `NOT NULL`
+//! column made nullable when its field turns optional and then disappears, a change of
+//! kind refused; every statement recorded in `sluice_schema_changes` with the record that
+//! needed it. And two processes that meet the same widening at once make it once.
+//!
+//! SQLite's SQL differs: its columns take any width (nothing to widen) and it cannot relax
+//! in place (`validate` refuses `relax` there), so a NULL into its `NOT NULL` column fails
+//! that record alone.
+
+use serde_json::{Value, json};
+
+use crate::formats::{FormatRun, hex, read_rows, run_script};
+use crate::harness::admin::{admin_section, sample, scrape};
+use crate::harness::{Backend, free_port, unique};
+
+/// A row field of a Connect schema: (name, type, optional).
+type RowField = (&'static str, &'static str, bool);
+
+const SMALL: &[RowField] = &[
+    ("id", "int64", false),
+    ("qty", "int16", false),
+    ("note", "string", false),
+];
+const INT: &[RowField] = &[
+    ("id", "int64", false),
+    ("qty", "int32", false),
+    ("note", "string", false),
+];
+const BIG: &[RowField] = &[
+    ("id", "int64", false),
+    ("qty", "int64", false),
+    ("note", "string", false),
+];
+/// `note` turns optional.
+const NOTE_OPTIONAL: &[RowField] = &[
+    ("id", "int64", false),
+    ("qty", "int64", false),
+    ("note", "string", true),
+];
+/// `qty` changes kind.
+const QTY_AS_TEXT: &[RowField] = &[
+    ("id", "int64", false),
+    ("qty", "string", false),
+    ("note", "string", true),
+];
+/// `note` is gone.
+const NO_NOTE: &[RowField] = &[("id", "int64", false), ("qty", "int64", false)];
+
+/// One record of `produce.py`'s raw serializer: a Connect JSON key and row.
+fn record(fields: &[RowField], row: Value) -> Value {
+    let key = json!({
+        "schema": {"type": "struct", "name": "Key", "optional": false,
+                   "fields": [{"type": "int64", "optional": false, "field": "id"}]},
+        "payload": {"id": row["id"]}
+    });
+    let value = json!({
+        "schema": {
+            "type": "struct", "optional": false, "name": "Row",
+            "fields": fields
+                .iter()
+                .map(|(name, kind, optional)| json!({"type": kind, "optional": optional, "field": name}))
+                .collect::<Vec<_>>()
+        },
+        "payload": row
+    });
+    json!({"raw_key_hex": hex(&key), "raw_value_hex": hex(&value)})
+}
+
+/// The table as an operator made it, before sluice: `qty` a `SMALLINT`, `note` required.
+fn create_table(table: &str) -> String {
+    format!(
+        "CREATE TABLE {table} (id BIGINT NOT NULL PRIMARY KEY, qty SMALLINT NOT NULL, note TEXT NOT NULL)"
+    )
+}
+
+/// (column, type, nullable) of `qty` and `note`, as the catalog says.
+async fn columns(run: &FormatRun) -> Vec<Vec<Option<String>>> {
+    let from = match run.db.kind {
+        Backend::Sqlite => format!(
+            "(SELECT name AS column_name, lower(type) AS data_type, \
+             CASE WHEN \"notnull\" = 0 THEN 'YES' ELSE 'NO' END AS is_nullable \
+             FROM pragma_table_info('{}') WHERE name IN ('qty', 'note')) AS c",
+            run.table
+        ),
+        Backend::MariaDb => format!(
+            "information_schema.columns WHERE table_schema = DATABASE() AND table_name = '{}' \
+             AND column_name IN ('qty', 'note')",
+            run.table
+        ),
+        Backend::Postgres => format!(
+            "information_schema.columns WHERE table_name = '{}' AND column_name IN ('qty', 'note')",
+            run.table
+        ),
+    };
+    read_rows(
+        &run.db,
+        &from,
+        &[
+            ("column_name", "text"),
+            ("data_type", "text"),
+            ("is_nullable", "text"),
+        ],
+    )
+    .await
+}
+
+/// `sluice_schema_changes` of `table`: (step, source offset, statement), in order.
+async fn changes(run: &FormatRun, table: &str) -> Vec<(String, Option<i64>, String)> {
+    read_rows(
+        &run.db,
+        &format!("sluice_schema_changes WHERE table_name = '{table}'"),
+        &[
+            ("id", "bigint"),
+            ("step", "text"),
+            ("source_offset", "bigint"),
+            ("statement", "text"),
+        ],
+    )
+    .await
+    .into_iter()
+    .map(|r| {
+        (
+            r[1].clone().unwrap_or_default(),
+            r[2].as_deref().and_then(|o| o.parse().ok()),
+            r[3].clone().unwrap_or_default(),
+        )
+    })
+    .collect()
+}
+
+async fn evolve_widens_and_relaxes_a_table_sluice_did_not_create(kind: Backend) {
+    let run = FormatRun::new(kind).await;
+    super::execute(&run.db, &create_table(&run.table)).await;
+    let evolve = match kind {
+        Backend::Sqlite => "      evolve: [widen]",
+        _ => "      evolve: [widen, relax]",
+    };
+    let config = run.config_with(
+        "connect_json",
+        evolve,
+        "record_key",
+        "    key_format: connect_json",
+    );
+    let port = free_port();
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, format!("{}\n{text}", admin_section(port))).expect("config");
+    run.produce(
+        json!({"serializer": "raw"}),
+        vec![
+            record(SMALL, json!({"id": 1, "qty": 5, "note": "a"})),
+            record(INT, json!({"id": 2, "qty": 70_000, "note": "b"})),
+            record(BIG, json!({"id": 3, "qty": 5_000_000_000i64, "note": "c"})),
+            record(NOTE_OPTIONAL, json!({"id": 4, "qty": 1, "note": null})),
+            record(QTY_AS_TEXT, json!({"id": 5, "qty": "x", "note": "e"})),
+            record(NO_NOTE, json!({"id": 6, "qty": 2})),
+        ],
+    )
+    .await;
+    let sluice = run.start(&config);
+    let text = |id: i64, qty: &str, note: Option<&str>| {
+        vec![
+            Some(id.to_string()),
+            Some(qty.to_string()),
+            note.map(str::to_string),
+        ]
+    };
+    let read = [("id", "bigint"), ("qty", "bigint"), ("note", "text")];
+    if kind == Backend::Sqlite {
+        // Any width lands as it is, and so does text: a `SMALLINT` column is not a type
+        // sluice creates on SQLite, so the database converts what it is given (its
+        // flexible typing keeps `x`). The NULLs into `note` are the database's refusals.
+        run.wait_for(4, 2, 120, &sluice).await;
+        assert_eq!(
+            run.rows(&read).await,
+            vec![
+                text(1, "5", Some("a")),
+                text(2, "70000", Some("b")),
+                text(3, "5000000000", Some("c")),
+                text(5, "x", Some("e")),
+            ]
+        );
+        let letters = run.letters().await;
+        let classes: Vec<(i64, &str)> = letters.iter().map(|l| (l.0, l.2.as_str())).collect();
+        assert_eq!(
+            classes,
+            vec![(3, "database_refused"), (5, "database_refused")],
+            "{letters:?}"
+        );
+        assert!(changes(&run, &run.table).await.is_empty());
+    } else {
+        run.wait_for(5, 1, 120, &sluice).await;
+        assert_eq!(
+            run.rows(&read).await,
+            vec![
+                text(1, "5", Some("a")),
+                text(2, "70000", Some("b")),
+                text(3, "5000000000", Some("c")),
+                text(4, "1", None),
+                text(6, "2", None),
+            ]
+        );
+        let letters = run.letters().await;
+        assert_eq!(letters.len(), 1, "{letters:?}");
+        assert_eq!(
+            (letters[0].0, letters[0].2.as_str()),
+            (4, "schema_incompatible")
+        );
+        assert!(
+            letters[0].3.contains("qty") && letters[0].3.contains("type change"),
+            "{letters:?}"
+        );
+        let made = changes(&run, &run.table).await;
+        let steps: Vec<(&str, Option<i64>)> =
+            made.iter().map(|(s, o, _)| (s.as_str(), *o)).collect();
+        assert_eq!(
+            steps,
+            vec![("widen", Some(1)), ("widen", Some(2)), ("relax", Some(3))],
+            "{made:?}"
+        );
+        assert!(
+            made[1].2.to_ascii_lowercase().contains("bigint"),
+            "{made:?}"
+        );
+        let catalog = columns(&run).await;
+        let of = |name: &str| {
+            catalog
+                .iter()
+                .find(|c| c[0].as_deref() == Some(name))
+                .cloned()
+                .unwrap_or_else(|| panic!("no column {name}: {catalog:?}"))
+        };
+        assert_eq!(of("qty")[1].as_deref(), Some("bigint"), "{catalog:?}");
+        assert_eq!(of("qty")[2].as_deref(), Some("NO"), "{catalog:?}");
+        assert_eq!(of("note")[2].as_deref(), Some("YES"), "{catalog:?}");
+        let metrics = scrape(port).await;
+        for (step, n) in [("widen", 2.0), ("relax", 1.0)] {
+            let name = format!(
+                "sluice_schema_changes_total{{connector=\"{}\",step=\"{step}\"}}",
+                run.connector
+            );
+            assert_eq!(sample(&metrics, &name), Some(n), "{metrics}");
+        }
+    }
+    let status = sluice.terminate();
+    assert!(status.success(), "sluice exited with {status}");
+}
+for_each_database!(evolve_widens_and_relaxes_a_table_sluice_did_not_create);
+
+/// Two processes, each with its own connector and topic into one table, meet the same
+/// widening in the same moment: each takes the table's lock and reads the table again
+/// under it, so the column is widened once, recorded once, and every row lands.
+async fn two_processes_racing_widen_once(kind: Backend) {
+    let run = FormatRun::new(kind).await;
+    super::execute(&run.db, &create_table(&run.table)).await;
+    let second_topic = unique("formats");
+    run.broker.create_topic(&second_topic, 1).await;
+    let first = run.config_with(
+        "connect_json",
+        "      evolve: [widen]",
+        "record_key",
+        "    key_format: connect_json",
+    );
+    let text = std::fs::read_to_string(&first).expect("config");
+    let second = first.with_file_name("second.yaml");
+    std::fs::write(
+        &second,
+        text.replace(&format!("[{}]", run.topic), &format!("[{second_topic}]"))
+            .replace(
+                &format!("name: {}", run.connector),
+                &format!("name: {}_2", run.connector),
+            ),
+    )
+    .expect("write the second config");
+    let records = |base: i64| {
+        let mut records: Vec<Value> = (0..50)
+            .map(|i| record(SMALL, json!({"id": base + i, "qty": i, "note": "s"})))
+            .collect();
+        records.extend(
+            (50..100).map(|i| record(INT, json!({"id": base + i, "qty": 70_000 + i, "note": "i"}))),
+        );
+        records
+    };
+    run.produce(json!({"serializer": "raw"}), records(0)).await;
+    let mut spec = json!({"serializer": "raw", "brokers": run.broker.bootstrap, "topic": second_topic,
+                          "registry": run.registry.url()});
+    spec["records"] = Value::Array(records(1_000));
+    let produced = run_script("tests/e2e/formats/produce.py", spec).await;
+    assert!(produced.status.success(), "{produced:?}");
+    let a = run.start(&first);
+    let b = run.start(&second);
+    run.wait_for(200, 0, 120, &a).await;
+    let made = changes(&run, &run.table).await;
+    let widened: Vec<&(String, Option<i64>, String)> =
+        made.iter().filter(|(step, _, _)| step == "widen").collect();
+    match kind {
+        Backend::Sqlite => assert!(made.is_empty(), "{made:?}"),
+        _ => assert_eq!(widened.len(), 1, "widened once: {made:?}"),
+    }
+    for process in [a, b] {
+        let status = process.terminate();
+        assert!(status.success(), "sluice exited with {status}");
+    }
+}
+for_each_database!(two_processes_racing_widen_once: postgres = Postgres, mariadb = MariaDb);
