@@ -225,6 +225,11 @@ impl ConsumerContext for SourceContext {
                         commit_offsets(consumer, &commits, rdkafka::consumer::CommitMode::Sync)
                 {
                     tracing::warn!(error = %e, "committing offsets to Kafka before the revocation failed (under at_least_once those records will be delivered again; under exactly_once only the group's shown progress lags)");
+                    // Exactly-once: the partitions kept (a cooperative revocation) show
+                    // theirs with the next mirror.
+                    if self.commits_mirror {
+                        self.listener.mirror_refused(&commits);
+                    }
                 }
                 let result = if cooperative {
                     consumer.incremental_unassign(tpl)

@@ -147,6 +147,12 @@ impl Shared {
                 inner
                     .partitions
                     .insert(p.clone(), PartitionState::starting_at(*start));
+                // Exactly-once: the group is shown the stored offset (see `on_assign`).
+                if let Some(start) = start
+                    && self.guarantee == Guarantee::ExactlyOnce
+                {
+                    inner.kafka_commits.entry(p.clone()).or_insert(*start);
+                }
             }
         }
         if !starts.is_empty() {

@@ -207,9 +207,13 @@ impl RebalanceListener for Shared {
         }
         let mut inner = self.lock();
         for (partition, next) in refused {
-            // Sent again only if it is still the newest sent for a partition still held,
-            // and nothing newer waits: an older offset never overwrites a newer one.
-            if inner.mirrored.get(partition) == Some(next)
+            // Sent again only for a partition still held, when nothing newer was sent
+            // (offsets only grow while a task holds a partition) and nothing newer waits:
+            // an older offset never overwrites a newer one.
+            if inner
+                .mirrored
+                .get(partition)
+                .is_none_or(|sent| sent <= next)
                 && inner.partitions.contains_key(partition)
             {
                 inner
