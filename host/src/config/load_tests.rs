@@ -563,7 +563,7 @@ fn evolve_takes_a_list_or_a_name() {
     let all = evolve(&derived("[add_columns, widen, relax]", pg)).expect("a list");
     assert_eq!(all.names(), ["add_columns", "widen", "relax"]);
     assert_eq!(evolve(&derived("[]", pg)), Ok(super::Evolve::NONE));
-    for wrong in ["widen_all", "[drop_columns]", "{ widen: true }"] {
+    for wrong in ["widen_all", "widen", "[drop_columns]", "{ widen: true }"] {
         assert!(
             !problems(&derived(wrong, pg)).is_empty(),
             "{wrong} was taken"

@@ -290,17 +290,11 @@ impl<'de> Deserialize<'de> for Evolve {
             )
         })? {
             Written::One(name) if name == "none" => Vec::new(),
+            Written::One(name) if name == "add_columns" => vec![EvolveStep::AddColumns],
             Written::One(name) => {
-                vec![
-                    EvolveStep::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(
-                        &name,
-                    ))
-                    .map_err(|_| {
-                        serde::de::Error::custom(format!(
-                            "unknown evolve {name:?}: expected none, add_columns, or a list of add_columns, widen and relax"
-                        ))
-                    })?,
-                ]
+                return Err(serde::de::Error::custom(format!(
+                    "unknown evolve {name:?}: one name is none or add_columns; widen and relax go in a list ([add_columns, widen, relax])"
+                )));
             }
             Written::Steps(steps) => steps,
         };

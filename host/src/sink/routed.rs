@@ -287,11 +287,13 @@ impl Sink {
             Some(layout) => layout,
             None => self.derived_layout(&spec, shapes, create).await?,
         };
-        let columns_before = layout.catalog.len();
+        // A change (a column added, widened or relaxed) makes a new table to cache: the
+        // write fits each shape to the cached layout.
+        let before = layout.clone();
         let (mut layout, mut refused) = self
             .fit_shapes(&spec, layout, shapes, (evolve, create), sources)
             .await?;
-        let mut changed = layout.catalog.len() != columns_before;
+        let mut changed = layout != before;
         if !refused.is_empty() && from_cache {
             // The table may have changed since it was read (a column added by hand or by
             // another process): look again before refusing.

@@ -38,6 +38,12 @@ const NOTE_OPTIONAL: &[RowField] = &[
     ("qty", "int64", false),
     ("note", "string", true),
 ];
+/// `note` turns optional, `qty` as small as it began.
+const SMALL_NOTE_OPTIONAL: &[RowField] = &[
+    ("id", "int64", false),
+    ("qty", "int16", false),
+    ("note", "string", true),
+];
 /// `qty` changes kind.
 const QTY_AS_TEXT: &[RowField] = &[
     ("id", "int64", false),
@@ -145,10 +151,18 @@ async fn evolve_widens_and_relaxes_a_table_sluice_did_not_create(kind: Backend) 
     let port = free_port();
     let text = std::fs::read_to_string(&config).expect("config");
     std::fs::write(&config, format!("{}\n{text}", admin_section(port))).expect("config");
+    // The first record alone: the table is read and cached before the changes arrive,
+    // so that each change replaces the cached table the writes fit their rows to.
+    run.produce(
+        json!({"serializer": "raw"}),
+        vec![record(SMALL, json!({"id": 1, "qty": 5, "note": "a"}))],
+    )
+    .await;
+    let sluice = run.start(&config);
+    run.wait_for(1, 0, 120, &sluice).await;
     run.produce(
         json!({"serializer": "raw"}),
         vec![
-            record(SMALL, json!({"id": 1, "qty": 5, "note": "a"})),
             record(INT, json!({"id": 2, "qty": 70_000, "note": "b"})),
             record(BIG, json!({"id": 3, "qty": 5_000_000_000i64, "note": "c"})),
             record(NOTE_OPTIONAL, json!({"id": 4, "qty": 1, "note": null})),
@@ -157,7 +171,6 @@ async fn evolve_widens_and_relaxes_a_table_sluice_did_not_create(kind: Backend) 
         ],
     )
     .await;
-    let sluice = run.start(&config);
     let text = |id: i64, qty: &str, note: Option<&str>| {
         vec![
             Some(id.to_string()),
@@ -303,3 +316,64 @@ async fn two_processes_racing_widen_once(kind: Backend) {
     }
 }
 for_each_database!(two_processes_racing_widen_once: postgres = Postgres, mariadb = MariaDb);
+
+/// A change the database refuses fails the records of the schema that needed it, not the
+/// task: on PostgreSQL a view over the column refuses its widening; on MariaDB a column
+/// with a default cannot be restated whole, so `relax` leaves it and its records go on, a
+/// NULL into it failing alone.
+async fn a_change_the_database_refuses_fails_only_its_records(kind: Backend) {
+    let run = FormatRun::new(kind).await;
+    super::execute(&run.db, &create_table(&run.table)).await;
+    let blocker = match kind {
+        Backend::Postgres => format!("CREATE VIEW {0}_v AS SELECT qty FROM {0}", run.table),
+        _ => format!(
+            "ALTER TABLE {} MODIFY note TEXT NOT NULL DEFAULT 'n'",
+            run.table
+        ),
+    };
+    super::execute(&run.db, &blocker).await;
+    let config = run.config_with(
+        "connect_json",
+        "      evolve: [widen, relax]",
+        "record_key",
+        "    key_format: connect_json",
+    );
+    run.produce(
+        json!({"serializer": "raw"}),
+        vec![
+            record(SMALL, json!({"id": 1, "qty": 5, "note": "a"})),
+            record(INT, json!({"id": 2, "qty": 70_000, "note": "b"})),
+            record(SMALL_NOTE_OPTIONAL, json!({"id": 3, "qty": 3, "note": "c"})),
+            record(
+                SMALL_NOTE_OPTIONAL,
+                json!({"id": 4, "qty": 4, "note": null}),
+            ),
+            record(SMALL, json!({"id": 5, "qty": 6, "note": "e"})),
+        ],
+    )
+    .await;
+    let sluice = run.start(&config);
+    // PostgreSQL: the widening is refused (offset 1), and relax made `note` nullable, so the
+    // NULL lands. MariaDB: the widening lands, `note` cannot be relaxed (its default would
+    // be lost), so its records go on and only the NULL (offset 3) fails.
+    run.wait_for(4, 1, 120, &sluice).await;
+    let letters = run.letters().await;
+    match kind {
+        Backend::Postgres => {
+            assert_eq!(
+                (letters[0].0, letters[0].2.as_str()),
+                (1, "schema_incompatible"),
+                "{letters:?}"
+            );
+            assert!(letters[0].3.contains("refused"), "{letters:?}");
+        }
+        _ => assert_eq!(
+            (letters[0].0, letters[0].2.as_str()),
+            (3, "database_refused"),
+            "{letters:?}"
+        ),
+    }
+    let status = sluice.terminate();
+    assert!(status.success(), "sluice exited with {status}");
+}
+for_each_database!(a_change_the_database_refuses_fails_only_its_records: postgres = Postgres, mariadb = MariaDb);

@@ -142,15 +142,20 @@ pub(super) enum SchemaLock {
     },
 }
 
+/// How long one statement changing a table (`sink.evolve`) may run, where the database
+/// bounds it (PostgreSQL's `statement_timeout`): under the batch's own time bound (120 s),
+/// so that the server ends it, rolled back, before sluice gives the connection up.
+pub(super) const EVOLVE_STATEMENT_BOUND: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// The lock that serialises the processes adding columns to one table
 /// (`evolve: add_columns`, `sink/derived/`).
 pub(super) enum EvolveLock {
     /// The transaction holds it from its start (SQLite's `BEGIN IMMEDIATE`); the columns
     /// are added in the transaction.
     Transaction,
-    /// A statement at the transaction's start takes it, its end releases it; the columns
-    /// are added in the transaction.
-    UntilCommit(String),
+    /// Statements at the transaction's start take it (and set the transaction's bounds),
+    /// its end releases it; the changes are made in the transaction.
+    UntilCommit(Vec<String>),
     /// A named lock held by the connection, for a database whose DDL commits by itself:
     /// `take` answers `1` once it is held (and gives up after `wait_seconds`), `release`
     /// lets it go.

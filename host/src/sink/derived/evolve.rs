@@ -10,9 +10,12 @@ use super::{CatalogColumn, Change, Layout, Misfit, read_catalog};
 use crate::config::Evolve;
 use crate::map::DerivedShape;
 use crate::sink::backend::Backend;
-use crate::sink::db::{self, EvolveLock};
+use crate::sink::db::{self, EVOLVE_STATEMENT_BOUND, EvolveLock};
 use crate::sink::dialect::TableSpec;
 use crate::sink::{Checkout, Sink, SinkError, each_pool, error};
+
+/// Changes with a statement each: to run, or that this database cannot make, with why.
+type Planned = Vec<(Change, String)>;
 
 impl Sink {
     /// Makes `changes` to `spec`'s table (`sink.evolve`), once across processes: under a
@@ -29,7 +32,7 @@ impl Sink {
         spec: &TableSpec,
         changes: &[Change],
         source: Option<&(String, i32, i64)>,
-    ) -> Result<(Vec<CatalogColumn>, Vec<String>), SinkError> {
+    ) -> Result<(Vec<CatalogColumn>, Planned), SinkError> {
         let dialect = self.dialect;
         let database = db::of(dialect);
         let table = spec.name.clone();
@@ -73,14 +76,16 @@ impl Sink {
                     .await
                     .map_err(db_error("evolve"))?;
             }
-            let result: Result<(Vec<CatalogColumn>, Vec<String>), SinkError> = async {
+            let result: Result<(Vec<CatalogColumn>, Planned), SinkError> = async {
                 match &lock {
                     EvolveLock::Transaction => {}
                     EvolveLock::UntilCommit(take) => {
-                        sqlx::query::<DB>(sqlx::AssertSqlSafe(take.clone()))
-                            .execute(&mut *conn)
-                            .await
-                            .map_err(db_error("lock for evolving"))?;
+                        for statement in take {
+                            sqlx::query::<DB>(sqlx::AssertSqlSafe(statement.clone()))
+                                .execute(&mut *conn)
+                                .await
+                                .map_err(db_error("lock for evolving"))?;
+                        }
                     }
                     EvolveLock::Named { take, wait_seconds, .. } => {
                         let row = sqlx::query::<DB>(sqlx::AssertSqlSafe(take.clone()))
@@ -99,8 +104,10 @@ impl Sink {
                 let present = read_catalog::<DB>(&mut *conn, catalog_sql.clone())
                     .await
                     .map_err(db_error("read the columns of"))?;
-                let (run, cannot) = statements(dialect, spec, &self.without_version(spec, present), changes);
-                for (step, statement) in run {
+                let (run, mut cannot) = statements(dialect, spec, &self.without_version(spec, present), changes);
+                for (change, statement) in run {
+                    let step = change.step();
+                    let started = std::time::Instant::now();
                     tracing::info!(connector = %self.connector, table = %table, step,
                         statement = %statement, "changing a table for its records' schema (sink.evolve)");
                     // Under a savepoint where DDL is transactional: a failed ALTER
@@ -126,7 +133,25 @@ impl Sink {
                         Ok(_) => {}
                         // Added meanwhile (MySQL takes no lock on a table here).
                         Err(e) if error::is_duplicate_column(&e) => continue,
-                        Err(e) => return Err(db_error("alter")(e)),
+                        // Ran to its bound (a rewrite too large for a batch's time):
+                        // the schema's records fail alone, naming it; the rest goes on.
+                        Err(e) if started.elapsed() + std::time::Duration::from_secs(1) >= EVOLVE_STATEMENT_BOUND => {
+                            cannot.push((change.clone(), format!(
+                                "{}: it ran past {} s and was ended ({e}); the table is too large to change within a batch: make the change by hand, and sluice finds it made",
+                                change.describe(), EVOLVE_STATEMENT_BOUND.as_secs()
+                            )));
+                            continue;
+                        }
+                        Err(e) => {
+                            let error = db_error("alter")(e);
+                            if error.is_transient() || matches!(error, SinkError::NotPermitted { .. }) {
+                                return Err(error);
+                            }
+                            // The database refuses this change (a view or a foreign key
+                            // on the column, say): the schema's records fail alone.
+                            cannot.push((change.clone(), format!("{}: the database refused it: {error}", change.describe())));
+                            continue;
+                        }
                     }
                     let applied_at = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
@@ -215,15 +240,35 @@ impl Sink {
                         .join("; ")
                 );
                 if !cannot.is_empty() {
+                    let cannot: Vec<String> = cannot.into_iter().map(|(_, why)| why).collect();
                     why = format!("{why}; and cannot: {}", cannot.join("; "));
                 }
                 refused.push((index, why));
                 continue;
             }
             let (catalog, cannot) = self.evolve(spec, &changes, sources.get(index)).await?;
+            let mut unrelaxable = std::mem::take(&mut layout.unrelaxable);
             layout = Layout::of(catalog);
-            if !cannot.is_empty() {
-                refused.push((index, cannot.join("; ")));
+            // A column this database cannot make nullable refuses no shape: its records
+            // go on, and a NULL into it fails alone, as without `relax`.
+            let (relax, required): (Vec<_>, Vec<_>) = cannot
+                .into_iter()
+                .partition(|(change, _)| matches!(change, Change::Relax { .. }));
+            for (change, why) in relax {
+                tracing::warn!(connector = %self.connector, table = %spec.name, %why,
+                    "sink.evolve: relax cannot make this column nullable; a NULL into it fails its record alone");
+                unrelaxable.push(change.column().to_string());
+            }
+            layout.unrelaxable = unrelaxable;
+            if !required.is_empty() {
+                refused.push((
+                    index,
+                    required
+                        .into_iter()
+                        .map(|(_, why)| why)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                ));
                 continue;
             }
             if let Err(misfit) = layout.fit(self.dialect, spec, shape) {
@@ -255,7 +300,7 @@ fn statements(
     spec: &TableSpec,
     present: &[CatalogColumn],
     changes: &[Change],
-) -> (Vec<(&'static str, String)>, Vec<String>) {
+) -> (Planned, Planned) {
     let database = db::of(dialect);
     let quoted = spec.quoted(dialect);
     let mut run = Vec::new();
@@ -277,8 +322,8 @@ fn statements(
             (change, Some(c)) => (database.alter_column)(spec, c, change),
         };
         match statement {
-            Ok(statement) => run.push((change.step(), statement)),
-            Err(why) => cannot.push(format!("{}: {why}", change.describe())),
+            Ok(statement) => run.push((change.clone(), statement)),
+            Err(why) => cannot.push((change.clone(), format!("{}: {why}", change.describe()))),
         }
     }
     (run, cannot)

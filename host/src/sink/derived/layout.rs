@@ -8,7 +8,7 @@ use super::super::Dialect;
 use super::super::dialect::TableSpec;
 
 /// One column as the database's catalog lists it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CatalogColumn {
     pub name: String,
     /// The catalog's spelling of its type (PostgreSQL's `format_type`, MySQL's
@@ -35,12 +35,16 @@ fn primary_key(catalog: &[CatalogColumn]) -> Vec<String> {
 }
 
 /// A derived table as it stands: its columns and key.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// Every column but the version column, in table order.
     pub catalog: Vec<CatalogColumn>,
     /// The primary key's columns, in key order.
     pub key: Vec<String>,
+    /// `NOT NULL` columns this database could not make nullable (`evolve: relax`): not
+    /// asked again while the table stays cached. A NULL into one fails its record alone,
+    /// as without `relax`.
+    pub unrelaxable: Vec<String>,
 }
 
 impl Layout {
@@ -49,6 +53,7 @@ impl Layout {
         Layout {
             key: primary_key(&catalog),
             catalog,
+            unrelaxable: Vec::new(),
         }
     }
 }
@@ -405,6 +410,12 @@ impl Layout {
         self.catalog
             .iter()
             .filter(|c| c.key_position == 0 && !c.nullable)
+            .filter(|c| {
+                !self
+                    .unrelaxable
+                    .iter()
+                    .any(|u| same_name(dialect, u, &c.name))
+            })
             .filter(|c| {
                 match shape
                     .columns

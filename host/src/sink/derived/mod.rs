@@ -221,6 +221,7 @@ mod tests {
                 })
                 .collect(),
             key: vec!["id".into()],
+            unrelaxable: Vec::new(),
         }
     }
 

@@ -9,7 +9,7 @@ use sqlx::PgPool;
 use super::copy::CopyIn;
 use super::write::{copy_enabled, upsert_copy_enabled};
 use crate::config::{ColumnType, WriteMode};
-use crate::sink::db::EvolveLock;
+use crate::sink::db::{EVOLVE_STATEMENT_BOUND, EvolveLock};
 use crate::sink::derived::{CatalogColumn, Change};
 use crate::sink::dialect::{Dialect, TableSpec};
 
@@ -205,11 +205,26 @@ fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
-/// The lock that serialises the processes adding columns to `spec`'s table: a table lock
-/// that lets readers on and keeps other writers and DDL out until the transaction ends.
+/// The lock that serialises the processes changing `spec`'s table: a table lock that lets
+/// readers on and keeps other writers and DDL out until the transaction ends. Its
+/// statements are bounded: an `ALTER` that waits behind a long reader gives up after
+/// [`EVOLVE_LOCK_WAIT`] (and is tried again with backoff) instead of holding every new
+/// query of the table behind it, and one that runs past [`EVOLVE_STATEMENT_BOUND`] (the
+/// rewrite of a large table for a widened integer) ends on the server, rolled back, before
+/// the batch's own time bound closes the connection.
 pub(in crate::sink) fn evolve_lock(spec: &TableSpec) -> EvolveLock {
-    EvolveLock::UntilCommit(format!(
-        "LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE",
-        spec.quoted(Dialect::Postgres)
-    ))
+    EvolveLock::UntilCommit(vec![
+        format!("SET LOCAL lock_timeout = '{}s'", EVOLVE_LOCK_WAIT.as_secs()),
+        format!(
+            "SET LOCAL statement_timeout = '{}s'",
+            EVOLVE_STATEMENT_BOUND.as_secs()
+        ),
+        format!(
+            "LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE",
+            spec.quoted(Dialect::Postgres)
+        ),
+    ])
 }
+
+/// How long a change of a table waits for its lock.
+const EVOLVE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
