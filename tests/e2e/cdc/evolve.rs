@@ -113,7 +113,7 @@ async fn columns(run: &FormatRun) -> Vec<Vec<Option<String>>> {
 
 /// `sluice_schema_changes` of `table`: (step, source offset, statement), in order.
 async fn changes(run: &FormatRun, table: &str) -> Vec<(String, Option<i64>, String)> {
-    read_rows(
+    let rows = read_rows(
         &run.db,
         &format!("sluice_schema_changes WHERE table_name = '{table}'"),
         &[
@@ -123,16 +123,19 @@ async fn changes(run: &FormatRun, table: &str) -> Vec<(String, Option<i64>, Stri
             ("statement", "text"),
         ],
     )
-    .await
-    .into_iter()
-    .map(|r| {
-        (
-            r[1].clone().unwrap_or_default(),
-            r[2].as_deref().and_then(|o| o.parse().ok()),
-            r[3].clone().unwrap_or_default(),
-        )
-    })
-    .collect()
+    .await;
+    // In the order they were made: by id as a number (the rows come ordered as text).
+    let mut rows = rows;
+    rows.sort_by_key(|r| r[0].as_deref().and_then(|id| id.parse::<i64>().ok()));
+    rows.into_iter()
+        .map(|r| {
+            (
+                r[1].clone().unwrap_or_default(),
+                r[2].as_deref().and_then(|o| o.parse().ok()),
+                r[3].clone().unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 async fn evolve_widens_and_relaxes_a_table_sluice_did_not_create(kind: Backend) {

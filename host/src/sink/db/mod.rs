@@ -5,7 +5,9 @@
 //! connection look like in that database's words: `errors.rs`), the migrations of
 //! sluice's own tables (their statements, the lock that serialises processes starting at
 //! once: `migrations.rs`) and its pool with the settings of each connection (`pool.rs`).
-//! PostgreSQL's also owns its fast write path (`COPY`, and the `UNNEST` statements) and
+//! `table.rs` holds a table as its catalog describes it and the changes `sink.evolve` may
+//! make, which each folder reads and writes statements for. PostgreSQL's folder also owns
+//! its fast write path (`COPY`, and the `UNNEST` statements) and
 //! the catalog reads that decide it. Statement text, quoting and type names are still in
 //! `sink/dialect.rs` and `sink/row_statements.rs`; they move here next.
 //!
@@ -16,11 +18,12 @@ pub(super) mod mysql;
 mod portable;
 pub(super) mod postgres;
 pub(super) mod sqlite;
+pub(super) mod table;
 
 use sqlx::error::DatabaseError;
 
-use super::derived::{CatalogColumn, Change};
 use super::dialect::{Dialect, TableSpec};
+use table::{CatalogColumn, Change};
 
 /// How long a task waits for a connection to a database server, or for a new one to be
 /// made, before the error is treated as transient.

@@ -2,7 +2,7 @@
 //! that serialises the processes adding columns to one.
 
 use crate::sink::db::EvolveLock;
-use crate::sink::derived::{CatalogColumn, Change};
+use crate::sink::db::table::{CatalogColumn, Change};
 use crate::sink::dialect::{Dialect, TableSpec};
 
 /// The statement that lists `spec`'s columns: name, type (lower case; a decimal with its

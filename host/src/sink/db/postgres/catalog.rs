@@ -9,8 +9,8 @@ use sqlx::PgPool;
 use super::copy::CopyIn;
 use super::write::{copy_enabled, upsert_copy_enabled};
 use crate::config::{ColumnType, WriteMode};
+use crate::sink::db::table::{CatalogColumn, Change};
 use crate::sink::db::{EVOLVE_STATEMENT_BOUND, EvolveLock};
-use crate::sink::derived::{CatalogColumn, Change};
 use crate::sink::dialect::{Dialect, TableSpec};
 
 /// How `table` takes rows through `COPY`: only a table that takes it as it takes an

@@ -1,6 +1,6 @@
 //! What SQLite's catalog (`pragma_table_info`) says of a table.
 
-use crate::sink::derived::{CatalogColumn, Change};
+use crate::sink::db::table::{CatalogColumn, Change};
 use crate::sink::dialect::TableSpec;
 
 /// The statement that lists `spec`'s columns: name, declared type (lower case), position
