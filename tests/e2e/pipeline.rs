@@ -250,14 +250,19 @@ async fn at_least_once_resumes_from_the_group(db: Backend) {
 }
 for_each_database!(at_least_once_resumes_from_the_group: postgres = Postgres);
 
-/// The sum of the offsets the run's group has committed in Kafka, over its partitions.
-fn group_committed(run: &Pipeline) -> i64 {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
+/// A client of the run's group that does not join it: it reads and commits offsets.
+fn outside_the_group(run: &Pipeline) -> rdkafka::consumer::BaseConsumer {
+    rdkafka::config::ClientConfig::new()
         .set("bootstrap.servers", &run.broker.bootstrap)
         .set("group.id", &run.scenario.group)
         .create()
-        .unwrap();
+        .unwrap()
+}
+
+/// The sum of the offsets the run's group has committed in Kafka, over its partitions.
+fn group_committed(run: &Pipeline) -> i64 {
+    use rdkafka::consumer::Consumer;
+    let consumer = outside_the_group(run);
     let mut tpl = rdkafka::TopicPartitionList::new();
     for p in 0..PARTITIONS {
         tpl.add_partition(&run.scenario.topic, p);
@@ -316,12 +321,8 @@ for_each_database!(exactly_once_shows_progress_to_the_group: postgres = Postgres
 
 /// Commits `next` for every partition of the run's topic to its group, from outside it.
 fn commit_group(run: &Pipeline, next: i64) {
-    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-    let consumer: BaseConsumer = rdkafka::config::ClientConfig::new()
-        .set("bootstrap.servers", &run.broker.bootstrap)
-        .set("group.id", &run.scenario.group)
-        .create()
-        .unwrap();
+    use rdkafka::consumer::{CommitMode, Consumer};
+    let consumer = outside_the_group(run);
     let mut tpl = rdkafka::TopicPartitionList::new();
     for p in 0..PARTITIONS {
         tpl.add_partition_offset(&run.scenario.topic, p, rdkafka::Offset::Offset(next))

@@ -113,7 +113,7 @@ async fn columns(run: &FormatRun) -> Vec<Vec<Option<String>>> {
 
 /// `sluice_schema_changes` of `table`: (step, source offset, statement), in order.
 async fn changes(run: &FormatRun, table: &str) -> Vec<(String, Option<i64>, String)> {
-    let rows = read_rows(
+    let mut rows = read_rows(
         &run.db,
         &format!("sluice_schema_changes WHERE table_name = '{table}'"),
         &[
@@ -125,7 +125,6 @@ async fn changes(run: &FormatRun, table: &str) -> Vec<(String, Option<i64>, Stri
     )
     .await;
     // In the order they were made: by id as a number (the rows come ordered as text).
-    let mut rows = rows;
     rows.sort_by_key(|r| r[0].as_deref().and_then(|id| id.parse::<i64>().ok()));
     rows.into_iter()
         .map(|r| {

@@ -344,10 +344,10 @@ pub(super) fn not_allowed(changes: &[Change], evolve: Evolve) -> Option<String> 
     };
     let missing: Vec<String> = changes
         .iter()
-        .filter(|c| !allowed(c) && matches!(c, Change::Add { .. }))
-        .map(|c| match c {
-            Change::Add { column, to } => format!("{column} ({})", to.name()),
-            _ => String::new(),
+        .filter(|c| !allowed(c))
+        .filter_map(|c| match c {
+            Change::Add { column, to } => Some(format!("{column} ({})", to.name())),
+            _ => None,
         })
         .collect();
     if !missing.is_empty() {
