@@ -62,3 +62,4 @@ pub mod sink;
 pub mod supervisor;
 pub mod task;
 pub mod validate;
+pub mod verify;

@@ -107,13 +107,14 @@ impl MetricsServer {
 
 /// The three routes; every other path is the admin API's 404.
 fn router(supervisor: Arc<Supervisor>) -> Router {
-    // No tokens, no reload, no dry runs: nothing here is behind the admin API's checks.
+    // No tokens, no reload, no dry runs or verifies: nothing here is behind the admin API's checks.
     let state = AdminState {
         supervisor,
         tokens: Arc::new(std::sync::RwLock::new(super::auth::Tokens::default())),
         reload: None,
         loopback: false,
         dry_runs: Arc::new(tokio::sync::Semaphore::new(0)),
+        verifies: Arc::new(tokio::sync::Semaphore::new(0)),
         relisten: Arc::new(std::sync::Mutex::new(None)),
     };
     Router::new()

@@ -30,6 +30,7 @@ pub mod serve;
 pub mod status_page;
 pub mod tls;
 pub mod topics;
+mod verify;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,6 +81,8 @@ pub struct AdminState {
     loopback: bool,
     /// Dry runs that may start now.
     dry_runs: Arc<Semaphore>,
+    /// Verifies that may start now.
+    verifies: Arc<Semaphore>,
     /// Why the last reload could not move the listener (this one serves on), for that
     /// reload's answer.
     relisten: Arc<std::sync::Mutex<Option<Value>>>,
@@ -167,6 +170,7 @@ impl AdminServer {
             reload,
             loopback: addr.ip().is_loopback(),
             dry_runs: Arc::new(Semaphore::new(records::MAX_DRY_RUNS)),
+            verifies: Arc::new(Semaphore::new(verify::MAX_VERIFIES)),
             relisten: relisten.clone(),
         };
         let app = router(state);
@@ -358,6 +362,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/reload", post(reload))
         .merge(connect_api::routes())
         .merge(records::routes())
+        .merge(verify::routes())
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,

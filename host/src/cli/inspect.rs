@@ -46,7 +46,7 @@ pub enum DryRunSource {
 }
 
 /// The pool for the file's cluster; the embedded cluster lives in another process.
-fn pool_for(path: &Path, config: &Config) -> Result<Arc<ConsumerPool>, u8> {
+pub(super) fn pool_for(path: &Path, config: &Config) -> Result<Arc<ConsumerPool>, u8> {
     if config.kafka.is_embedded() {
         eprintln!(
             "{}: kafka.brokers is embedded, a cluster that lives inside `sluice run` only; inspect and dry-run read a real cluster",
@@ -62,7 +62,7 @@ fn pool_for(path: &Path, config: &Config) -> Result<Arc<ConsumerPool>, u8> {
     ))
 }
 
-fn read_failed(error: &ReadError) -> u8 {
+pub(super) fn read_failed(error: &ReadError) -> u8 {
     eprintln!("{error}");
     if error.is_usage() {
         EXIT_INVALID

@@ -9,6 +9,7 @@ mod plugin;
 mod reach;
 mod redrive;
 mod validate;
+mod verify;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -102,6 +103,22 @@ enum Command {
         limit: usize,
         #[arg(long, value_enum, default_value = "text")]
         format: DryRunFormat,
+    },
+    /// Check that a connector's table holds what its topics say: the log from its start up
+    /// to the connector's stored offsets, folded as the connector writes it, compared with
+    /// the table by key. Prints missing, extra and differing keys; exit 1 when there is a
+    /// difference. Nothing of the connector's changes.
+    Verify {
+        #[arg(long, short, default_value = "connectors.yaml")]
+        config: PathBuf,
+        #[arg(long)]
+        connector: String,
+        /// How many keys of each kind (missing, extra, differing) the text lists.
+        #[arg(short = 'n', long = "limit", default_value_t = 20)]
+        limit: usize,
+        /// `json`: the whole answer, every key, on stdout.
+        #[arg(long, value_enum, default_value = "text")]
+        format: verify::VerifyFormat,
     },
     /// Check a configuration file and print every problem, one per line.
     Validate {
@@ -408,6 +425,12 @@ pub fn main() -> ExitCode {
                 };
                 inspect::dry_run(&config, &connector, source, limit, format).await
             }
+            Command::Verify {
+                config,
+                connector,
+                limit,
+                format,
+            } => verify::verify(&config, &connector, limit, format).await,
             Command::Run { config } => crate::server::run(&config).await,
             Command::Demo {
                 config,

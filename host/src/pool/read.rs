@@ -89,6 +89,37 @@ impl ConsumerPool {
         blocking(move || partitions_of(&mut borrowed, &topic, &cluster)).await
     }
 
+    /// The first offset `topic`/`partition`'s log still holds, and its end (where the next
+    /// record will be).
+    pub async fn watermarks(
+        self: &Arc<Self>,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(i64, i64), ReadError> {
+        let mut borrowed = self.borrow().await?;
+        let topic = topic.to_string();
+        let cluster = self.cluster.clone();
+        blocking(move || {
+            let partitions = partitions_of(&mut borrowed, &topic, &cluster)?;
+            if !partitions.contains(&partition) {
+                return Err(ReadError::UnknownPartition {
+                    topic,
+                    partition,
+                    partitions: partitions.len(),
+                });
+            }
+            borrowed
+                .consumer()
+                .fetch_watermarks(&topic, partition, REQUEST_TIMEOUT)
+                .map_err(|source| ReadError::Kafka {
+                    action: "read the partition's offsets",
+                    cluster: cluster.clone(),
+                    source,
+                })
+        })
+        .await
+    }
+
     /// Up to `limit` records of `topic`/`partition` from `start`, stopping at the log's end
     /// as it is when the read begins; `wait` bounds the wait for records the log says it
     /// has.

@@ -330,12 +330,7 @@ impl ControlStore<'_> {
 
     /// Every stored offset of the connector: (topic, partition, next offset).
     pub async fn read_all_offsets(&self) -> Result<Vec<(String, i32, i64)>, SinkError> {
-        let sql = format!(
-            "SELECT topic, {}, next_offset FROM sluice_offsets WHERE connector = {} ORDER BY topic, {}",
-            self.dialect.quote_one("partition"),
-            self.dialect.param(1),
-            self.dialect.quote_one("partition")
-        );
+        let sql = self.dialect.all_offsets();
         each_pool!(self, pool, DB => {
             sqlx::query_as::<DB, (String, i32, i64)>(AssertSqlSafe(sql))
                 .bind(self.connector.to_string())

@@ -339,6 +339,16 @@ impl Dialect {
         )
     }
 
+    /// Binds: connector. Returns (topic, partition, next_offset) of every stored offset.
+    pub fn all_offsets(self) -> String {
+        format!(
+            "SELECT topic, {}, next_offset FROM sluice_offsets WHERE connector = {} ORDER BY topic, {}",
+            self.quote_one("partition"),
+            self.param(1),
+            self.quote_one("partition")
+        )
+    }
+
     /// Binds: connector, topic. Returns (partition, next_offset, cluster_id, topic_id).
     pub fn read_offsets(self) -> String {
         format!(

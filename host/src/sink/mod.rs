@@ -36,6 +36,7 @@ mod row_statements;
 mod runs;
 pub mod schema;
 mod tombstones;
+pub mod verify;
 mod write;
 mod write_runs;
 

@@ -91,7 +91,7 @@ fn record(id: i64, value: Option<Value>) -> Value {
 
 /// The stream both tests read: offsets 0–1 in the first schema, 2–5 with `email`, 6 without
 /// it again, 7 a type change, 8 a new required field, 9 with `email`.
-fn history() -> Vec<Value> {
+pub(super) fn history() -> Vec<Value> {
     vec![
         record(
             1,

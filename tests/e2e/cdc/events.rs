@@ -74,36 +74,31 @@ fn record(key: &Value, value: Option<&Value>) -> Value {
     }
 }
 
-const COLUMNS: &str = "        id: { from: /id, type: bigint }
+pub(super) const COLUMNS: &str = "        id: { from: /id, type: bigint }
         name: { from: /name, type: text }
         updated_at: { from: /updated_at, type: timestamp }";
 
-/// The script: creates, updates, a delete with its tombstone, changes that arrive after a
-/// newer one (each must change nothing), a key created again.
-async fn debezium_history_replays_to_the_same_rows(kind: Backend) {
-    let run = FormatRun::new(kind).await;
-    let t = run.topic.clone();
-    let config = run.config(
-        "connect_json",
-        COLUMNS,
-        "[id]",
-        "    key_format: connect_json\n    envelope: debezium",
-    );
+/// The script of [`debezium_history_replays_to_the_same_rows`] on `topic`: 1 created and
+/// updated, 2 deleted (with its tombstone) and created again, 3 created, two late updates
+/// the version guard refuses, and two records that fail (not a change event, a truncate).
+/// It leaves rows 1, 2 and 3.
+pub(super) fn script(topic: &str) -> Vec<Value> {
+    let t = topic;
     let at = |s: i64| 1_704_067_200_000_000i64 + s * 1_000_001; // 2024-01-01 plus s
-    let k = |id| key(&t, id);
-    let records = vec![
+    let k = |id| key(t, id);
+    vec![
         record(
             &k(1),
-            Some(&event(&t, "r", 10, Value::Null, customer(1, "ann", at(0)))),
+            Some(&event(t, "r", 10, Value::Null, customer(1, "ann", at(0)))),
         ),
         record(
             &k(2),
-            Some(&event(&t, "c", 20, Value::Null, customer(2, "bob", at(1)))),
+            Some(&event(t, "c", 20, Value::Null, customer(2, "bob", at(1)))),
         ),
         record(
             &k(1),
             Some(&event(
-                &t,
+                t,
                 "u",
                 30,
                 customer(1, "ann", at(0)),
@@ -112,7 +107,7 @@ async fn debezium_history_replays_to_the_same_rows(kind: Backend) {
         ),
         record(
             &k(2),
-            Some(&event(&t, "d", 40, customer(2, "bob", at(1)), Value::Null)),
+            Some(&event(t, "d", 40, customer(2, "bob", at(1)), Value::Null)),
         ),
         record(&k(2), None),
         // Late: older than what the table holds. Neither changes anything: the update
@@ -120,7 +115,7 @@ async fn debezium_history_replays_to_the_same_rows(kind: Backend) {
         record(
             &k(1),
             Some(&event(
-                &t,
+                t,
                 "u",
                 25,
                 customer(1, "ann", at(0)),
@@ -130,7 +125,7 @@ async fn debezium_history_replays_to_the_same_rows(kind: Backend) {
         record(
             &k(2),
             Some(&event(
-                &t,
+                t,
                 "u",
                 35,
                 customer(2, "bob", at(1)),
@@ -139,13 +134,13 @@ async fn debezium_history_replays_to_the_same_rows(kind: Backend) {
         ),
         record(
             &k(3),
-            Some(&event(&t, "c", 50, Value::Null, customer(3, "cy", at(3)))),
+            Some(&event(t, "c", 50, Value::Null, customer(3, "cy", at(3)))),
         ),
         // 2 again, newer than its delete.
         record(
             &k(2),
             Some(&event(
-                &t,
+                t,
                 "c",
                 60,
                 Value::Null,
@@ -159,8 +154,24 @@ async fn debezium_history_replays_to_the_same_rows(kind: Backend) {
                 &json!({"schema": {"type": "struct", "fields": [{"type": "int64", "field": "id"}]}, "payload": {"id": 4}}),
             ),
         ),
-        record(&k(4), Some(&event(&t, "t", 70, Value::Null, Value::Null))),
-    ];
+        record(&k(4), Some(&event(t, "t", 70, Value::Null, Value::Null))),
+    ]
+}
+
+/// The script: creates, updates, a delete with its tombstone, changes that arrive after a
+/// newer one (each must change nothing), a key created again.
+async fn debezium_history_replays_to_the_same_rows(kind: Backend) {
+    let run = FormatRun::new(kind).await;
+    let t = run.topic.clone();
+    let config = run.config(
+        "connect_json",
+        COLUMNS,
+        "[id]",
+        "    key_format: connect_json\n    envelope: debezium",
+    );
+    let records = script(&t);
+    let at = |s: i64| 1_704_067_200_000_000i64 + s * 1_000_001; // 2024-01-01 plus s
+    let k = |id| key(&t, id);
     run.produce(json!({"serializer": "raw"}), records).await;
     let sluice = run.start(&config);
     run.wait_for(3, 2, 120, &sluice).await;

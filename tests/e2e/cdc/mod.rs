@@ -25,6 +25,7 @@ mod evolve;
 mod history;
 mod privileges;
 mod property;
+mod verify;
 
 use std::time::{Duration, Instant};
 

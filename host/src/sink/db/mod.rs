@@ -191,6 +191,20 @@ pub(super) struct OwnTables {
     pub(super) dedup_id_text: &'static str,
 }
 
+/// The statements `sluice verify` needs (`sink/verify.rs`): a scratch table shaped like
+/// the connector's, and reads that all see one moment.
+pub(super) struct Verifying {
+    /// `CREATE TABLE` for an empty table named as the second spec, with the columns,
+    /// types and key of the first (the table as the catalog lists it).
+    pub(super) copy_table: fn(&TableSpec, &TableSpec, &[CatalogColumn]) -> String,
+    /// Opens a transaction whose reads all see the database as of one moment.
+    pub(super) snapshot: &'static str,
+    /// A column as the comparison of two tables reads it.
+    pub(super) compared: fn(&str) -> String,
+    /// A value as text, to show a key.
+    pub(super) as_text: fn(&str) -> String,
+}
+
 /// What one database does its own way, as the sink asks it: one per folder
 /// (`db/<name>/mod.rs`, `DATABASE`), registered in [`of`] and [`ALL`].
 pub(super) struct Database {
@@ -208,6 +222,8 @@ pub(super) struct Database {
     /// The statement that makes a widening or a relaxation (`sink.evolve`) of one column
     /// of a table, or why this database cannot make it.
     pub(super) alter_column: fn(&TableSpec, &CatalogColumn, &Change) -> Result<String, String>,
+    /// What `sluice verify` asks of it.
+    pub(super) verifying: &'static Verifying,
     /// What the database's codes say of an error; `None` when another database raised it.
     pub(super) read_error: fn(&dyn DatabaseError) -> Option<ErrorReading>,
     /// Writes an error of this database as a user reads it, where sqlx's words do not

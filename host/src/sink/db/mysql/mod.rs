@@ -5,6 +5,7 @@ pub(in crate::sink) mod errors;
 pub(in crate::sink) mod migrations;
 pub(in crate::sink) mod own_tables;
 pub(in crate::sink) mod pool;
+pub(in crate::sink) mod verify;
 
 use crate::sink::db::Database;
 
@@ -15,6 +16,7 @@ pub(in crate::sink) static DATABASE: Database = Database {
     columns_query: catalog::columns_query,
     evolve_lock: |spec| catalog::evolve_lock(&spec.name),
     alter_column: catalog::alter_column,
+    verifying: &verify::VERIFYING,
     read_error: errors::read,
     // sqlx's words suit.
     write_error: |_, _| None,

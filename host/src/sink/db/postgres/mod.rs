@@ -11,6 +11,7 @@ pub(in crate::sink) use catalog::copy_choice;
 pub(in crate::sink) mod migrations;
 pub(in crate::sink) mod own_tables;
 pub(in crate::sink) mod pool;
+pub(in crate::sink) mod verify;
 
 use crate::sink::db::Database;
 
@@ -21,6 +22,7 @@ pub(in crate::sink) static DATABASE: Database = Database {
     columns_query: catalog::columns_query,
     evolve_lock: catalog::evolve_lock,
     alter_column: catalog::alter_column,
+    verifying: &verify::VERIFYING,
     read_error: errors::read,
     write_error: errors::write,
 };

@@ -5,6 +5,7 @@ pub(in crate::sink) mod errors;
 pub(in crate::sink) mod migrations;
 pub(in crate::sink) mod own_tables;
 pub(in crate::sink) mod pool;
+pub(in crate::sink) mod verify;
 
 use crate::sink::db::{Database, EvolveLock};
 
@@ -16,6 +17,7 @@ pub(in crate::sink) static DATABASE: Database = Database {
     // The transaction's BEGIN IMMEDIATE holds the database's write lock.
     evolve_lock: |_| EvolveLock::Transaction,
     alter_column: catalog::alter_column,
+    verifying: &verify::VERIFYING,
     read_error: errors::read,
     // sqlx's words suit.
     write_error: |_, _| None,
