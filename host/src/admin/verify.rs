@@ -31,7 +31,7 @@ async fn verify(
             format!("Connector {name} not found"),
         ));
     };
-    let Ok(_running) = state.verifies.clone().try_acquire_owned() else {
+    let Ok(running) = state.verifies.clone().try_acquire_owned() else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "a verify is running; try again when it has finished",
@@ -40,9 +40,11 @@ async fn verify(
     let pool = state.supervisor.pool();
     let engine = state.supervisor.engine();
     // The fold runs the connector's plugins, which are not for the async workers: on a
-    // blocking thread of its own, driven to the end there.
+    // blocking thread of its own, driven to the end there. The permit goes with it: a
+    // client that hangs up does not free the place of a verify that still runs.
     let runtime = tokio::runtime::Handle::current();
     let verified = tokio::task::spawn_blocking(move || {
+        let _running = running;
         runtime.block_on(crate::verify::verify(
             &connector,
             &pool,

@@ -112,8 +112,9 @@ impl Sink {
         })
     }
 
-    /// Creates an empty copy of the sink table named `name` (in the table's schema), with
-    /// its columns, types and key; returns the copy's name as a connector configures it.
+    /// Creates an empty copy of the sink table, `sluice_verify_<id>` in the table's schema,
+    /// with its columns, types, defaults and unique keys; returns the copy's name as a
+    /// connector configures it.
     pub async fn create_scratch(&self, id: &str) -> Result<String, SinkError> {
         let (schema, _) = self.table.schema_and_identifier();
         let identifier = format!("{SCRATCH_PREFIX}{id}");
@@ -122,19 +123,34 @@ impl Sink {
             None => identifier,
         };
         let scratch = self.scratch_spec(&name);
-        let target = TableSpec {
-            version: None,
-            ..self.table.clone()
+        let verifying = db::of(self.dialect).verifying;
+        let failed = |source| SinkError::Database {
+            action: "create a scratch copy of",
+            table: self.table.name.clone(),
+            source,
         };
-        let catalog = self.catalog(&target).await?;
-        let sql = (db::of(self.dialect).verifying.copy_table)(&target, &scratch, &catalog);
-        self.execute(&sql)
-            .await
-            .map_err(|source| SinkError::Database {
-                action: "create a scratch copy of",
-                table: self.table.name.clone(),
-                source,
-            })?;
+        let source: Vec<String> = match verifying.copy_source {
+            Some(query) => {
+                let sql = query(&self.table);
+                each_pool!(self, pool, DB => {
+                    sqlx::query_scalar::<DB, String>(AssertSqlSafe(sql))
+                        .fetch_all(pool)
+                        .await
+                })
+                .map_err(failed)?
+            }
+            None => Vec::new(),
+        };
+        let statements = (verifying.copy_table)(&self.table, &scratch, &source)
+            .map_err(|why| failed(sqlx::Error::Protocol(why)))?;
+        for (n, sql) in statements.iter().enumerate() {
+            if let Err(source) = self.execute(sql).await {
+                if n > 0 {
+                    let _ = self.drop_scratch(&name).await;
+                }
+                return Err(failed(source));
+            }
+        }
         Ok(name)
     }
 
@@ -226,6 +242,12 @@ impl Sink {
         };
         each_pool!(self, pool, DB => {
             let mut conn = pool.acquire().await.map_err(failed)?;
+            if let Some(sql) = verifying.before_snapshot {
+                sqlx::query::<DB>(AssertSqlSafe(sql.to_string()))
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(failed)?;
+            }
             let mut tx = conn.begin_with(verifying.snapshot).await.map_err(failed)?;
             let mut offsets: Vec<(String, i32, i64)> =
                 sqlx::query_as::<DB, (String, i32, i64)>(AssertSqlSafe(offsets_sql))

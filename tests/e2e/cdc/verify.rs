@@ -44,6 +44,31 @@ fn ids(report: &Value, kind: &str) -> Vec<String> {
         .collect()
 }
 
+/// How far the table's own sequence of `rid` has gone (PostgreSQL's `serial`, MariaDB's
+/// `AUTO_INCREMENT`; SQLite's `INTEGER PRIMARY KEY` takes the largest rowid plus one).
+async fn sequence(run: &FormatRun) -> Vec<Vec<Option<String>>> {
+    match run.db.kind {
+        Backend::Postgres => {
+            read_rows(
+                &run.db,
+                &format!("{}_rid_seq", run.table),
+                &[("last_value", "bigint")],
+            )
+            .await
+        }
+        Backend::MariaDb => read_rows(
+            &run.db,
+            &format!(
+                "information_schema.tables WHERE table_schema = DATABASE() AND table_name = '{}'",
+                run.table
+            ),
+            &[("auto_increment", "bigint")],
+        )
+        .await,
+        Backend::Sqlite => Vec::new(),
+    }
+}
+
 async fn verify_finds_what_changed_behind_sluices_back(kind: Backend) {
     // Verify reads the log's end from the broker: Tansu's memory storage answers it wrong.
     let run = FormatRun::persistent(kind).await;
@@ -54,6 +79,30 @@ async fn verify_finds_what_changed_behind_sluices_back(kind: Backend) {
         "[id]",
         "    key_format: connect_json\n    envelope: debezium",
     );
+    // The table as an operator makes it: a surrogate key from a sequence, the record's key
+    // unique beside it, a column sluice does not write with a default.
+    let table = &run.table;
+    let ddl = match kind {
+        Backend::Postgres => vec![format!(
+            "CREATE TABLE {table} (rid BIGSERIAL PRIMARY KEY, id BIGINT NOT NULL UNIQUE, name TEXT, \
+             updated_at TIMESTAMP, _sluice_version TEXT, created_at TIMESTAMP NOT NULL DEFAULT now())"
+        )],
+        Backend::MariaDb => vec![format!(
+            "CREATE TABLE {table} (rid BIGINT AUTO_INCREMENT PRIMARY KEY, id BIGINT NOT NULL UNIQUE, \
+             `name` TEXT, updated_at DATETIME(6), _sluice_version VARCHAR(100), \
+             created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+        )],
+        Backend::Sqlite => vec![
+            format!(
+                "CREATE TABLE {table} (rid INTEGER PRIMARY KEY, id INTEGER NOT NULL, name TEXT, \
+                 updated_at TEXT, _sluice_version TEXT, created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+            ),
+            format!("CREATE UNIQUE INDEX {table}_by_id ON {table} (id)"),
+        ],
+    };
+    for sql in &ddl {
+        super::execute(&run.db, sql).await;
+    }
     let port = free_port();
     let text = std::fs::read_to_string(&config).expect("config");
     std::fs::write(&config, format!("{}\n{text}", admin_section(port))).expect("config");
@@ -65,6 +114,7 @@ async fn verify_finds_what_changed_behind_sluices_back(kind: Backend) {
     super::wait_for_offset(&run.db, &run.connector, &run.topic, 0, produced, 60).await;
 
     // Equal, while sluice runs.
+    let drawn = sequence(&run).await;
     let (code, out) = verify(&config, &run.connector, "json");
     assert_eq!(code, Some(0), "{out}");
     let report: Value = serde_json::from_str(out.lines().next().unwrap_or("")).expect("json");
@@ -81,15 +131,22 @@ async fn verify_finds_what_changed_behind_sluices_back(kind: Backend) {
         "{report}"
     );
 
-    // Behind sluice's back: 1 changed, 3 deleted, 99 added.
+    // The fold's rows drew no value from the table's own sequence.
+    assert_eq!(
+        sequence(&run).await,
+        drawn,
+        "verify moved the table's sequence"
+    );
+
+    // Behind sluice's back: 1 changed (in case only: MariaDB's default collation takes
+    // `ANNA` for `anna`), 3 deleted, 99 added.
     let name = match kind {
         Backend::MariaDb => "`name`",
         _ => "\"name\"",
     };
-    let table = &run.table;
     super::execute(
         &run.db,
-        &format!("UPDATE {table} SET {name} = 'tampered' WHERE id = 1"),
+        &format!("UPDATE {table} SET {name} = 'ANNA' WHERE id = 1"),
     )
     .await;
     super::execute(&run.db, &format!("DELETE FROM {table} WHERE id = 3")).await;

@@ -191,15 +191,26 @@ pub(super) struct OwnTables {
     pub(super) dedup_id_text: &'static str,
 }
 
+/// Writes the statements that copy a table (`Verifying::copy_table`): the table, the copy,
+/// what `Verifying::copy_source` read.
+pub(super) type CopyTable = fn(&TableSpec, &TableSpec, &[String]) -> Result<Vec<String>, String>;
+
 /// The statements `sluice verify` needs (`sink/verify.rs`): a scratch table shaped like
 /// the connector's, and reads that all see one moment.
 pub(super) struct Verifying {
-    /// `CREATE TABLE` for an empty table named as the second spec, with the columns,
-    /// types and key of the first (the table as the catalog lists it).
-    pub(super) copy_table: fn(&TableSpec, &TableSpec, &[CatalogColumn]) -> String,
+    /// Where the database keeps what `copy_table` copies (SQLite: the statements that
+    /// made the table and its unique indexes); a query whose rows are one text each.
+    pub(super) copy_source: Option<fn(&TableSpec) -> String>,
+    /// The statements that make an empty table named as the second spec with the columns,
+    /// types, defaults and unique indexes of the first (given `copy_source`'s rows), or
+    /// why they cannot be written.
+    pub(super) copy_table: CopyTable,
+    /// A statement on the connection before the snapshot's transaction opens.
+    pub(super) before_snapshot: Option<&'static str>,
     /// Opens a transaction whose reads all see the database as of one moment.
     pub(super) snapshot: &'static str,
-    /// A column as the comparison of two tables reads it.
+    /// A column as the comparison of two tables reads it: equal exactly when the values
+    /// are.
     pub(super) compared: fn(&str) -> String,
     /// A value as text, to show a key.
     pub(super) as_text: fn(&str) -> String,
