@@ -297,7 +297,10 @@ impl Sink {
         if !refused.is_empty() && from_cache {
             // The table may have changed since it was read (a column added by hand or by
             // another process): look again before refusing.
-            let read = super::derived::Layout::of(self.catalog(&spec).await?);
+            // What the database refused, or cannot make, stays known: not asked twice.
+            let mut read = super::derived::Layout::of(self.catalog(&spec).await?);
+            read.refused = std::mem::take(&mut layout.refused);
+            read.unrelaxable = std::mem::take(&mut layout.unrelaxable);
             (layout, refused) = self
                 .fit_shapes(&spec, read, shapes, (evolve, create), sources)
                 .await?;

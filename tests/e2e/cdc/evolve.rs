@@ -368,6 +368,24 @@ async fn a_change_the_database_refuses_fails_only_its_records(kind: Backend) {
                 "{letters:?}"
             );
             assert!(letters[0].3.contains("refused"), "{letters:?}");
+            // The same widening in a later batch is refused again without asking the
+            // database: one attempt in the log.
+            run.produce(
+                json!({"serializer": "raw"}),
+                vec![record(INT, json!({"id": 6, "qty": 80_000, "note": "f"}))],
+            )
+            .await;
+            run.wait_for(4, 2, 120, &sluice).await;
+            let letters = run.letters().await;
+            assert!(letters[1].3.contains("refused"), "{letters:?}");
+            let log = std::fs::read_to_string(&sluice.log).expect("sluice log");
+            let attempts = log
+                .lines()
+                .filter(|l| {
+                    l.contains("changing a table for its records' schema") && l.contains("widen")
+                })
+                .count();
+            assert_eq!(attempts, 1, "{log}");
         }
         _ => assert_eq!(
             (letters[0].0, letters[0].2.as_str()),

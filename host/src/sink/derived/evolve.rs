@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::layout::same_name;
+use super::layout::{ASK_AGAIN_AFTER, same_name};
 use super::{CatalogColumn, Change, Layout, Misfit, read_catalog};
 use crate::config::Evolve;
 use crate::map::DerivedShape;
@@ -246,8 +246,27 @@ impl Sink {
                 refused.push((index, why));
                 continue;
             }
+            // Refused before, while the table stayed cached: refused again, unasked.
+            let known: Vec<&str> = changes
+                .iter()
+                .filter_map(|change| {
+                    let change = change.describe();
+                    layout
+                        .refused
+                        .iter()
+                        .find(|(refused, _, at)| {
+                            *refused == change && at.elapsed() < ASK_AGAIN_AFTER
+                        })
+                        .map(|(_, why, _)| why.as_str())
+                })
+                .collect();
+            if !known.is_empty() {
+                refused.push((index, known.join("; ")));
+                continue;
+            }
             let (catalog, cannot) = self.evolve(spec, &changes, sources.get(index)).await?;
             let mut unrelaxable = std::mem::take(&mut layout.unrelaxable);
+            let mut refused_before = std::mem::take(&mut layout.refused);
             layout = Layout::of(catalog);
             // A column this database cannot make nullable refuses no shape: its records
             // go on, and a NULL into it fails alone, as without `relax`.
@@ -260,6 +279,18 @@ impl Sink {
                 unrelaxable.push(change.column().to_string());
             }
             layout.unrelaxable = unrelaxable;
+            let now = std::time::Instant::now();
+            refused_before.retain(|(change, _, _)| {
+                !required
+                    .iter()
+                    .any(|(again, _)| again.describe() == *change)
+            });
+            refused_before.extend(
+                required
+                    .iter()
+                    .map(|(change, why)| (change.describe(), why.clone(), now)),
+            );
+            layout.refused = refused_before;
             if !required.is_empty() {
                 refused.push((
                     index,

@@ -15,6 +15,9 @@ fn primary_key(catalog: &[CatalogColumn]) -> Vec<String> {
     key.into_iter().map(|c| c.name.clone()).collect()
 }
 
+/// How long a change the database refused is not asked again ([`Layout::refused`]).
+pub const ASK_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// A derived table as it stands: its columns and key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -26,6 +29,13 @@ pub struct Layout {
     /// asked again while the table stays cached. A NULL into one fails its record alone,
     /// as without `relax`.
     pub unrelaxable: Vec<String>,
+    /// Changes the database refused or cannot make (a view on the column, a definition a
+    /// restatement would lose, a rewrite past its time bound), each as
+    /// [`Change::describe`] gives it, with why and when: not asked again for
+    /// [`ASK_AGAIN_AFTER`] while the table stays cached, so that each batch of the schema
+    /// does not pay for a refused statement (its records fail with the same reason), and a
+    /// cause mended by hand (the view dropped) is found within that time.
+    pub refused: Vec<(String, String, std::time::Instant)>,
 }
 
 impl Layout {
@@ -35,6 +45,7 @@ impl Layout {
             key: primary_key(&catalog),
             catalog,
             unrelaxable: Vec::new(),
+            refused: Vec::new(),
         }
     }
 }

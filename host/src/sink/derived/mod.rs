@@ -222,6 +222,7 @@ mod tests {
                 .collect(),
             key: vec!["id".into()],
             unrelaxable: Vec::new(),
+            refused: Vec::new(),
         }
     }
 
