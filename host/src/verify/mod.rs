@@ -153,7 +153,11 @@ impl Report {
     /// From a whole log, the table and the fold hold a different number of rows although
     /// no key is apart: a row repeated on one side (a table whose key is not unique).
     pub fn counts_differ(&self) -> bool {
-        self.whole() && self.table_rows != self.folded_rows
+        self.whole()
+            && self.table_rows != self.folded_rows
+            && self.missing.is_empty()
+            && self.extra.is_empty()
+            && self.differing.is_empty()
     }
 
     /// No difference found.

@@ -3,54 +3,140 @@
 use crate::sink::db::Verifying;
 use crate::sink::dialect::{Dialect, TableSpec};
 
-/// The statements that made the table and its unique indexes, table first (SQLite has no
-/// `CREATE TABLE … LIKE`): copied with the scratch table's name, they give it the same
-/// columns, declared types, defaults, collations, checks, key and unique indexes.
+/// What the catalog says of the table and its unique indexes, one JSON object a row
+/// (SQLite has no `CREATE TABLE … LIKE`): each column (`cid`, `column`, `type`, `notnull`,
+/// `default`, `pk`) and each unique index that is not the primary key (`index`, its `sql`
+/// when it was made by `CREATE UNIQUE INDEX`, its `columns`).
 fn copy_source(target: &TableSpec) -> String {
     let (schema, table) = target.schema_and_identifier();
-    let master = match schema {
-        Some(schema) => format!("{}.sqlite_master", Dialect::Sqlite.quote_one(&schema)),
-        None => "sqlite_master".to_string(),
+    let table = literal(&table);
+    let (in_schema, master) = match &schema {
+        Some(schema) => (
+            format!(", {}", literal(schema)),
+            format!("{}.sqlite_master", Dialect::Sqlite.quote_one(schema)),
+        ),
+        None => (String::new(), "sqlite_master".to_string()),
     };
     format!(
-        "SELECT sql FROM {master} WHERE tbl_name = {} AND sql IS NOT NULL \
-         AND (type = 'table' OR (type = 'index' AND upper(sql) LIKE 'CREATE UNIQUE INDEX%')) \
-         ORDER BY type = 'index', name",
-        literal(&table)
+        "SELECT json_object('cid', cid, 'column', name, 'type', type, 'notnull', \"notnull\", \
+         'default', dflt_value, 'pk', pk) FROM pragma_table_info({table}{in_schema}) \
+         UNION ALL \
+         SELECT json_object('index', il.name, 'sql', m.sql, 'columns', \
+         (SELECT json_group_array(name) FROM (SELECT name FROM pragma_index_info(il.name{in_schema}) ORDER BY seqno))) \
+         FROM pragma_index_list({table}{in_schema}) il \
+         LEFT JOIN {master} m ON m.type = 'index' AND m.name = il.name \
+         WHERE il.\"unique\" = 1 AND il.origin <> 'pk'"
     )
 }
 
-/// `source`'s statements for the scratch table: the table's own `CREATE TABLE` with the
-/// scratch table's name in place of its own, and each unique index renamed onto it.
+/// One column as `copy_source` lists it.
+#[derive(serde::Deserialize)]
+struct Column {
+    cid: i64,
+    column: String,
+    #[serde(rename = "type")]
+    sql_type: Option<String>,
+    notnull: i64,
+    default: Option<String>,
+    pk: i64,
+}
+
+/// One unique index as `copy_source` lists it: its columns an array, or the array's text.
+#[derive(serde::Deserialize)]
+struct Index {
+    sql: Option<String>,
+    columns: serde_json::Value,
+}
+
+/// The scratch table from `source` (`copy_source`'s rows): the table's columns with their
+/// declared types, `NOT NULL`s and defaults, its primary key, and its unique indexes (its
+/// own `CREATE UNIQUE INDEX`, renamed onto the copy, or, for a `UNIQUE` in the table's
+/// definition, one on the same columns). Not its foreign keys (a row of the copy would
+/// hold back deletes of the parent table's rows), checks, collations or `STRICT`.
 fn copy_table(
-    _target: &TableSpec,
+    target: &TableSpec,
     scratch: &TableSpec,
     source: &[String],
 ) -> Result<Vec<String>, String> {
-    let (table, indexes) = source
-        .split_first()
-        .ok_or("the table's own CREATE TABLE statement is not in sqlite_master")?;
-    let (schema, identifier) = scratch.schema_and_identifier();
-    let columns = after_name(table, &["CREATE", "TABLE"])
-        .ok_or_else(|| format!("cannot read the table's statement: {table}"))?;
+    let quote = |name: &str| Dialect::Sqlite.quote_one(name);
+    let mut columns = Vec::new();
+    let mut indexes = Vec::new();
+    for row in source {
+        let value: serde_json::Value =
+            serde_json::from_str(row).map_err(|e| format!("the catalog's answer {row}: {e}"))?;
+        if value.get("index").is_some() {
+            indexes.push(
+                serde_json::from_value::<Index>(value)
+                    .map_err(|e| format!("the catalog's answer {row}: {e}"))?,
+            );
+        } else {
+            columns.push(
+                serde_json::from_value::<Column>(value)
+                    .map_err(|e| format!("the catalog's answer {row}: {e}"))?,
+            );
+        }
+    }
+    if columns.is_empty() {
+        return Err(format!("table {} is not in the catalog", target.name));
+    }
+    columns.sort_by_key(|c| c.cid);
+    let mut parts: Vec<String> = columns
+        .iter()
+        .map(|c| {
+            let mut part = quote(&c.column);
+            if let Some(sql_type) = c.sql_type.as_deref().filter(|t| !t.is_empty()) {
+                part.push(' ');
+                part.push_str(sql_type);
+            }
+            if c.notnull != 0 {
+                part.push_str(" NOT NULL");
+            }
+            if let Some(default) = &c.default {
+                part.push_str(&format!(" DEFAULT ({default})"));
+            }
+            part
+        })
+        .collect();
+    let mut key: Vec<&Column> = columns.iter().filter(|c| c.pk > 0).collect();
+    key.sort_by_key(|c| c.pk);
+    if !key.is_empty() {
+        let names: Vec<String> = key.iter().map(|c| quote(&c.column)).collect();
+        parts.push(format!("PRIMARY KEY ({})", names.join(", ")));
+    }
     let mut statements = vec![format!(
-        "CREATE TABLE {}{columns}",
-        scratch.quoted(Dialect::Sqlite)
+        "CREATE TABLE {} ({})",
+        scratch.quoted(Dialect::Sqlite),
+        parts.join(", ")
     )];
+    let (schema, identifier) = scratch.schema_and_identifier();
     for (n, index) in indexes.iter().enumerate() {
-        // `CREATE UNIQUE INDEX name ON table (columns) [WHERE …]`: what follows the
-        // table's name is kept.
-        let columns = after_name(index, &["CREATE", "UNIQUE", "INDEX"])
-            .and_then(|on| after_name(on, &["ON"]))
-            .ok_or_else(|| format!("cannot read a unique index's statement: {index}"))?;
-        let index_name = Dialect::Sqlite.quote_one(&format!("{identifier}_{n}"));
+        let index_name = quote(&format!("{identifier}_{n}"));
         let index_name = match &schema {
-            Some(schema) => format!("{}.{index_name}", Dialect::Sqlite.quote_one(schema)),
+            Some(schema) => format!("{}.{index_name}", quote(schema)),
             None => index_name,
         };
+        // What follows the table's name in the index's own statement: its columns or
+        // expressions, and a partial index's WHERE.
+        let on = match &index.sql {
+            Some(sql) => after_name(sql, &["CREATE", "UNIQUE", "INDEX"])
+                .and_then(|on| after_name(on, &["ON"]))
+                .map(str::to_string)
+                .ok_or_else(|| format!("cannot read a unique index's statement: {sql}"))?,
+            None => {
+                let columns = match &index.columns {
+                    serde_json::Value::String(text) => serde_json::from_str(text)
+                        .map_err(|e| format!("a unique index's columns {text}: {e}"))?,
+                    columns => columns.clone(),
+                };
+                let names: Vec<String> = serde_json::from_value(columns)
+                    .map_err(|e| format!("a unique index's columns: {e}"))?;
+                let names: Vec<String> = names.iter().map(|n| quote(n)).collect();
+                format!(" ({})", names.join(", "))
+            }
+        };
         statements.push(format!(
-            "CREATE UNIQUE INDEX {index_name} ON {}{columns}",
-            Dialect::Sqlite.quote_one(&identifier)
+            "CREATE UNIQUE INDEX {index_name} ON {}{on}",
+            quote(&identifier)
         ));
     }
     Ok(statements)
@@ -144,18 +230,24 @@ mod tests {
     }
 
     #[test]
-    fn the_copy_is_the_tables_own_statement_and_unique_indexes_renamed() {
+    fn the_copy_has_the_columns_key_defaults_and_unique_indexes_and_no_foreign_key() {
         let source = [
-            "CREATE TABLE \"Orders (x)\" (rid INTEGER PRIMARY KEY, order_id TEXT NOT NULL COLLATE NOCASE, at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)".to_string(),
-            "CREATE UNIQUE INDEX by_order ON \"Orders (x)\" (order_id) WHERE rid > 0".to_string(),
-        ];
+            r#"{"cid":1,"column":"order_id","type":"TEXT","notnull":1,"default":null,"pk":0}"#,
+            r#"{"cid":0,"column":"rid","type":"INTEGER","notnull":0,"default":null,"pk":1}"#,
+            r#"{"cid":2,"column":"at","type":"TEXT","notnull":1,"default":"CURRENT_TIMESTAMP","pk":0}"#,
+            r#"{"cid":3,"column":"parent","type":"","notnull":0,"default":null,"pk":0}"#,
+            r#"{"index":"by_order","sql":"CREATE UNIQUE INDEX by_order ON \"Orders (x)\" (order_id) WHERE rid > 0","columns":"[\"order_id\"]"}"#,
+            r#"{"index":"sqlite_autoindex_x_1","sql":null,"columns":["at","parent"]}"#,
+        ]
+        .map(str::to_string);
         let statements =
             copy_table(&spec("Orders (x)"), &spec("sluice_verify_1"), &source).expect("copy");
         assert_eq!(
             statements,
             vec![
-                "CREATE TABLE \"sluice_verify_1\" (rid INTEGER PRIMARY KEY, order_id TEXT NOT NULL COLLATE NOCASE, at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)".to_string(),
+                "CREATE TABLE \"sluice_verify_1\" (\"rid\" INTEGER, \"order_id\" TEXT NOT NULL, \"at\" TEXT NOT NULL DEFAULT (CURRENT_TIMESTAMP), \"parent\", PRIMARY KEY (\"rid\"))".to_string(),
                 "CREATE UNIQUE INDEX \"sluice_verify_1_0\" ON \"sluice_verify_1\" (order_id) WHERE rid > 0".to_string(),
+                "CREATE UNIQUE INDEX \"sluice_verify_1_1\" ON \"sluice_verify_1\" (\"at\", \"parent\")".to_string(),
             ]
         );
         assert!(copy_table(&spec("t"), &spec("s"), &[]).is_err());
