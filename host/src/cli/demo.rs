@@ -14,7 +14,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use crate::server::signals::shutdown_signal;
 use crate::server::{EXIT_FAILURE, EXIT_INVALID, load, resolve_brokers};
-use crate::sink::{Dialect, Sink, SinkError};
+use crate::sink::{Sink, SinkError};
 use crate::supervisor::Supervisor;
 
 /// What [`sequence_stats`] finds: how the demo (and the end-to-end tests) check a table
@@ -49,11 +49,7 @@ pub async fn sequence_stats(sink: &Sink, column: &str) -> Result<SequenceStats, 
     let sql = format!(
         "SELECT CAST(COUNT(*) AS {big}), CAST(COUNT(DISTINCT {c}) AS {big}), CAST(MIN({c}) AS {big}), CAST(MAX({c}) AS {big}) FROM {}",
         dialect.quote_table(sink.table_name()),
-        big = if dialect == Dialect::MySql {
-            "SIGNED"
-        } else {
-            "BIGINT"
-        },
+        big = sink.bigint_cast(),
     );
     let values = sink.query_integers(sql, 4).await?;
     Ok(SequenceStats {

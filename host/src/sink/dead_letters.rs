@@ -213,11 +213,7 @@ impl Sink {
         };
         let sql = format!(
             "SELECT CAST(COUNT(*) AS {}) FROM {} WHERE connector = {}",
-            if self.dialect == Dialect::MySql {
-                "SIGNED"
-            } else {
-                "BIGINT"
-            },
+            super::db::of(self.dialect).bigint_cast,
             table.quoted(self.dialect),
             self.dialect.param(1)
         );

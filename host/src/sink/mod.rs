@@ -44,7 +44,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{AssertSqlSafe, MySql, Postgres, Sqlite};
+use sqlx::AssertSqlSafe;
 
 use crate::config::{ConnectorConfig, DeadLetterDestination, WriteMode, redact_url};
 use crate::dedup::DedupKey;
@@ -332,7 +332,7 @@ impl Sink {
                 _ => None,
             },
             copy_in: std::sync::OnceLock::new(),
-            asynchronous_commit: dialect == Dialect::Postgres
+            asynchronous_commit: db::of(dialect).asynchronous_commit
                 && connector.sink.synchronous_commit == crate::config::SynchronousCommit::Off,
             routing: (connector.sink.table_template().is_some()
                 || connector.sink.derives_columns())
@@ -360,7 +360,7 @@ impl Sink {
     /// checks that the table has every configured column.
     pub async fn prepare(&self) -> Result<(), SinkError> {
         let migrated = self.migrate().await?;
-        if self.dialect == Dialect::MySql && migrated.from < 2 {
+        if migrated.from < db::of(self.dialect).exact_names_since {
             for names in schema::case_collisions(&self.topics) {
                 tracing::warn!(connector = %self.connector, topics = ?names,
                     "these topics differ only in case: before sluice compared names exactly on MySQL/MariaDB (schema version 2) they shared one stored offset, so records of one of them may be missing or duplicated; check the table against the topics");
@@ -479,11 +479,12 @@ impl Sink {
 
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
         let sql = AssertSqlSafe(sql.to_string());
-        match &self.pool.pool {
-            Pool::Postgres(p) => sqlx::query::<Postgres>(sql).execute(p).await.map(|_| ()),
-            Pool::MySql(p) => sqlx::query::<MySql>(sql).execute(p).await.map(|_| ()),
-            Pool::Sqlite(p) => sqlx::query::<Sqlite>(sql).execute(p).await.map(|_| ()),
-        }
+        each_pool!(self, pool, DB => sqlx::query::<DB>(sql).execute(pool).await.map(|_| ()))
+    }
+
+    /// The type an integer is cast to in a `SELECT` (`CAST(COUNT(*) AS …)`) here.
+    pub fn bigint_cast(&self) -> &'static str {
+        db::of(self.dialect).bigint_cast
     }
 
     /// The database this sink writes to.

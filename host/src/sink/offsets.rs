@@ -2,10 +2,8 @@
 
 use std::collections::HashMap;
 
-use sqlx::{MySql, Postgres, Sqlite};
-
 use super::backend;
-use super::{Pool, READ_TIMEOUT, Sink, SinkError, StoredPositions, each_pool};
+use super::{READ_TIMEOUT, Sink, SinkError, StoredPositions, each_pool};
 
 impl Sink {
     /// The topics this connector has stored offsets of, in name order.
@@ -85,17 +83,9 @@ impl Sink {
     /// Forgets the stored offsets of `topic` (`sluice offsets reset`).
     pub async fn reset_offsets(&self, topic: &str) -> Result<u64, SinkError> {
         let sql = self.dialect.delete_offsets();
-        let result = match &self.pool.pool {
-            Pool::Postgres(p) => {
-                backend::delete_offsets::<Postgres>(p, sql, &self.connector, topic).await
-            }
-            Pool::MySql(p) => {
-                backend::delete_offsets::<MySql>(p, sql, &self.connector, topic).await
-            }
-            Pool::Sqlite(p) => {
-                backend::delete_offsets::<Sqlite>(p, sql, &self.connector, topic).await
-            }
-        };
+        let result = each_pool!(self, pool, DB => {
+            backend::delete_offsets::<DB>(pool, sql, &self.connector, topic).await
+        });
         result.map_err(self.db_error("reset offsets"))
     }
 }

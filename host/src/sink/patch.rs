@@ -17,8 +17,8 @@ use sqlx::error::{DatabaseError, ErrorKind};
 use sqlx::{AssertSqlSafe, Executor, IntoArguments};
 
 use super::backend::Backend;
+use super::db;
 use super::dialect::{Dialect, TableSpec};
-use crate::config::ColumnType;
 use crate::map::SqlValue;
 
 /// The database error of a patch whose row is not stored: it classifies as a refusal of
@@ -65,18 +65,9 @@ impl DatabaseError for UnavailableRow {
 /// A bind placeholder for a `column`'s value: PostgreSQL casts each to the column's type
 /// (text binds for timestamps, numerics, JSON and UUIDs, as the bulk writers send them).
 fn placeholder(dialect: Dialect, table: &TableSpec, column: usize, n: usize) -> String {
-    match (dialect, table.columns[column].1) {
-        // A timestamptz is bound as UTC text without its offset: without one, PostgreSQL
-        // would read it in the session's time zone.
-        (Dialect::Postgres, ColumnType::Timestamptz) => {
-            format!("({}::TEXT || '+00')::TIMESTAMPTZ", dialect.param(n))
-        }
-        (Dialect::Postgres, column_type) => format!(
-            "{}::{}",
-            dialect.param(n),
-            dialect.type_name(column_type, false)
-        ),
-        _ => dialect.param(n),
+    match db::of(dialect).typed_param {
+        Some(typed) => typed(&dialect.param(n), table.columns[column].1),
+        None => dialect.param(n),
     }
 }
 
@@ -209,6 +200,7 @@ fn refused(table: &TableSpec, row: &[SqlValue], why: &str) -> sqlx::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ColumnType;
 
     fn table(version: bool) -> TableSpec {
         let mut columns = vec![

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::backend::Backend;
 use super::error::{is_refusal, refused_message};
 use super::routed::ReadyTable;
-use super::{Dialect, Sink, SinkError, WRITE_TIMEOUT, WriteBatch, dedup, each_pool};
+use super::{Sink, SinkError, WRITE_TIMEOUT, WriteBatch, dedup, each_pool};
 use crate::map::{RowOp, TableRoutes};
 
 /// A savepoint the probe for refused rows rolls back to.
@@ -61,9 +61,9 @@ impl Sink {
                 let mut tx = sqlx::Connection::begin_with(conn, self.dialect.begin())
                     .await
                     .map_err(self.db_error("begin"))?;
-                if self.dialect == Dialect::Postgres {
+                if let Some(first) = super::db::of(self.dialect).probe_begins_with {
                     // Deferred constraints would only fail at a COMMIT the probe never runs.
-                    sqlx::query::<DB>("SET CONSTRAINTS ALL IMMEDIATE")
+                    sqlx::query::<DB>(first)
                         .execute(&mut *tx)
                         .await
                         .map_err(self.db_error("find refused rows"))?;

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use super::db;
 use super::dialect::{Dialect, TableSpec, timestamp_text};
 use crate::config::ColumnType;
 use crate::map::{RowOp, SqlValue};
@@ -104,7 +105,7 @@ pub(super) fn runs<'a>(
 /// ordered as one, so that the stable sort leaves them in record order and the newest
 /// record still comes last.
 pub(super) fn order_key(dialect: Dialect, key: &[Bound]) -> Vec<Bound> {
-    if dialect != Dialect::MySql {
+    if !db::of(dialect).keys_compare_loosely {
         return key.to_vec();
     }
     key.iter()
@@ -141,7 +142,9 @@ pub(super) fn bound_key(dialect: Dialect, column_type: ColumnType, value: &SqlVa
         SqlValue::Bool(v) => Bound::Bool(*v),
         // Bound as text with six fractional digits: nanoseconds are cut in every dialect.
         SqlValue::Timestamp(t) => Bound::Text(timestamp_text(t)),
-        SqlValue::Text(s) if dialect == Dialect::Postgres && column_type == ColumnType::Json => {
+        SqlValue::Text(s)
+            if column_type == ColumnType::Json && db::of(dialect).json_compares_as_value =>
+        {
             Bound::Text(
                 serde_json::from_str::<serde_json::Value>(s)
                     .map(|v| canonical_json(&v))

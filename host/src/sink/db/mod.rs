@@ -23,6 +23,7 @@ pub(super) mod table;
 use sqlx::error::DatabaseError;
 
 use super::dialect::{Dialect, TableSpec};
+use crate::config::ColumnType;
 use table::{CatalogColumn, Change};
 
 /// How long a task waits for a connection to a database server, or for a new one to be
@@ -235,6 +236,26 @@ pub(super) struct Database {
     pub(super) alter_column: fn(&TableSpec, &CatalogColumn, &Change) -> Result<String, String>,
     /// What `sluice verify` asks of it.
     pub(super) verifying: &'static Verifying,
+    /// Its text keys may compare more loosely than exactly (a case-insensitive collation,
+    /// trailing spaces ignored): rows whose keys it could take for one are ordered as one
+    /// (`runs::order_key`).
+    pub(super) keys_compare_loosely: bool,
+    /// A JSON column compares as its value, not its text (PostgreSQL's `jsonb`): keys of
+    /// JSON text are bound canonical (`runs::bound_key`).
+    pub(super) json_compares_as_value: bool,
+    /// A bind placeholder (`param`, the dialect's) for a value of a column of a type, where
+    /// the database needs the type said (PostgreSQL casts text binds); `None`: as it is.
+    pub(super) typed_param: Option<fn(&str, ColumnType) -> String>,
+    /// The type an integer is cast to in a `SELECT` (`CAST(COUNT(*) AS …)`).
+    pub(super) bigint_cast: &'static str,
+    /// It takes `sink.synchronous_commit: off` (`SET LOCAL synchronous_commit`).
+    pub(super) asynchronous_commit: bool,
+    /// The schema version from which sluice compares names exactly here (MySQL and
+    /// MariaDB compared topic names by their collation before version 2); 0: always.
+    pub(super) exact_names_since: i64,
+    /// What a probe of refused rows runs first in its transaction (PostgreSQL: deferred
+    /// constraints checked at once, since the probe never commits).
+    pub(super) probe_begins_with: Option<&'static str>,
     /// What the database's codes say of an error; `None` when another database raised it.
     pub(super) read_error: fn(&dyn DatabaseError) -> Option<ErrorReading>,
     /// Writes an error of this database as a user reads it, where sqlx's words do not

@@ -17,6 +17,13 @@ pub(in crate::sink) static DATABASE: Database = Database {
     evolve_lock: |spec| catalog::evolve_lock(&spec.name),
     alter_column: catalog::alter_column,
     verifying: &verify::VERIFYING,
+    keys_compare_loosely: true,
+    json_compares_as_value: false,
+    typed_param: None,
+    bigint_cast: "SIGNED",
+    asynchronous_commit: false,
+    exact_names_since: 2,
+    probe_begins_with: None,
     read_error: errors::read,
     // sqlx's words suit.
     write_error: |_, _| None,

@@ -163,6 +163,19 @@ fn type_name(column_type: ColumnType) -> std::borrow::Cow<'static, str> {
     })
 }
 
+/// A bind placeholder cast to its column's type: the bulk writers bind timestamps,
+/// numerics, JSON and UUIDs as text. A timestamptz is bound as UTC text without its
+/// offset: without one, PostgreSQL would read it in the session's time zone.
+pub(in crate::sink) fn typed_param(param: &str, column_type: ColumnType) -> String {
+    match column_type {
+        ColumnType::Timestamptz => format!("({param}::TEXT || '+00')::TIMESTAMPTZ"),
+        column_type => format!(
+            "{param}::{}",
+            Dialect::Postgres.type_name(column_type, false)
+        ),
+    }
+}
+
 /// The statement that lists `spec`'s columns: name, type as `format_type` spells it
 /// (lower case), position in the primary key (0 outside it), in the table's order.
 pub(in crate::sink) fn columns_query(spec: &TableSpec) -> String {

@@ -23,6 +23,13 @@ pub(in crate::sink) static DATABASE: Database = Database {
     evolve_lock: catalog::evolve_lock,
     alter_column: catalog::alter_column,
     verifying: &verify::VERIFYING,
+    keys_compare_loosely: false,
+    json_compares_as_value: true,
+    typed_param: Some(catalog::typed_param),
+    bigint_cast: "BIGINT",
+    asynchronous_commit: true,
+    exact_names_since: 0,
+    probe_begins_with: Some("SET CONSTRAINTS ALL IMMEDIATE"),
     read_error: errors::read,
     write_error: errors::write,
 };

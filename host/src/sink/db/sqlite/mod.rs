@@ -18,6 +18,13 @@ pub(in crate::sink) static DATABASE: Database = Database {
     evolve_lock: |_| EvolveLock::Transaction,
     alter_column: catalog::alter_column,
     verifying: &verify::VERIFYING,
+    keys_compare_loosely: false,
+    json_compares_as_value: false,
+    typed_param: None,
+    bigint_cast: "BIGINT",
+    asynchronous_commit: false,
+    exact_names_since: 0,
+    probe_begins_with: None,
     read_error: errors::read,
     // sqlx's words suit.
     write_error: |_, _| None,
