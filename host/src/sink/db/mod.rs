@@ -236,6 +236,13 @@ pub(super) struct Database {
     pub(super) alter_column: fn(&TableSpec, &CatalogColumn, &Change) -> Result<String, String>,
     /// What `sluice verify` asks of it.
     pub(super) verifying: &'static Verifying,
+    /// The portable types a column of a catalog type (lower case, trimmed) takes, when it
+    /// is a type sluice creates here (`None` for any other); the first is the one it is
+    /// made for (`derived/layout.rs`).
+    pub(super) portable_types: fn(&str) -> Option<Vec<ColumnType>>,
+    /// Two column names are one column when they differ only in ASCII case (MySQL,
+    /// MariaDB, SQLite); PostgreSQL compares sluice's quoted names exactly.
+    pub(super) column_names_fold_case: bool,
     /// Its text keys may compare more loosely than exactly (a case-insensitive collation,
     /// trailing spaces ignored): rows whose keys it could take for one are ordered as one
     /// (`runs::order_key`).

@@ -4,6 +4,19 @@
 
 use crate::config::ColumnType;
 
+/// `decimal(p,s)` read from a catalog type spelled `name(p,s)` (lower case, trimmed).
+pub fn decimal_of(sql_type: &str, name: &str) -> Option<ColumnType> {
+    let (p, s) = sql_type
+        .strip_prefix(name)?
+        .strip_prefix('(')?
+        .strip_suffix(')')?
+        .split_once(',')?;
+    Some(ColumnType::Decimal {
+        precision: p.trim().parse().ok()?,
+        scale: s.trim().parse().ok()?,
+    })
+}
+
 /// One column as the database's catalog lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CatalogColumn {

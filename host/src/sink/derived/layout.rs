@@ -1,12 +1,13 @@
 //! A derived table as its catalog lists it ([`Layout`]), and how one schema's rows fit it
 //! ([`Layout::fit`], [`Fitted::project`]).
 
-use crate::config::{ColumnType, ElementType};
+use crate::config::ColumnType;
 use crate::map::{DerivedShape, RowOp, SqlValue};
 pub use crate::sink::db::table::{CatalogColumn, Change};
 
 use super::super::Dialect;
 use super::super::dialect::TableSpec;
+use crate::sink::db;
 
 /// The primary key's columns of a table, in key order.
 fn primary_key(catalog: &[CatalogColumn]) -> Vec<String> {
@@ -70,91 +71,18 @@ pub enum Misfit {
 /// Whether two column names are one column: PostgreSQL compares sluice's quoted names
 /// exactly, MySQL, MariaDB and SQLite without regard to ASCII case.
 pub(super) fn same_name(dialect: Dialect, a: &str, b: &str) -> bool {
-    match dialect {
-        Dialect::Postgres => a == b,
-        _ => a.eq_ignore_ascii_case(b),
+    if db::of(dialect).column_names_fold_case {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        a == b
     }
 }
 
 /// The portable types a column of catalog type `sql_type` takes, when it is a type sluice
-/// creates (`None` for any other type); the first is the one it is made for.
+/// creates (`None` for any other type); the first is the one it is made for. Each
+/// database's catalog says (`db/<name>/catalog.rs`).
 fn portable_types(dialect: Dialect, sql_type: &str) -> Option<Vec<ColumnType>> {
-    use ColumnType::*;
-    let sql_type = sql_type.trim().to_ascii_lowercase();
-    let decimal = |name: &str| -> Option<ColumnType> {
-        let (p, s) = sql_type
-            .strip_prefix(name)?
-            .strip_prefix('(')?
-            .strip_suffix(')')?
-            .split_once(',')?;
-        Some(Decimal {
-            precision: p.trim().parse().ok()?,
-            scale: s.trim().parse().ok()?,
-        })
-    };
-    Some(match dialect {
-        Dialect::Postgres => {
-            if let Some(element) = sql_type.strip_suffix("[]") {
-                let element = match element {
-                    e if e.starts_with("numeric") => ElementType::Numeric,
-                    e => ElementType::of(*portable_types(dialect, e)?.first()?)?,
-                };
-                return Some(vec![Array(element)]);
-            }
-            if let Some(decimal) = decimal("numeric") {
-                return Some(vec![decimal]);
-            }
-            vec![match sql_type.as_str() {
-                "smallint" => Smallint,
-                "bigint" => Bigint,
-                "integer" => Int,
-                "double precision" => Double,
-                "numeric" => Numeric,
-                "text" => Text,
-                "boolean" => Bool,
-                "timestamp without time zone" => Timestamp,
-                "timestamp with time zone" => Timestamptz,
-                "date" => Date,
-                "time without time zone" => Time,
-                "jsonb" => Json,
-                "bytea" => Bytes,
-                "uuid" => Uuid,
-                _ => return None,
-            }]
-        }
-        Dialect::MySql => {
-            if let Some(decimal) = decimal("decimal") {
-                return Some(vec![decimal]);
-            }
-            match sql_type.as_str() {
-                "smallint" => vec![Smallint],
-                "bigint" => vec![Bigint],
-                "int" => vec![Int],
-                "double" => vec![Double],
-                "varchar" | "text" => vec![Text],
-                "tinyint" => vec![Bool],
-                "datetime" => vec![Timestamp, Timestamptz],
-                "date" => vec![Date],
-                "time" => vec![Time],
-                // MariaDB's JSON is LONGTEXT with a check.
-                "json" | "longtext" => vec![Json, Text],
-                "varbinary" | "longblob" => vec![Bytes],
-                "char" => vec![Uuid, Text],
-                _ => return None,
-            }
-        }
-        Dialect::Sqlite => match sql_type.as_str() {
-            "integer" => vec![Bigint, Int, Smallint, Bool],
-            "real" => vec![Double],
-            // Created by an earlier sluice for decimals.
-            "numeric" => vec![Numeric],
-            "blob" => vec![Bytes],
-            // Decimals too (sluice keeps their exact text): `written_as` takes them into
-            // text, where an integer, a wider type, does not go.
-            "text" => vec![Text, Timestamp, Timestamptz, Date, Time, Json, Uuid],
-            _ => return None,
-        },
-    })
+    (db::of(dialect).portable_types)(&sql_type.trim().to_ascii_lowercase())
 }
 
 /// Most digits before the point of an integer type's values.

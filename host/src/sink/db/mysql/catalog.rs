@@ -1,9 +1,35 @@
 //! What MySQL's and MariaDB's catalog (`information_schema`) says of a table, and the lock
 //! that serialises the processes adding columns to one.
 
+use crate::config::ColumnType;
 use crate::sink::db::EvolveLock;
-use crate::sink::db::table::{CatalogColumn, Change};
+use crate::sink::db::table::{CatalogColumn, Change, decimal_of};
 use crate::sink::dialect::{Dialect, TableSpec};
+
+/// The portable types a column of a catalog type takes (`DATA_TYPE`, a decimal with its
+/// precision and scale), when sluice creates it.
+pub(in crate::sink) fn portable_types(sql_type: &str) -> Option<Vec<ColumnType>> {
+    use ColumnType::*;
+    if let Some(decimal) = decimal_of(sql_type, "decimal") {
+        return Some(vec![decimal]);
+    }
+    Some(match sql_type {
+        "smallint" => vec![Smallint],
+        "bigint" => vec![Bigint],
+        "int" => vec![Int],
+        "double" => vec![Double],
+        "varchar" | "text" => vec![Text],
+        "tinyint" => vec![Bool],
+        "datetime" => vec![Timestamp, Timestamptz],
+        "date" => vec![Date],
+        "time" => vec![Time],
+        // MariaDB's JSON is LONGTEXT with a check.
+        "json" | "longtext" => vec![Json, Text],
+        "varbinary" | "longblob" => vec![Bytes],
+        "char" => vec![Uuid, Text],
+        _ => return None,
+    })
+}
 
 /// The statement that lists `spec`'s columns: name, type (lower case; a decimal with its
 /// precision and scale), position in the primary key (0 outside it), in the table's

@@ -17,6 +17,8 @@ pub(in crate::sink) static DATABASE: Database = Database {
     evolve_lock: |spec| catalog::evolve_lock(&spec.name),
     alter_column: catalog::alter_column,
     verifying: &verify::VERIFYING,
+    portable_types: catalog::portable_types,
+    column_names_fold_case: true,
     keys_compare_loosely: true,
     json_compares_as_value: false,
     typed_param: None,

@@ -8,8 +8,9 @@ use sqlx::PgPool;
 
 use super::copy::CopyIn;
 use super::write::{copy_enabled, upsert_copy_enabled};
+use crate::config::ElementType;
 use crate::config::{ColumnType, WriteMode};
-use crate::sink::db::table::{CatalogColumn, Change};
+use crate::sink::db::table::{CatalogColumn, Change, decimal_of};
 use crate::sink::db::{EVOLVE_STATEMENT_BOUND, EvolveLock};
 use crate::sink::dialect::{Dialect, TableSpec};
 
@@ -161,6 +162,39 @@ fn type_name(column_type: ColumnType) -> std::borrow::Cow<'static, str> {
         Uuid => "uuid",
         Array(element) => return format!("{}[]", type_name(element.scalar())).into(),
     })
+}
+
+/// The portable types a column of a catalog type takes (`format_type`'s spelling, lower
+/// case), when sluice creates it.
+pub(in crate::sink) fn portable_types(sql_type: &str) -> Option<Vec<ColumnType>> {
+    use ColumnType::*;
+    if let Some(element) = sql_type.strip_suffix("[]") {
+        let element = match element {
+            e if e.starts_with("numeric") => ElementType::Numeric,
+            e => ElementType::of(*portable_types(e)?.first()?)?,
+        };
+        return Some(vec![Array(element)]);
+    }
+    if let Some(decimal) = decimal_of(sql_type, "numeric") {
+        return Some(vec![decimal]);
+    }
+    Some(vec![match sql_type {
+        "smallint" => Smallint,
+        "bigint" => Bigint,
+        "integer" => Int,
+        "double precision" => Double,
+        "numeric" => Numeric,
+        "text" => Text,
+        "boolean" => Bool,
+        "timestamp without time zone" => Timestamp,
+        "timestamp with time zone" => Timestamptz,
+        "date" => Date,
+        "time without time zone" => Time,
+        "jsonb" => Json,
+        "bytea" => Bytes,
+        "uuid" => Uuid,
+        _ => return None,
+    }])
 }
 
 /// A bind placeholder cast to its column's type: the bulk writers bind timestamps,

@@ -23,6 +23,8 @@ pub(in crate::sink) static DATABASE: Database = Database {
     evolve_lock: catalog::evolve_lock,
     alter_column: catalog::alter_column,
     verifying: &verify::VERIFYING,
+    portable_types: catalog::portable_types,
+    column_names_fold_case: false,
     keys_compare_loosely: false,
     json_compares_as_value: true,
     typed_param: Some(catalog::typed_param),

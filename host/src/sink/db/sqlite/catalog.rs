@@ -1,7 +1,25 @@
 //! What SQLite's catalog (`pragma_table_info`) says of a table.
 
+use crate::config::ColumnType;
 use crate::sink::db::table::{CatalogColumn, Change};
 use crate::sink::dialect::TableSpec;
+
+/// The portable types a column of a declared type takes (lower case), when sluice
+/// creates it.
+pub(in crate::sink) fn portable_types(sql_type: &str) -> Option<Vec<ColumnType>> {
+    use ColumnType::*;
+    Some(match sql_type {
+        "integer" => vec![Bigint, Int, Smallint, Bool],
+        "real" => vec![Double],
+        // Created by an earlier sluice for decimals.
+        "numeric" => vec![Numeric],
+        "blob" => vec![Bytes],
+        // Decimals too (sluice keeps their exact text): `written_as` takes them into
+        // text, where an integer, a wider type, does not go.
+        "text" => vec![Text, Timestamp, Timestamptz, Date, Time, Json, Uuid],
+        _ => return None,
+    })
+}
 
 /// The statement that lists `spec`'s columns: name, declared type (lower case), position
 /// in the primary key (0 outside it), in the table's order.

@@ -18,6 +18,8 @@ pub(in crate::sink) static DATABASE: Database = Database {
     evolve_lock: |_| EvolveLock::Transaction,
     alter_column: catalog::alter_column,
     verifying: &verify::VERIFYING,
+    portable_types: catalog::portable_types,
+    column_names_fold_case: true,
     keys_compare_loosely: false,
     json_compares_as_value: false,
     typed_param: None,
