@@ -111,6 +111,12 @@ impl DbKind {
         self == DbKind::Postgres
     }
 
+    /// Whether a transaction can commit without waiting for its log to reach disk
+    /// (`sink.synchronous_commit: off`, PostgreSQL's `synchronous_commit`).
+    pub fn commits_asynchronously(self) -> bool {
+        self == DbKind::Postgres
+    }
+
     /// Whether `ALTER TABLE` can make a `NOT NULL` column nullable in place
     /// (`evolve: relax`). SQLite cannot without rebuilding the table.
     pub fn relaxes_not_null(self) -> bool {

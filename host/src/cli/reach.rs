@@ -10,7 +10,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::config::{Config, ConnectorConfig};
-use crate::sink::{Dialect, Sink};
+use crate::sink::Sink;
 
 /// Longest one question to the broker may take.
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -159,20 +159,12 @@ async fn table(connector: &ConnectorConfig, sink: &Sink) -> Reached {
             failed(format!("database: table {table}: {e}"))
         };
     }
-    if sink.dialect() != Dialect::Postgres {
+    // The right to write it, where the database can be asked without writing.
+    let Some(sql) = sink.write_privileges_query() else {
         return ok(format!(
             "database: reached; table {table} has the configured columns"
         ));
-    }
-    // The right to write it, asked of PostgreSQL without writing.
-    let literal = sink
-        .dialect()
-        .quote_table(sink.table_name())
-        .replace('\'', "''");
-    let sql = format!(
-        "SELECT CAST(CAST(has_table_privilege(to_regclass('{literal}'), 'INSERT') AS INT) AS BIGINT), \
-         CAST(CAST(has_table_privilege(to_regclass('{literal}'), 'UPDATE') AS INT) AS BIGINT)"
-    );
+    };
     match sink.query_integers(sql, 2).await {
         Ok(rights) if rights == [Some(1), Some(1)] => ok(format!(
             "database: reached; table {table} has the configured columns, and may be inserted into and updated"

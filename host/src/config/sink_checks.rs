@@ -251,7 +251,7 @@ pub(super) fn synchronous_commit_problems(
         return problems;
     }
     let url = connector.sink.url.expose();
-    if DbKind::from_url(url) != Some(DbKind::Postgres) {
+    if !DbKind::from_url(url).is_some_and(DbKind::commits_asynchronously) {
         problems.push(Problem::new(
             at("sink.synchronous_commit"),
             "off is PostgreSQL's synchronous_commit: this sink is another database; leave it out",

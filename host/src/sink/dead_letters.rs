@@ -8,7 +8,7 @@ use sqlx::{
     AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Type,
 };
 
-use super::{Dialect, Sink, SinkError, TableSpec, each_pool};
+use super::{Sink, SinkError, TableSpec, each_pool};
 use crate::config::ColumnType;
 use crate::failure::DeadLetter;
 use crate::map::SqlValue;
@@ -154,30 +154,20 @@ impl Sink {
         let Some(table) = &self.dead_letter_table else {
             return Ok(());
         };
-        if self.dialect != Dialect::MySql {
+        let Some(exact) = super::db::of(self.dialect).exact_dead_letter_keys else {
             return Ok(());
-        }
-        let (schema, name) = match table.name.split_once('.') {
-            Some((schema, name)) => (format!("'{}'", schema.replace('\'', "''")), name),
-            None => ("DATABASE()".to_string(), table.name.as_str()),
         };
-        let sql = format!(
-            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {schema} \
-             AND TABLE_NAME = '{}' AND COLUMN_NAME IN ('connector', 'source_topic') \
-             AND COLLATION_NAME <> 'utf8mb4_bin'",
-            name.replace('\'', "''")
-        );
-        let inexact = self.query_integers(sql, 1).await?;
+        let (schema, name) = match table.name.split_once('.') {
+            Some((schema, name)) => (Some(schema), name),
+            None => (None, table.name.as_str()),
+        };
+        let inexact = self.query_integers((exact.count)(schema, name), 1).await?;
         if inexact.first().copied().flatten().unwrap_or(0) == 0 {
             return Ok(());
         }
         tracing::info!(table = %table.name, "dead-letter table: connector and topic names now compare exactly");
-        let alter = format!(
-            "ALTER TABLE {} MODIFY connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
-             MODIFY source_topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
-            table.quoted(self.dialect)
-        );
-        self.execute_statement(&alter).await
+        self.execute_statement(&(exact.alter)(&table.quoted(self.dialect)))
+            .await
     }
 
     /// Reads up to `limit` dead letters of this connector after `after` (topic, partition,

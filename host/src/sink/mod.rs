@@ -23,16 +23,13 @@ pub mod dead_letters;
 mod dedup;
 mod delivery;
 mod derived;
-pub mod dialect;
 mod error;
 mod nodelay;
 mod offsets;
 mod patch;
-mod pools;
 mod probe;
 mod redriven;
 mod routed;
-mod row_statements;
 mod runs;
 pub mod schema;
 mod tombstones;
@@ -51,13 +48,13 @@ use crate::dedup::DedupKey;
 use crate::failure::DeadLetter;
 use crate::map::{RowOp, TableRoutes};
 pub use control::ControlStore;
+pub use db::dialect;
+pub use db::pools::{DatabasePools, SharedPool};
 pub use db::postgres::copy::CopyIn;
 pub use delivery::DeliveryRow;
 pub use dialect::{Dialect, TableSpec};
 pub use error::{ErrorClass, SinkError, classify, shown};
 pub use offsets::{Forgotten, OffsetsChange, ResetPoint};
-use pools::Pool;
-pub use pools::{DatabasePools, SharedPool};
 pub use runs::Run;
 
 /// A partition's offset moving forward in a batch's transaction.
@@ -190,27 +187,7 @@ pub struct Sink {
     routing: Option<routed::Routing>,
 }
 
-/// Runs `$body` with `$pool` bound to the connector's pool and `$db` to its sqlx database
-/// type: one generic body serves PostgreSQL, MySQL and SQLite.
-macro_rules! each_pool {
-    ($self:expr, $pool:ident, $db:ident => $body:expr) => {
-        match &$self.pool.pool {
-            $crate::sink::Pool::Postgres($pool) => {
-                type $db = ::sqlx::Postgres;
-                $body
-            }
-            $crate::sink::Pool::MySql($pool) => {
-                type $db = ::sqlx::MySql;
-                $body
-            }
-            $crate::sink::Pool::Sqlite($pool) => {
-                type $db = ::sqlx::Sqlite;
-                $body
-            }
-        }
-    };
-}
-pub(crate) use each_pool;
+pub(crate) use db::pools::each_pool;
 
 /// A connection taken from the pool for one transaction. Dropped before the work on it ran
 /// to completion (its future cancelled: the write's time bound, a revocation or a stop
@@ -332,7 +309,8 @@ impl Sink {
                 _ => None,
             },
             copy_in: std::sync::OnceLock::new(),
-            asynchronous_commit: db::of(dialect).asynchronous_commit
+            asynchronous_commit: crate::db_kind::DbKind::from_url(url)
+                .is_some_and(crate::db_kind::DbKind::commits_asynchronously)
                 && connector.sink.synchronous_commit == crate::config::SynchronousCommit::Off,
             routing: (connector.sink.table_template().is_some()
                 || connector.sink.derives_columns())
@@ -458,12 +436,10 @@ impl Sink {
 
     /// How `table` takes rows through `COPY` (PostgreSQL only: `db/postgres/catalog.rs`).
     async fn copy_choice(&self, table: &TableSpec) -> CopyIn {
-        match &self.pool.pool {
-            Pool::Postgres(pool) => {
-                db::postgres::copy_choice(pool, self.mode, table, &self.connector).await
-            }
-            _ => CopyIn::none(),
-        }
+        self.pool
+            .pool
+            .copy_choice(self.mode, table, &self.connector)
+            .await
     }
 
     /// Fails when the sink table is missing or lacks a configured column; reads no row.
@@ -480,6 +456,14 @@ impl Sink {
     async fn execute(&self, sql: &str) -> Result<(), sqlx::Error> {
         let sql = AssertSqlSafe(sql.to_string());
         each_pool!(self, pool, DB => sqlx::query::<DB>(sql).execute(pool).await.map(|_| ()))
+    }
+
+    /// The query of whether the connector's user may insert into and update its table:
+    /// two integers, 1 for yes; `None` where the database cannot be asked without writing.
+    pub fn write_privileges_query(&self) -> Option<String> {
+        db::of(self.dialect)
+            .write_privileges
+            .map(|query| query(&self.dialect.quote_table(&self.table.name)))
     }
 
     /// The type an integer is cast to in a `SELECT` (`CAST(COUNT(*) AS …)`) here.

@@ -8,22 +8,28 @@
 //! `table.rs` holds a table as its catalog describes it and the changes `sink.evolve` may
 //! make, which each folder reads and writes statements for. PostgreSQL's folder also owns
 //! its fast write path (`COPY`, and the `UNNEST` statements) and
-//! the catalog reads that decide it. Statement text, quoting and type names are still in
-//! `sink/dialect.rs` and `sink/row_statements.rs`; they move here next.
+//! the catalog reads that decide it. The dialect's statement text, quoting and type names
+//! are in `dialect.rs` and `row_statements.rs`, each database's arm beside the others';
+//! the pools, and the `each_pool!` dispatch of a body written once, in `pools.rs`. Outside
+//! this module no code of the sink names a database: it asks [`of`] (a database's
+//! answers) or the dialect.
 //!
 //! The rest of the sink asks this module, never a folder, what a database error means
 //! ([`read_error`], [`write_error`]): the database that raised it answers.
 
+pub mod dialect;
 pub(super) mod mysql;
+pub(super) mod pools;
 mod portable;
 pub(super) mod postgres;
+mod row_statements;
 pub(super) mod sqlite;
 pub(super) mod table;
 
 use sqlx::error::DatabaseError;
 
-use super::dialect::{Dialect, TableSpec};
 use crate::config::ColumnType;
+use dialect::{Dialect, TableSpec};
 use table::{CatalogColumn, Change};
 
 /// How long a task waits for a connection to a database server, or for a new one to be
@@ -217,6 +223,16 @@ pub(super) struct Verifying {
     pub(super) as_text: fn(&str) -> String,
 }
 
+/// The statements that make an old dead-letter table's names compare exactly
+/// ([`Database::exact_dead_letter_keys`]).
+pub(super) struct ExactKeys {
+    /// Counts the columns still to change; given the table's schema (`None`: the
+    /// connection's) and name.
+    pub(super) count: fn(Option<&str>, &str) -> String,
+    /// Changes them; given the table's quoted name.
+    pub(super) alter: fn(&str) -> String,
+}
+
 /// What one database does its own way, as the sink asks it: one per folder
 /// (`db/<name>/mod.rs`, `DATABASE`), registered in [`of`] and [`ALL`].
 pub(super) struct Database {
@@ -255,11 +271,17 @@ pub(super) struct Database {
     pub(super) typed_param: Option<fn(&str, ColumnType) -> String>,
     /// The type an integer is cast to in a `SELECT` (`CAST(COUNT(*) AS …)`).
     pub(super) bigint_cast: &'static str,
-    /// It takes `sink.synchronous_commit: off` (`SET LOCAL synchronous_commit`).
-    pub(super) asynchronous_commit: bool,
     /// The schema version from which sluice compares names exactly here (MySQL and
     /// MariaDB compared topic names by their collation before version 2); 0: always.
     pub(super) exact_names_since: i64,
+    /// The query of whether the connection's user may insert into and update a table (its
+    /// quoted name): two integers, 1 for yes (`sluice validate --connect`); `None` where
+    /// it cannot be asked without writing.
+    pub(super) write_privileges: Option<fn(&str) -> String>,
+    /// A dead-letter table made before sluice compared names exactly (MySQL and MariaDB):
+    /// the query that counts its columns that still compare loosely, and the statement that
+    /// makes them exact, for its (quoted name, schema, table).
+    pub(super) exact_dead_letter_keys: Option<&'static ExactKeys>,
     /// What a probe of refused rows runs first in its transaction (PostgreSQL: deferred
     /// constraints checked at once, since the probe never commits).
     pub(super) probe_begins_with: Option<&'static str>,

@@ -2,9 +2,9 @@
 //! that serialises the processes adding columns to one.
 
 use crate::config::ColumnType;
-use crate::sink::db::EvolveLock;
+use crate::sink::db::dialect::{Dialect, TableSpec};
 use crate::sink::db::table::{CatalogColumn, Change, decimal_of};
-use crate::sink::dialect::{Dialect, TableSpec};
+use crate::sink::db::{EvolveLock, ExactKeys};
 
 /// The portable types a column of a catalog type takes (`DATA_TYPE`, a decimal with its
 /// precision and scale), when sluice creates it.
@@ -30,6 +30,27 @@ pub(in crate::sink) fn portable_types(sql_type: &str) -> Option<Vec<ColumnType>>
         _ => return None,
     })
 }
+
+/// A dead-letter table made before sluice compared names exactly has case-insensitive
+/// `connector` and `source_topic` columns (dead letters of `Orders` and `orders` at one
+/// offset would collide): these make them exact.
+pub(in crate::sink) static EXACT_DEAD_LETTER_KEYS: ExactKeys = ExactKeys {
+    count: |schema, table| {
+        format!(
+            "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {} \
+             AND TABLE_NAME = {} AND COLUMN_NAME IN ('connector', 'source_topic') \
+             AND COLLATION_NAME <> 'utf8mb4_bin'",
+            schema.map_or("DATABASE()".to_string(), literal),
+            literal(table)
+        )
+    },
+    alter: |table| {
+        format!(
+            "ALTER TABLE {table} MODIFY connector VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             MODIFY source_topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
+        )
+    },
+};
 
 /// The statement that lists `spec`'s columns: name, type (lower case; a decimal with its
 /// precision and scale), position in the primary key (0 outside it), in the table's

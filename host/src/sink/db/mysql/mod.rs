@@ -23,8 +23,9 @@ pub(in crate::sink) static DATABASE: Database = Database {
     json_compares_as_value: false,
     typed_param: None,
     bigint_cast: "SIGNED",
-    asynchronous_commit: false,
     exact_names_since: 2,
+    write_privileges: None,
+    exact_dead_letter_keys: Some(&catalog::EXACT_DEAD_LETTER_KEYS),
     probe_begins_with: None,
     read_error: errors::read,
     // sqlx's words suit.

@@ -1,7 +1,7 @@
 //! What `sluice verify` asks of MySQL and MariaDB (`sink/verify.rs`).
 
 use crate::sink::db::Verifying;
-use crate::sink::dialect::{Dialect, TableSpec};
+use crate::sink::db::dialect::{Dialect, TableSpec};
 
 /// An empty copy of the table: columns, types, character sets, defaults, indexes (its key,
 /// a primary key or a unique index, takes the same upserts) and an `AUTO_INCREMENT`

@@ -10,9 +10,9 @@ use super::copy::CopyIn;
 use super::write::{copy_enabled, upsert_copy_enabled};
 use crate::config::ElementType;
 use crate::config::{ColumnType, WriteMode};
+use crate::sink::db::dialect::{Dialect, TableSpec};
 use crate::sink::db::table::{CatalogColumn, Change, decimal_of};
 use crate::sink::db::{EVOLVE_STATEMENT_BOUND, EvolveLock};
-use crate::sink::dialect::{Dialect, TableSpec};
 
 /// How `table` takes rows through `COPY`: only a table that takes it as it takes an
 /// `INSERT` ([`takes_copy`]); inserts always; upserts (tried first, `copy.rs`) when the
@@ -195,6 +195,16 @@ pub(in crate::sink) fn portable_types(sql_type: &str) -> Option<Vec<ColumnType>>
         "uuid" => Uuid,
         _ => return None,
     }])
+}
+
+/// Whether the connection's user may insert into and update `table` (quoted), asked
+/// without writing: two integers, 1 for yes.
+pub(in crate::sink) fn write_privileges(table: &str) -> String {
+    let literal = table.replace('\'', "''");
+    format!(
+        "SELECT CAST(CAST(has_table_privilege(to_regclass('{literal}'), 'INSERT') AS INT) AS BIGINT), \
+         CAST(CAST(has_table_privilege(to_regclass('{literal}'), 'UPDATE') AS INT) AS BIGINT)"
+    )
 }
 
 /// A bind placeholder cast to its column's type: the bulk writers bind timestamps,

@@ -33,7 +33,7 @@ use sqlx::{Executor, PgConnection};
 
 use crate::config::ColumnType;
 use crate::map::SqlValue;
-use crate::sink::dialect::{Dialect, TableSpec, TimestampText};
+use crate::sink::db::dialect::{Dialect, TableSpec, TimestampText};
 
 /// COPY data is sent in pieces of about this size, so a large batch is not held twice.
 const SEND_CHUNK: usize = 1 << 20;

@@ -1,7 +1,7 @@
 //! What `sluice verify` asks of PostgreSQL (`sink/verify.rs`).
 
 use crate::sink::db::Verifying;
-use crate::sink::dialect::{Dialect, TableSpec};
+use crate::sink::db::dialect::{Dialect, TableSpec};
 
 /// An empty copy of the table: its columns, types, defaults, checks, generated and
 /// identity columns, and indexes (so that its key, a primary key or a unique index, takes

@@ -13,7 +13,7 @@ use super::copy::{self, CopyIn};
 use crate::config::{ColumnType, WriteMode};
 use crate::map::SqlValue;
 use crate::sink::Run;
-use crate::sink::dialect::{Dialect, TableSpec, timestamp_text};
+use crate::sink::db::dialect::{Dialect, TableSpec, timestamp_text};
 
 /// One column's values as the array PostgreSQL receives.
 enum ColumnArray {

@@ -1,8 +1,8 @@
 //! What SQLite's catalog (`pragma_table_info`) says of a table.
 
 use crate::config::ColumnType;
+use crate::sink::db::dialect::TableSpec;
 use crate::sink::db::table::{CatalogColumn, Change};
-use crate::sink::dialect::TableSpec;
 
 /// The portable types a column of a declared type takes (lower case), when sluice
 /// creates it.

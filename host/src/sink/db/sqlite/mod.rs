@@ -24,8 +24,9 @@ pub(in crate::sink) static DATABASE: Database = Database {
     json_compares_as_value: false,
     typed_param: None,
     bigint_cast: "BIGINT",
-    asynchronous_commit: false,
     exact_names_since: 0,
+    write_privileges: None,
+    exact_dead_letter_keys: None,
     probe_begins_with: None,
     read_error: errors::read,
     // sqlx's words suit.

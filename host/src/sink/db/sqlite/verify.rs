@@ -1,7 +1,7 @@
 //! What `sluice verify` asks of SQLite (`sink/verify.rs`).
 
 use crate::sink::db::Verifying;
-use crate::sink::dialect::{Dialect, TableSpec};
+use crate::sink::db::dialect::{Dialect, TableSpec};
 
 /// What the catalog says of the table and its unique indexes, one JSON object a row
 /// (SQLite has no `CREATE TABLE … LIKE`): each column (`cid`, `column`, `type`, `notnull`,

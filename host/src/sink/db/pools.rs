@@ -26,8 +26,31 @@ use sqlx::mysql::MySqlPool;
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
 
-use super::{Dialect, SinkError, db};
 use crate::config::{DatabasesConfig, redact_url};
+use crate::sink::db;
+use crate::sink::{Dialect, SinkError};
+
+/// Runs `$body` with `$pool` bound to the connector's pool and `$db` to its sqlx database
+/// type: one generic body serves PostgreSQL, MySQL and SQLite.
+macro_rules! each_pool {
+    ($self:expr, $pool:ident, $db:ident => $body:expr) => {
+        match &$self.pool.pool {
+            $crate::sink::db::pools::Pool::Postgres($pool) => {
+                type $db = ::sqlx::Postgres;
+                $body
+            }
+            $crate::sink::db::pools::Pool::MySql($pool) => {
+                type $db = ::sqlx::MySql;
+                $body
+            }
+            $crate::sink::db::pools::Pool::Sqlite($pool) => {
+                type $db = ::sqlx::Sqlite;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use each_pool;
 
 /// A connection pool of one of the three databases.
 pub(crate) enum Pool {
@@ -37,6 +60,20 @@ pub(crate) enum Pool {
 }
 
 impl Pool {
+    /// How `table` takes rows through `COPY`: PostgreSQL only
+    /// (`db/postgres/catalog.rs`); none elsewhere.
+    pub(crate) async fn copy_choice(
+        &self,
+        mode: crate::config::WriteMode,
+        table: &crate::sink::TableSpec,
+        connector: &str,
+    ) -> db::postgres::copy::CopyIn {
+        match self {
+            Pool::Postgres(pool) => db::postgres::copy_choice(pool, mode, table, connector).await,
+            _ => db::postgres::copy::CopyIn::none(),
+        }
+    }
+
     fn is_closed(&self) -> bool {
         match self {
             Pool::Postgres(p) => p.is_closed(),
