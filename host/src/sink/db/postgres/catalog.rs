@@ -171,7 +171,7 @@ pub(in crate::sink) fn portable_types(sql_type: &str) -> Option<Vec<ColumnType>>
     if let Some(element) = sql_type.strip_suffix("[]") {
         let element = match element {
             e if e.starts_with("numeric") => ElementType::Numeric,
-            e => ElementType::of(*portable_types(e)?.first()?)?,
+            e => ElementType::of(*portable_types(e.trim())?.first()?)?,
         };
         return Some(vec![Array(element)]);
     }
