@@ -49,7 +49,7 @@ pub enum DryRunSource {
 pub(super) fn pool_for(path: &Path, config: &Config) -> Result<Arc<ConsumerPool>, u8> {
     if config.kafka.is_embedded() {
         eprintln!(
-            "{}: kafka.brokers is embedded, a cluster that lives inside `sluice run` only; inspect and dry-run read a real cluster",
+            "{}: kafka.brokers is embedded, a cluster that lives inside `sluice run` only; inspect, dry-run and verify read a real cluster",
             path.display()
         );
         return Err(EXIT_INVALID);
