@@ -304,7 +304,9 @@ impl Sink {
             (layout, refused) = self
                 .fit_shapes(&spec, read, shapes, (evolve, create), sources)
                 .await?;
-            changed = true;
+            // Cached again only when it changed: a schema refused batch after batch does
+            // not make the table ready (and log it) every time.
+            changed = layout != before;
         }
         if let Some(table) = known.filter(|_| !changed) {
             return Ok((table, refused));
