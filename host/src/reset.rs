@@ -21,7 +21,7 @@
 //! A reset only runs while the connector runs nowhere: [`running_anywhere`].
 
 use crate::config::{ConnectorConfig, Guarantee, KafkaConfig};
-use crate::sink::{ControlStore, Forgotten, OffsetsChange, ResetPoint, Sink, SinkError};
+use crate::sink::{ControlStore, Forgotten, OffsetsChange, ResetPoint, SinkError};
 
 /// What the operator asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,7 +129,7 @@ pub fn live_tasks(
 /// cannot be reached: every partition's P is then 0 (everything remembered is
 /// forgotten), and the group is not moved.
 pub async fn reset(
-    sink: &Sink,
+    control: ControlStore<'_>,
     kafka: &KafkaConfig,
     brokers: Option<&str>,
     connector: &ConnectorConfig,
@@ -201,7 +201,7 @@ pub async fn reset(
     if *request == ResetRequest::All {
         // Partitions remembered that the cluster no longer lists (a topic deleted, or no
         // longer the connector's): everything of theirs goes.
-        for (topic, partition) in sink.remembered_partitions().await? {
+        for (topic, partition) in control.remembered_partitions().await? {
             if !points
                 .iter()
                 .any(|p| p.topic == topic && p.partition == partition)
@@ -219,7 +219,7 @@ pub async fn reset(
     } else {
         OffsetsChange::None
     };
-    let forgotten = sink.reset(&change, &points).await?;
+    let forgotten = control.reset(&change, &points).await?;
     tracing::info!(connector = %connector.name, offsets = forgotten.offsets,
         dedup_ids = forgotten.dedup_ids, redrive_markers = forgotten.redrive_markers,
         dead_letters_to_replay = forgotten.dead_letters_to_replay, "offsets reset");

@@ -90,7 +90,10 @@ async fn producer_duplicates_land_once(kind: Backend) {
 
     let config = run.scenario.config(&run.broker.bootstrap, &run.db);
     let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
-    assert_eq!(sink.dedup_ids().await.expect("count ids"), 2500);
+    assert_eq!(
+        sink.maintenance().dedup_ids().await.expect("count ids"),
+        2500
+    );
     sink.close().await;
 }
 for_each_database!(producer_duplicates_land_once);
@@ -170,7 +173,7 @@ async fn concurrent_claims_of_one_id(kind: Backend) {
         .await
         .expect("stats");
     assert_eq!(stats.rows, 10, "{stats:?}");
-    assert_eq!(a.dedup_ids().await.expect("ids"), 10);
+    assert_eq!(a.maintenance().dedup_ids().await.expect("ids"), 10);
     a.close().await;
     b.close().await;
 }
@@ -205,9 +208,18 @@ async fn ids_past_the_window_are_cleaned_up(kind: Backend) {
     age_ids(&sink, &["id-0", "id-1"], 2 * hour).await;
     age_ids(&sink, &["id-2"], hour / 2).await;
     let window = Duration::from_secs(3600);
-    assert_eq!(sink.clean_dedup(window).await.expect("clean"), 2);
-    assert_eq!(sink.dedup_ids().await.expect("ids"), 2);
-    assert_eq!(sink.clean_dedup(window).await.expect("clean again"), 0);
+    assert_eq!(
+        sink.maintenance().clean_dedup(window).await.expect("clean"),
+        2
+    );
+    assert_eq!(sink.maintenance().dedup_ids().await.expect("ids"), 2);
+    assert_eq!(
+        sink.maintenance()
+            .clean_dedup(window)
+            .await
+            .expect("clean again"),
+        0
+    );
     // id-0 is forgotten: a copy of it now is a new record; id-3 is still a duplicate.
     let again = sink
         .write_timed(&one_record(
@@ -262,8 +274,11 @@ async fn the_window_counts_from_the_write_not_the_record_time(kind: Backend) {
     .await
     .expect("write");
     let window = Duration::from_secs(600);
-    assert_eq!(sink.clean_dedup(window).await.expect("clean"), 0);
-    assert_eq!(sink.dedup_ids().await.expect("ids"), 2);
+    assert_eq!(
+        sink.maintenance().clean_dedup(window).await.expect("clean"),
+        0
+    );
+    assert_eq!(sink.maintenance().dedup_ids().await.expect("ids"), 2);
     let copy = sink
         .write_timed(&one_record(
             &format!("{}-copy", scenario.topic),
@@ -294,7 +309,8 @@ async fn ids_of_an_older_process_are_kept_a_window(kind: Backend) {
     .await
     .expect("insert as version 7 does");
     assert_eq!(
-        sink.clean_dedup(Duration::from_secs(3600))
+        sink.maintenance()
+            .clean_dedup(Duration::from_secs(3600))
             .await
             .expect("clean"),
         0
@@ -307,7 +323,8 @@ async fn ids_of_an_older_process_are_kept_a_window(kind: Backend) {
     // The cleanup stamped it: a window after that, it goes.
     age_ids(&sink, &["from-v7"], 2 * 3_600_000).await;
     assert_eq!(
-        sink.clean_dedup(Duration::from_secs(3600))
+        sink.maintenance()
+            .clean_dedup(Duration::from_secs(3600))
             .await
             .expect("clean"),
         1
@@ -375,7 +392,7 @@ async fn a_large_cleanup_goes_in_chunks(kind: Backend) {
         next: 25_001,
     }];
     sink.write(&batch).await.expect("write ids");
-    assert_eq!(sink.dedup_ids().await.expect("ids"), 25_001);
+    assert_eq!(sink.maintenance().dedup_ids().await.expect("ids"), 25_001);
     // All but the last were written two hours ago.
     sink.execute_statement(&format!(
         "UPDATE sluice_dedup SET written_at = written_at - 7200000 WHERE connector = '{}' AND id <> 'id-25000'",
@@ -384,11 +401,12 @@ async fn a_large_cleanup_goes_in_chunks(kind: Backend) {
     .await
     .expect("age ids");
     let removed = sink
+        .maintenance()
         .clean_dedup(Duration::from_secs(3600))
         .await
         .expect("clean");
     assert_eq!(removed, 25_000);
-    assert_eq!(sink.dedup_ids().await.expect("ids"), 1);
+    assert_eq!(sink.maintenance().dedup_ids().await.expect("ids"), 1);
     sink.close().await;
 }
 for_each_database!(a_large_cleanup_goes_in_chunks);
@@ -475,7 +493,7 @@ async fn copies_of_a_refused_record_fail_together(kind: Backend) {
         .expect("stats");
     assert_eq!((stats.rows, stats.min), (1, Some(2)));
     // The refused record's id is not kept; the good one's is.
-    assert_eq!(sink.dedup_ids().await.expect("ids"), 1);
+    assert_eq!(sink.maintenance().dedup_ids().await.expect("ids"), 1);
     sink.close().await;
 }
 for_each_database!(copies_of_a_refused_record_fail_together);

@@ -131,7 +131,11 @@ async fn out_of_range_earliest_reads_the_log_again(db: Backend) {
     let sink = run_until_drained(&kafka, &config).await;
     let stats = sequence_stats(&sink, "uid").await.expect("stats");
     harness::assert_exactly(stats, PRODUCED as i64);
-    let stored = sink.read_offsets(&scenario.topic).await.expect("offsets");
+    let stored = sink
+        .control()
+        .read_offsets(&scenario.topic)
+        .await
+        .expect("offsets");
     assert_eq!(stored.get(&0), Some(&(PRODUCED as i64)));
     sink.close().await;
 }
@@ -439,6 +443,7 @@ async fn another_clusters_offsets_with_earliest_read_this_log(db: Backend) {
         PRODUCED as i64,
     );
     let clusters = sink
+        .control()
         .stored_clusters(&scenario.topic)
         .await
         .expect("clusters");

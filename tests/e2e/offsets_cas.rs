@@ -70,7 +70,11 @@ async fn race(db: Backend) {
     );
     assert_eq!(sequence_stats(&a, "uid").await.unwrap().rows, 200);
     assert_eq!(
-        a.read_offsets(&scenario.topic).await.unwrap().get(&0),
+        a.control()
+            .read_offsets(&scenario.topic)
+            .await
+            .unwrap()
+            .get(&0),
         Some(&200)
     );
 

@@ -238,7 +238,11 @@ async fn at_least_once_resumes_from_the_group(db: Backend) {
     let sink = sluice::sink::Sink::connect(&config.connectors[0])
         .await
         .unwrap();
-    let stored = sink.read_offsets(&run.scenario.topic).await.unwrap();
+    let stored = sink
+        .control()
+        .read_offsets(&run.scenario.topic)
+        .await
+        .unwrap();
     assert!(
         stored.is_empty(),
         "at_least_once stores no offsets in the database: {stored:?}"
@@ -416,7 +420,7 @@ async fn topics_that_differ_only_in_case(db: Backend) {
         .await
         .expect("connect");
     for topic in [&upper, &lower] {
-        let stored = sink.read_offsets(topic).await.expect("offsets");
+        let stored = sink.control().read_offsets(topic).await.expect("offsets");
         let total: i64 = stored.values().sum();
         assert_eq!(total, PER_TOPIC as i64, "{topic}: {stored:?}");
     }

@@ -180,7 +180,8 @@ async fn the_cli_reset_refuses_while_the_connector_runs(kind: Backend) {
     assert!(stderr.contains("still runs"), "{stderr}");
     let sink = sink_of(&run).await;
     assert_eq!(
-        sink.read_offsets(&run.scenario.topic)
+        sink.control()
+            .read_offsets(&run.scenario.topic)
             .await
             .expect("offsets")
             .values()
@@ -206,7 +207,8 @@ async fn the_cli_reset_refuses_while_the_connector_runs(kind: Backend) {
     let stdout = String::from_utf8_lossy(&done.stdout);
     assert!(stdout.contains("200 producer id(s)"), "{stdout}");
     assert!(
-        sink.read_offsets(&run.scenario.topic)
+        sink.control()
+            .read_offsets(&run.scenario.topic)
             .await
             .expect("offsets")
             .is_empty()

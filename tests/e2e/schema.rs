@@ -162,10 +162,13 @@ async fn migrates_version_one(kind: Backend) {
     assert_eq!(version, [Some(SCHEMA_VERSION)]);
 
     assert_eq!(
-        sink.read_offsets("Orders").await.unwrap(),
+        sink.control().read_offsets("Orders").await.unwrap(),
         HashMap::from([(0, 5)])
     );
-    assert_eq!(sink.read_offsets("orders").await.unwrap(), HashMap::new());
+    assert_eq!(
+        sink.control().read_offsets("orders").await.unwrap(),
+        HashMap::new()
+    );
     sink.write(&advance("orders", None, 7))
         .await
         .expect("orders gets a row of its own");
@@ -173,11 +176,11 @@ async fn migrates_version_one(kind: Backend) {
         .await
         .expect("Orders moves on");
     assert_eq!(
-        sink.read_offsets("Orders").await.unwrap(),
+        sink.control().read_offsets("Orders").await.unwrap(),
         HashMap::from([(0, 6)])
     );
     assert_eq!(
-        sink.read_offsets("orders").await.unwrap(),
+        sink.control().read_offsets("orders").await.unwrap(),
         HashMap::from([(0, 7)])
     );
 
@@ -201,7 +204,7 @@ async fn migrates_version_one(kind: Backend) {
     // A second start finds the current version and changes nothing.
     sink.prepare().await.expect("prepare again");
     assert_eq!(
-        sink.read_offsets("orders").await.unwrap(),
+        sink.control().read_offsets("orders").await.unwrap(),
         HashMap::from([(0, 7)])
     );
     sink.close().await;
@@ -317,7 +320,11 @@ async fn migrates_from_every_earlier_version(kind: Backend) {
         let db = FreshDb::new(kind).await;
         let connector = connector(&db.url, &["Orders"]);
         let sink = Sink::connect(&connector).await.expect("connect");
-        let left = sink.migrate_to(version).await.expect("the earlier version");
+        let left = sink
+            .maintenance()
+            .migrate_to(version)
+            .await
+            .expect("the earlier version");
         assert_eq!((left.from, left.to), (0, version));
         db.run(&format!(
             "INSERT INTO sluice_offsets (connector, topic, {quoted_partition}, next_offset) \
@@ -343,7 +350,7 @@ async fn migrates_from_every_earlier_version(kind: Backend) {
             .expect("read the version");
         assert_eq!(now, [Some(SCHEMA_VERSION)], "from version {version}");
         assert_eq!(
-            sink.read_offsets("Orders").await.unwrap(),
+            sink.control().read_offsets("Orders").await.unwrap(),
             HashMap::from([(0, 5)]),
             "the offset stored at version {version}"
         );
@@ -351,7 +358,7 @@ async fn migrates_from_every_earlier_version(kind: Backend) {
             .await
             .unwrap_or_else(|e| panic!("compare-and-set after version {version}: {e}"));
         assert_eq!(
-            sink.read_offsets("Orders").await.unwrap(),
+            sink.control().read_offsets("Orders").await.unwrap(),
             HashMap::from([(0, 6)])
         );
         sink.control()

@@ -218,7 +218,7 @@ pub(super) async fn alter_offsets(
         Err(e) => return e.into_response(),
     };
     let request = crate::reset::ResetRequest::Partitions(changes);
-    reset_answer(&state, &connector, &sink, &request, "altered").await
+    reset_answer(&state, &connector, sink.control(), &request, "altered").await
 }
 
 /// Runs a reset (`crate::reset`) and answers it: Kafka Connect's message, and what was
@@ -226,13 +226,13 @@ pub(super) async fn alter_offsets(
 async fn reset_answer(
     state: &AdminState,
     connector: &ConnectorHandle,
-    sink: &crate::sink::Sink,
+    control: crate::sink::ControlStore<'_>,
     request: &crate::reset::ResetRequest,
     done: &str,
 ) -> Response {
     let brokers = state.supervisor.brokers();
     let report = match crate::reset::reset(
-        sink,
+        control,
         &state.supervisor.config().kafka,
         Some(&brokers),
         &connector.config,
@@ -316,7 +316,7 @@ pub(super) async fn reset_offsets(
     reset_answer(
         &state,
         &connector,
-        &sink,
+        sink.control(),
         &crate::reset::ResetRequest::All,
         "reset",
     )

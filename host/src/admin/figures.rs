@@ -3,7 +3,7 @@
 //! throughput, `GET /connectors/{name}/history`. The status page reads both.
 //!
 //! The lag and the rate are the connector's across processes: this process's as they are
-//! now, and each other process's from its last heartbeat (`sink/control.rs`), if fresh.
+//! now, and each other process's from its last heartbeat (`sink/control/`), if fresh.
 //! The counters, the last error, the plugins' calls and the history are this process's
 //! (its metrics, the ones `/metrics` exports); the other processes' are in their own
 //! answers.

@@ -142,7 +142,7 @@ pub async fn run(path: &Path, records: u64, partitions: i32) -> u8 {
     let fresh = async {
         sink.prepare().await?;
         for t in &connector.topics {
-            sink.reset_offsets(t).await?;
+            sink.control().reset_offsets(t).await?;
         }
         clear_table(&sink).await
     };

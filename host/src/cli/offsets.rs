@@ -6,7 +6,7 @@ use super::{OffsetsAction, OutputFormat};
 use crate::config::{Config, ConnectorConfig};
 use crate::reset::{ResetRequest, reset, running_anywhere};
 use crate::server::{EXIT_FAILURE, EXIT_INVALID, load};
-use crate::sink::Sink;
+use crate::sink::{ControlStore, Sink};
 
 pub async fn offsets(action: OffsetsAction) -> u8 {
     let (path, only, resetting, format) = match &action {
@@ -47,7 +47,7 @@ pub async fn offsets(action: OffsetsAction) -> u8 {
         let code = if resetting {
             reset_one(&config, connector, &sink).await
         } else {
-            show(connector, &sink, format).await
+            show(connector, sink.control(), format).await
         };
         sink.close().await;
         if code != 0 {
@@ -57,11 +57,11 @@ pub async fn offsets(action: OffsetsAction) -> u8 {
     0
 }
 
-async fn show(connector: &ConnectorConfig, sink: &Sink, format: OutputFormat) -> u8 {
+async fn show(connector: &ConnectorConfig, control: ControlStore<'_>, format: OutputFormat) -> u8 {
     // With topics_regex: every topic it has stored offsets of.
     let topics = match &connector.topics_regex {
         None => connector.topics.clone(),
-        Some(_) => match sink.stored_topics().await {
+        Some(_) => match control.stored_topics().await {
             Ok(topics) => topics,
             Err(e) => {
                 eprintln!("connector {}: {e}", connector.name);
@@ -70,7 +70,7 @@ async fn show(connector: &ConnectorConfig, sink: &Sink, format: OutputFormat) ->
         },
     };
     for topic in &topics {
-        match sink.read_offsets(topic).await {
+        match control.read_offsets(topic).await {
             Ok(offsets) => {
                 let mut offsets: Vec<_> = offsets.into_iter().collect();
                 offsets.sort();
@@ -118,7 +118,15 @@ async fn reset_one(config: &Config, connector: &ConnectorConfig, sink: &Sink) ->
             return EXIT_FAILURE;
         }
     }
-    let report = match reset(sink, &config.kafka, brokers, connector, &ResetRequest::All).await {
+    let report = match reset(
+        sink.control(),
+        &config.kafka,
+        brokers,
+        connector,
+        &ResetRequest::All,
+    )
+    .await
+    {
         Ok(report) => report,
         Err(e) => {
             eprintln!("connector {name}: {e}");

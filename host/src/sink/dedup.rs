@@ -1,5 +1,6 @@
 //! `sluice_dedup`: the producer ids a connector has written (`delivery.dedup`), claimed in
-//! each batch's transaction and cleaned up past their window. See [`crate::dedup`] for the
+//! each batch's transaction (cleaned up past their window by the sink's maintenance,
+//! `maintenance/cleanup.rs`). See [`crate::dedup`] for the
 //! whole mechanism.
 
 use std::collections::HashSet;
@@ -7,17 +8,13 @@ use std::collections::HashSet;
 use sqlx::{AssertSqlSafe, ColumnIndex, Decode, Encode, Executor, IntoArguments, Row, Type};
 
 use super::backend::Backend;
-use super::{Dialect, Sink, SinkError, db, each_pool};
+use super::{Dialect, SinkError, db};
 use crate::dedup::{DedupKey, duplicates};
 
 /// Ids looked up, or rows stored, per statement: far under every database's bind limit.
 const IDS_PER_STATEMENT: usize = 1000;
-/// Ids removed per statement of a cleanup.
-const CLEAN_CHUNK: u64 = 10_000;
-/// Longest wait for one cleanup.
-const CLEAN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
-fn db_error(action: &'static str) -> impl Fn(sqlx::Error) -> SinkError {
+pub(super) fn db_error(action: &'static str) -> impl Fn(sqlx::Error) -> SinkError {
     move |source| SinkError::Database {
         action,
         table: "sluice_dedup".into(),
@@ -124,69 +121,4 @@ where
         }
     }
     Ok(skipped)
-}
-
-impl Sink {
-    /// Removes the ids of `delivery.dedup` written more than `window` ago, by the sink
-    /// database's clock. Ids that a process of the previous schema version stored (no
-    /// `written_at`) are stamped now first, so they too are kept at least `window` after
-    /// they were written. Returns how many were removed.
-    pub async fn clean_dedup(&self, window: std::time::Duration) -> Result<u64, SinkError> {
-        let window = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
-        let dialect = self.dialect;
-        let now = dialect.now_ms();
-        let clean = async {
-            each_pool!(self, pool, DB => {
-                sqlx::query::<DB>(AssertSqlSafe(format!(
-                    "UPDATE sluice_dedup SET written_at = {now} WHERE connector = {} AND written_at IS NULL",
-                    dialect.param(1)
-                )))
-                .bind(self.connector.clone())
-                .execute(pool)
-                .await
-                .map_err(db_error("clean up producer ids"))?;
-                // In chunks: a large cleanup does not hold the connection (SQLite has one)
-                // or many locks for long.
-                let sql = (db::of(dialect).own_tables.clean_dedup)(now, CLEAN_CHUNK);
-                let mut removed = 0;
-                loop {
-                    let result = sqlx::query::<DB>(AssertSqlSafe(sql.clone()))
-                        .bind(self.connector.clone())
-                        .bind(window)
-                        .execute(pool)
-                        .await
-                        .map_err(db_error("clean up producer ids"))?;
-                    let gone = <DB as Backend>::rows_affected(&result);
-                    removed += gone;
-                    if gone < CLEAN_CHUNK {
-                        return Ok(removed);
-                    }
-                }
-            })
-        };
-        tokio::time::timeout(CLEAN_TIMEOUT, clean)
-            .await
-            .unwrap_or_else(|_| {
-                Err(SinkError::Timeout {
-                    action: "clean up producer ids",
-                    table: "sluice_dedup".into(),
-                    after: CLEAN_TIMEOUT,
-                })
-            })
-    }
-
-    /// How many producer ids this connector keeps (for tests and checks).
-    pub async fn dedup_ids(&self) -> Result<i64, SinkError> {
-        let sql = format!(
-            "SELECT COUNT(*) FROM sluice_dedup WHERE connector = {}",
-            self.dialect.param(1)
-        );
-        each_pool!(self, pool, DB => {
-            sqlx::query_scalar::<DB, i64>(AssertSqlSafe(sql))
-                .bind(self.connector.clone())
-                .fetch_one(pool)
-                .await
-        })
-        .map_err(db_error("count producer ids"))
-    }
 }

@@ -21,17 +21,15 @@ pub mod control;
 mod db;
 pub mod dead_letters;
 mod dedup;
-mod delivery;
 mod derived;
 mod error;
+pub mod maintenance;
 mod nodelay;
-mod offsets;
 mod patch;
 mod probe;
 mod redriven;
 mod routed;
 mod runs;
-pub mod schema;
 mod tombstones;
 pub mod verify;
 mod write;
@@ -48,13 +46,13 @@ use crate::dedup::DedupKey;
 use crate::failure::DeadLetter;
 use crate::map::{RowOp, TableRoutes};
 pub use control::ControlStore;
+pub use control::{DeliveryRow, Forgotten, OffsetsChange, ResetPoint};
 pub use db::dialect;
 pub use db::pools::{DatabasePools, SharedPool};
 pub use db::postgres::copy::CopyIn;
-pub use delivery::DeliveryRow;
 pub use dialect::{Dialect, TableSpec};
 pub use error::{ErrorClass, SinkError, classify, shown};
-pub use offsets::{Forgotten, OffsetsChange, ResetPoint};
+pub use maintenance::{Maintenance, schema};
 pub use runs::Run;
 
 /// A partition's offset moving forward in a batch's transaction.
@@ -337,7 +335,7 @@ impl Sink {
     /// Creates the offsets table, and the sink table when `create_table` asks for it, then
     /// checks that the table has every configured column.
     pub async fn prepare(&self) -> Result<(), SinkError> {
-        let migrated = self.migrate().await?;
+        let migrated = self.maintenance().migrate().await?;
         if migrated.from < db::of(self.dialect).exact_names_since {
             for names in schema::case_collisions(&self.topics) {
                 tracing::warn!(connector = %self.connector, topics = ?names,

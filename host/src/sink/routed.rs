@@ -73,18 +73,6 @@ pub(super) type TableError = (String, sqlx::Error);
 impl Sink {
     /// The names of the tables this sink writes: the connector's table, or with a template
     /// every table made ready so far.
-    pub(super) fn written_table_names(&self) -> Vec<String> {
-        match &self.routing {
-            None => vec![self.table.name.clone()],
-            Some(routing) => routing
-                .ready
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .values()
-                .map(|t| t.spec.name.clone())
-                .collect(),
-        }
-    }
 
     /// The tables of `routes` (in its order), each made ready once; `None` for a table no
     /// operation goes to any more (its records failed or were skipped since). `create`
@@ -492,4 +480,19 @@ fn by_shape<'r>(routes: &'r TableRoutes, indices: &[usize]) -> Result<Vec<Stretc
             Ok((shape, ops))
         })
         .collect()
+}
+
+/// The names of the tables a sink has written: its one table, or with `routing` (a table
+/// template or derived columns) each table made ready so far.
+pub(super) fn written_table_names(table: &TableSpec, routing: Option<&Routing>) -> Vec<String> {
+    match routing {
+        None => vec![table.name.clone()],
+        Some(routing) => routing
+            .ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|t| t.spec.name.clone())
+            .collect(),
+    }
 }

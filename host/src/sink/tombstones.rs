@@ -10,7 +10,7 @@
 //! (`row_key` empty): every write not newer than it is dropped.
 //!
 //! Tombstones older than `sink.version.remember_deletes` (7 days by default) are removed
-//! by [`Sink::clean_tombstones`], which each connector's runner calls every minute. A
+//! by [`Maintenance::clean_tombstones`](super::Maintenance::clean_tombstones), which each connector's runner calls every minute. A
 //! replay that reaches further back than that can bring back a row deleted before it, as a
 //! compacted topic that dropped its tombstones would.
 
@@ -18,9 +18,9 @@ use sha2::{Digest, Sha256};
 use sqlx::{AssertSqlSafe, Executor, IntoArguments};
 
 use super::backend::Backend;
+use super::db;
 use super::dialect::{Dialect, TableSpec};
 use super::runs::bound_key;
-use super::{Sink, SinkError, db, each_pool};
 use crate::config::ColumnType;
 use crate::map::SqlValue;
 
@@ -28,8 +28,6 @@ use crate::map::SqlValue;
 const WHOLE_TABLE: &str = "";
 /// Keys looked up per statement.
 const LOOKUP_CHUNK: usize = 1000;
-/// Tombstones removed per statement of a cleanup.
-const CLEAN_CHUNK: i64 = 10_000;
 
 /// The stored form of a key: the hex SHA-256 of the key in the form it is bound in (each
 /// part's kind, length and bytes, so that no two keys write the same bytes). Exact, as
@@ -192,62 +190,6 @@ where
         query.execute(&mut *conn).await?;
     }
     Ok(())
-}
-
-impl Sink {
-    /// Removes the tombstones of this sink's table older than `window`; returns how many.
-    /// With a table template: of every table this process has written so far (a table not
-    /// written since the process started keeps its tombstones until it is).
-    pub async fn clean_tombstones(&self, window: std::time::Duration) -> Result<u64, SinkError> {
-        let mut removed = 0;
-        for table in self.written_table_names() {
-            removed += self.clean_tombstones_of(&table, window).await?;
-        }
-        Ok(removed)
-    }
-
-    async fn clean_tombstones_of(
-        &self,
-        table_name: &str,
-        window: std::time::Duration,
-    ) -> Result<u64, SinkError> {
-        let before = now_ms() - i64::try_from(window.as_millis()).unwrap_or(i64::MAX / 2);
-        let d = self.dialect;
-        // In chunks: a large cleanup does not hold the connection (SQLite has one) or take
-        // many locks at once.
-        let sql = (db::of(d).own_tables.clean_tombstones)(CLEAN_CHUNK.unsigned_abs());
-        let mut removed = 0;
-        loop {
-            let sql = sql.clone();
-            let table = table_name.to_string();
-            let done = each_pool!(self, pool, DB => {
-                let query = sqlx::query::<DB>(AssertSqlSafe(sql));
-                let query = DB::bind_value(query, &SqlValue::Text(table), ColumnType::Text);
-                let query = DB::bind_value(query, &SqlValue::Int(before), ColumnType::Bigint);
-                query.execute(pool).await.map(|r| DB::rows_affected(&r))
-            })
-            .map_err(self.db_error("clean up tombstones"))?;
-            removed += done;
-            if done < CLEAN_CHUNK as u64 {
-                return Ok(removed);
-            }
-        }
-    }
-
-    /// How many tombstones this sink's table has (for tests and `sluice offsets show`).
-    pub async fn tombstones(&self) -> Result<i64, SinkError> {
-        let sql = format!(
-            "SELECT COUNT(*) FROM sluice_tombstones WHERE table_name = {}",
-            self.dialect.param(1)
-        );
-        let table = self.table.name.clone();
-        each_pool!(self, pool, DB => {
-            let query = sqlx::query::<DB>(AssertSqlSafe(sql));
-            let query = DB::bind_value(query, &SqlValue::Text(table), ColumnType::Text);
-            let row = query.fetch_one(pool).await.map_err(self.db_error("count tombstones"))?;
-            DB::int_at(&row, 0).map_err(self.db_error("count tombstones"))
-        })
-    }
 }
 
 #[cfg(test)]

@@ -232,7 +232,7 @@ impl Runner {
         }
         sink.count_schema_changes(self.metrics.clone());
         let sink = Arc::new(sink);
-        if let Err(waiting) = self.hand_over(&sink).await {
+        if let Err(waiting) = self.hand_over(sink.control()).await {
             sink.close().await;
             return Connect::Waiting(waiting);
         }
@@ -631,7 +631,7 @@ const DEDUP_CLEAN_INTERVAL: Duration = Duration::from_secs(60);
 /// kept longer only cost space.
 async fn clean_dedup(sink: Arc<Sink>, window: Duration) {
     loop {
-        match sink.clean_dedup(window).await {
+        match sink.maintenance().clean_dedup(window).await {
             Ok(0) => {}
             Ok(removed) => {
                 tracing::debug!(removed, "producer ids past delivery.dedup.window removed")
@@ -648,7 +648,7 @@ async fn clean_dedup(sink: Arc<Sink>, window: Duration) {
 /// [`DEDUP_CLEAN_INTERVAL`], until aborted; a failure is logged and tried again later.
 async fn clean_tombstones(sink: Arc<Sink>, window: Duration) {
     loop {
-        match sink.clean_tombstones(window).await {
+        match sink.maintenance().clean_tombstones(window).await {
             Ok(0) => {}
             Ok(removed) => {
                 tracing::debug!(

@@ -21,11 +21,9 @@
 //! `at_least_once` when its group's committed offsets are ahead of the stored ones (an
 //! exactly-once mirror never is).
 
-use std::sync::Arc;
-
 use super::connector::Runner;
 use crate::config::{ConnectorConfig, Guarantee, defaults};
-use crate::sink::{DeliveryRow, Sink};
+use crate::sink::{ControlStore, DeliveryRow};
 
 fn guarantee_name(guarantee: Guarantee) -> &'static str {
     match guarantee {
@@ -37,22 +35,22 @@ fn guarantee_name(guarantee: Guarantee) -> &'static str {
 impl Runner {
     /// Takes over a renamed connector's positions and seeds a changed guarantee's. `Err`
     /// says what it waits for (tried again with the connection).
-    pub(super) async fn hand_over(&self, sink: &Arc<Sink>) -> Result<(), String> {
+    pub(super) async fn hand_over(&self, control: ControlStore<'_>) -> Result<(), String> {
         let config = self.config.clone();
         let text = |e: crate::sink::SinkError| e.to_string();
-        let mut previous = sink.read_delivery(&config.name).await.map_err(text)?;
+        let mut previous = control.read_delivery(&config.name).await.map_err(text)?;
         if let Some(old) = &config.renamed_from
             && previous.is_none()
-            && !sink.has_positions(&config.name).await.map_err(text)?
+            && !control.has_positions(&config.name).await.map_err(text)?
         {
-            let old_row = sink.read_delivery(old).await.map_err(text)?;
+            let old_row = control.read_delivery(old).await.map_err(text)?;
             let old_group = old_row
                 .as_ref()
                 .map_or_else(|| defaults::group(old), |r| r.group.clone());
-            self.wait_until_stopped(sink, old, &[old_group]).await?;
-            let moved = sink.take_over(old).await.map_err(text)?;
+            self.wait_until_stopped(control, old, &[old_group]).await?;
+            let moved = control.take_over(old).await.map_err(text)?;
             tracing::info!(from = %old, moved, "renamed_from: took over what the old name stored");
-            previous = sink.read_delivery(&config.name).await.map_err(text)?;
+            previous = control.read_delivery(&config.name).await.map_err(text)?;
         }
         let now = DeliveryRow {
             guarantee: guarantee_name(config.delivery.guarantee).to_string(),
@@ -66,7 +64,7 @@ impl Runner {
         if came_from.is_none() && config.delivery.guarantee == Guarantee::ExactlyOnce {
             // Before schema version 8: infer an at-least-once period from a group ahead of
             // the stored offsets.
-            let stored = sink.control().read_all_offsets().await.map_err(text)?;
+            let stored = control.read_all_offsets().await.map_err(text)?;
             let probe = (*config).clone();
             let committed = crate::kafka::blocking(move || {
                 crate::kafka::group::committed_offsets(&kafka, &brokers, &probe)
@@ -91,12 +89,14 @@ impl Runner {
                 if from.group != config.group_id() {
                     groups.push(from.group.clone());
                 }
-                self.wait_until_stopped(sink, &config.name, &groups).await?;
-                self.seed(sink, &config, previous.as_ref(), &from, &now)
+                self.wait_until_stopped(control, &config.name, &groups)
+                    .await?;
+                self.seed(control, &config, previous.as_ref(), &from, &now)
                     .await
             }
             _ => {
-                sink.claim_delivery(previous.as_ref(), &now, None)
+                control
+                    .claim_delivery(previous.as_ref(), &now, None)
                     .await
                     .map_err(text)?;
                 Ok(())
@@ -108,12 +108,12 @@ impl Runner {
     /// (fresh heartbeats of any process but this one) or any of `groups` has members.
     async fn wait_until_stopped(
         &self,
-        sink: &Arc<Sink>,
+        control: ControlStore<'_>,
         connector: &str,
         groups: &[String],
     ) -> Result<(), String> {
         let running = crate::reset::live_tasks(
-            sink.control()
+            control
                 .heartbeats_of(connector)
                 .await
                 .map_err(|e| e.to_string())?,
@@ -146,7 +146,7 @@ impl Runner {
     /// claiming the change of `sluice_delivery` from `previous` to `now`.
     async fn seed(
         &self,
-        sink: &Arc<Sink>,
+        control: ControlStore<'_>,
         config: &ConnectorConfig,
         previous: Option<&DeliveryRow>,
         from: &DeliveryRow,
@@ -163,7 +163,7 @@ impl Runner {
                     crate::kafka::group::committed_offsets(&kafka, &brokers, &old)
                 })
                 .await?;
-                if sink
+                if control
                     .claim_delivery(previous, now, Some(&committed))
                     .await
                     .map_err(text)?
@@ -175,14 +175,15 @@ impl Runner {
             // The group is moved first (again by another process starting at once: the
             // same offsets), then the change claimed.
             (true, Guarantee::AtLeastOnce) => {
-                let stored = sink.control().read_all_offsets().await.map_err(text)?;
+                let stored = control.read_all_offsets().await.map_err(text)?;
                 let count = stored.len();
                 let new = config.clone();
                 crate::kafka::blocking(move || {
                     crate::kafka::group::commit_group_offsets(&kafka, &brokers, &new, &stored)
                 })
                 .await?;
-                sink.claim_delivery(previous, now, None)
+                control
+                    .claim_delivery(previous, now, None)
                     .await
                     .map_err(text)?;
                 tracing::info!(partitions = count, group = %config.group_id(),
@@ -200,14 +201,16 @@ impl Runner {
                     Ok(theirs.len())
                 })
                 .await?;
-                sink.claim_delivery(previous, now, None)
+                control
+                    .claim_delivery(previous, now, None)
                     .await
                     .map_err(text)?;
                 tracing::info!(partitions = moved, from = %from.group, to = %config.group_id(),
                     "a new Kafka group starts from the old group's committed offsets");
             }
             _ => {
-                sink.claim_delivery(previous, now, None)
+                control
+                    .claim_delivery(previous, now, None)
                     .await
                     .map_err(text)?;
             }

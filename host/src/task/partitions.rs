@@ -80,7 +80,8 @@ impl Shared {
     /// it (an assignment, the loop), so it must not wait out an outage.
     pub(super) fn read_stored_once(&self, topic: &str) -> Result<StoredPositions, SinkError> {
         self.runtime.block_on(async {
-            let read = self.sink.read_positions(topic);
+            let control = self.sink.control();
+            let read = control.read_positions(topic);
             tokio::time::timeout(OFFSETS_READ_TIMEOUT, read)
                 .await
                 .unwrap_or(Err(SinkError::Timeout {

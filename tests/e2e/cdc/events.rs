@@ -301,11 +301,18 @@ async fn debezium_history_replays_to_the_same_rows(kind: Backend) {
     let sink = sluice::sink::Sink::connect(&loaded.connectors[0])
         .await
         .expect("connect");
-    assert_eq!(sink.tombstones().await.expect("count"), 1);
+    assert_eq!(sink.maintenance().tombstones().await.expect("count"), 1);
     let week = std::time::Duration::from_secs(7 * 24 * 3600);
-    assert_eq!(sink.clean_tombstones(week).await.expect("clean"), 0);
     assert_eq!(
-        sink.clean_tombstones(std::time::Duration::ZERO)
+        sink.maintenance()
+            .clean_tombstones(week)
+            .await
+            .expect("clean"),
+        0
+    );
+    assert_eq!(
+        sink.maintenance()
+            .clean_tombstones(std::time::Duration::ZERO)
             .await
             .expect("clean"),
         1

@@ -651,7 +651,11 @@ connectors:
         use rdkafka::consumer::{BaseConsumer, Consumer};
         let config = self.config(brokers, db);
         let sink = Sink::connect(&config.connectors[0]).await.expect("connect");
-        let stored = sink.read_offsets(&self.topic).await.expect("offsets");
+        let stored = sink
+            .control()
+            .read_offsets(&self.topic)
+            .await
+            .expect("offsets");
         sink.close().await;
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", brokers)

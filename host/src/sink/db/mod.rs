@@ -122,7 +122,7 @@ pub(super) fn write_error(
     write!(f, "error returned from database: {error}")
 }
 
-/// How one database migrates sluice's own tables (`sink/schema.rs` runs them).
+/// How one database migrates sluice's own tables (`sink/maintenance/schema.rs` runs them).
 pub(super) struct Migrations {
     /// The statements that take the tables from `version - 1` to `version` (none for a
     /// version that changed nothing on this database).

@@ -2,7 +2,7 @@
 //! that need no type or syntax of one of them (MySQL and MariaDB have their own, with
 //! binary collations and bounded key lengths).
 
-/// The steps to schema version 4 (`sink/schema.rs` says what each version adds).
+/// The steps to schema version 4 (`sink/maintenance/schema.rs` says what each version adds).
 pub(super) const VERSION_4: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS sluice_control (connector TEXT NOT NULL PRIMARY KEY, \
              target TEXT NOT NULL, restart_seq BIGINT NOT NULL, restart_tasks INTEGER NOT NULL, \
@@ -12,14 +12,14 @@ pub(super) const VERSION_4: &[&str] = &[
              PRIMARY KEY (connector, worker, task))",
 ];
 
-/// The steps to schema version 5 (`sink/schema.rs` says what each version adds).
+/// The steps to schema version 5 (`sink/maintenance/schema.rs` says what each version adds).
 pub(super) const VERSION_5: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS sluice_dedup (connector TEXT NOT NULL, id TEXT NOT NULL, \
              record_time BIGINT NOT NULL, PRIMARY KEY (connector, id))",
     "CREATE INDEX IF NOT EXISTS sluice_dedup_time ON sluice_dedup (connector, record_time)",
 ];
 
-/// The steps to schema version 6 (`sink/schema.rs` says what each version adds).
+/// The steps to schema version 6 (`sink/maintenance/schema.rs` says what each version adds).
 pub(super) const VERSION_6: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS sluice_redriven (connector TEXT NOT NULL, \
              source_topic TEXT NOT NULL, source_partition INTEGER NOT NULL, source_offset BIGINT NOT NULL, \
@@ -28,7 +28,7 @@ pub(super) const VERSION_6: &[&str] = &[
              PRIMARY KEY (connector, source_topic, source_partition, source_offset))",
 ];
 
-/// The steps to schema version 9 (`sink/schema.rs` says what each version adds).
+/// The steps to schema version 9 (`sink/maintenance/schema.rs` says what each version adds).
 pub(super) const VERSION_9: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS sluice_tombstones (table_name TEXT NOT NULL, \
              row_key TEXT NOT NULL, version TEXT NOT NULL, deleted_at BIGINT NOT NULL, \

@@ -4,7 +4,7 @@
 
 use sqlx::AssertSqlSafe;
 
-use super::{Sink, SinkError, each_pool};
+use super::{ControlStore, SinkError, each_pool};
 
 /// What a connector last ran with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +32,7 @@ const NAMED_TABLES: [&str; 5] = [
     "sluice_delivery",
 ];
 
-impl Sink {
+impl ControlStore<'_> {
     /// What `connector` last ran with (`None`: it never ran since schema version 8).
     pub async fn read_delivery(&self, connector: &str) -> Result<Option<DeliveryRow>, SinkError> {
         let sql = format!(
@@ -64,15 +64,15 @@ impl Sink {
         each_pool!(self, pool, DB => {
             let mut tx = pool.begin_with(self.dialect.begin()).await.map_err(&error)?;
             sqlx::query::<DB>(AssertSqlSafe(delete))
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
                 .execute(&mut *tx)
                 .await
                 .map_err(&error)?;
             sqlx::query::<DB>(AssertSqlSafe(insert))
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
                 .bind(row.guarantee.clone())
                 .bind(row.group.clone())
-                .bind(super::control::now_ms())
+                .bind(super::now_ms())
                 .execute(&mut *tx)
                 .await
                 .map_err(&error)?;
@@ -102,8 +102,8 @@ impl Sink {
                 )))
                 .bind(now.guarantee.clone())
                 .bind(now.group.clone())
-                .bind(super::control::now_ms())
-                .bind(self.connector.clone())
+                .bind(super::now_ms())
+                .bind(self.connector.to_string())
                 .bind(previous.guarantee.clone())
                 .bind(previous.group.clone())
                 .execute(&mut *tx)
@@ -115,10 +115,10 @@ impl Sink {
                     "INSERT INTO sluice_delivery (connector, guarantee, group_id, updated_at) VALUES ({}, {}, {}, {})",
                     p(1), p(2), p(3), p(4)
                 )))
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
                 .bind(now.guarantee.clone())
                 .bind(now.group.clone())
-                .bind(super::control::now_ms())
+                .bind(super::now_ms())
                 .execute(&mut *tx)
                 .await
                 {
@@ -135,14 +135,14 @@ impl Sink {
                     "DELETE FROM sluice_offsets WHERE connector = {}",
                     p(1)
                 )))
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
                 .execute(&mut *tx)
                 .await
                 .map_err(&error)?;
                 let insert = self.dialect.insert_offset();
                 for (topic, part, next) in offsets {
                     sqlx::query::<DB>(AssertSqlSafe(insert.clone()))
-                        .bind(self.connector.clone())
+                        .bind(self.connector.to_string())
                         .bind(topic.clone())
                         .bind(*part)
                         .bind(*next)
@@ -184,7 +184,7 @@ impl Sink {
     pub async fn take_over(&self, old: &str) -> Result<u64, SinkError> {
         let p = |n| self.dialect.param(n);
         let mut tables: Vec<String> = NAMED_TABLES.iter().map(|t| t.to_string()).collect();
-        if let Some(table) = &self.dead_letter_table {
+        if let Some(table) = self.dead_letter_table {
             tables.push(table.quoted(self.dialect));
         }
         let error = db_error(
@@ -201,7 +201,7 @@ impl Sink {
                     "SELECT COUNT(*) FROM {table} WHERE connector = {}",
                     p(1)
                 )))
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(&error)?;
@@ -222,7 +222,7 @@ impl Sink {
                     p(1),
                     p(2)
                 )))
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
                 .bind(old.to_string())
                 .execute(&mut *tx)
                 .await

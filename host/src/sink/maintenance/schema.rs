@@ -1,7 +1,7 @@
 //! sluice's own tables in a sink database (`sluice_offsets`; the operations issues add
 //! theirs here) and their schema version, kept in `sluice_schema`.
 //!
-//! At start, [`Sink::prepare`] runs every migration newer than the database's version, in
+//! At start, [`Sink::prepare`](crate::sink::Sink::prepare) runs every migration newer than the database's version, in
 //! order, under a lock that serialises the processes starting at once (PostgreSQL: an
 //! advisory lock in the migration's transaction; MySQL/MariaDB: `GET_LOCK`; SQLite: the
 //! `BEGIN IMMEDIATE` write lock). PostgreSQL and SQLite run it in one transaction; MySQL
@@ -30,9 +30,10 @@
 
 use sqlx::{AssertSqlSafe, Encode, Executor, IntoArguments, Type};
 
-use super::backend::{self, Backend};
-use super::db::{self, Migrations, SchemaLock};
-use super::{Dialect, Sink, SinkError, each_pool};
+use super::Maintenance;
+use crate::sink::backend::{self, Backend};
+use crate::sink::db::{self, Migrations, SchemaLock};
+use crate::sink::{Dialect, SinkError, each_pool};
 
 /// The version of sluice's own tables this binary writes.
 pub const SCHEMA_VERSION: i64 = 11;
@@ -46,15 +47,10 @@ pub struct Migrated {
     pub to: i64,
 }
 
-impl Sink {
-    /// Brings sluice's own tables to [`SCHEMA_VERSION`].
-    pub(super) async fn migrate(&self) -> Result<Migrated, SinkError> {
-        self.migrate_to(SCHEMA_VERSION).await
-    }
-
+impl Maintenance<'_> {
     /// Brings sluice's own tables to version `to` (at most [`SCHEMA_VERSION`]): the tables
     /// a sluice of version `to` left behind, for the tests that migrate a database from
-    /// every earlier version. Nothing but [`Sink::prepare`] migrates a real database.
+    /// every earlier version. Nothing but [`Sink::prepare`](crate::sink::Sink::prepare) migrates a real database.
     #[doc(hidden)]
     pub async fn migrate_to(&self, to: i64) -> Result<Migrated, SinkError> {
         if !(1..=SCHEMA_VERSION).contains(&to) {
@@ -188,7 +184,7 @@ where
 /// Topics of one connector whose names differ only in case: on MySQL/MariaDB before schema
 /// version 2 they shared one stored offset, so one of them may have been skipped or read
 /// twice. Reported at the migration, never guessed at.
-pub(super) fn case_collisions(topics: &[String]) -> Vec<Vec<&str>> {
+pub(crate) fn case_collisions(topics: &[String]) -> Vec<Vec<&str>> {
     let mut groups: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
     for topic in topics {
         groups.entry(topic.to_lowercase()).or_default().push(topic);

@@ -1,11 +1,13 @@
-//! Reading and forgetting a connector's stored positions in `sluice_offsets`.
+//! The control store's side of a connector's stored positions in `sluice_offsets`: read
+//! (where a task resumes, what `sluice offsets show` prints), and forgotten or set by an
+//! operator's reset with the producer ids and redrive markers past it.
 
 use std::collections::HashMap;
 
-use super::backend;
-use super::{READ_TIMEOUT, Sink, SinkError, StoredPositions, each_pool};
+use super::ControlStore;
+use crate::sink::{READ_TIMEOUT, SinkError, StoredPositions, backend, each_pool};
 
-impl Sink {
+impl ControlStore<'_> {
     /// The topics this connector has stored offsets of, in name order.
     pub async fn stored_topics(&self) -> Result<Vec<String>, SinkError> {
         let sql = format!(
@@ -15,7 +17,7 @@ impl Sink {
         let read = async {
             each_pool!(self, pool, DB => {
                 sqlx::query_scalar::<DB, String>(sqlx::AssertSqlSafe(sql))
-                    .bind(self.connector.clone())
+                    .bind(self.connector.to_string())
                     .fetch_all(pool)
                     .await
             })
@@ -62,9 +64,13 @@ impl Sink {
     async fn read_positions_now(&self, topic: &str) -> Result<StoredPositions, SinkError> {
         let sql = self.dialect.read_offsets();
         let rows = each_pool!(self, pool, DB => {
-            backend::read_offsets::<DB>(pool, sql, &self.connector, topic).await
+            backend::read_offsets::<DB>(pool, sql, self.connector, topic).await
         })
-        .map_err(self.db_error("read offsets"))?;
+        .map_err(|source| SinkError::Database {
+            action: "read offsets",
+            table: "sluice_offsets".into(),
+            source,
+        })?;
         let mut stored = StoredPositions::default();
         for (partition, next, cluster, topic_id) in rows {
             stored.offsets.insert(partition, next);
@@ -84,9 +90,9 @@ impl Sink {
     pub async fn reset_offsets(&self, topic: &str) -> Result<u64, SinkError> {
         let sql = self.dialect.delete_offsets();
         let result = each_pool!(self, pool, DB => {
-            backend::delete_offsets::<DB>(pool, sql, &self.connector, topic).await
+            backend::delete_offsets::<DB>(pool, sql, self.connector, topic).await
         });
-        result.map_err(self.db_error("reset offsets"))
+        result.map_err(reset_error("sluice_offsets"))
     }
 }
 
@@ -137,7 +143,7 @@ fn reset_error(table: &'static str) -> impl Fn(sqlx::Error) -> SinkError {
     }
 }
 
-impl Sink {
+impl ControlStore<'_> {
     /// The (topic, partition) pairs that have ids or redrive markers of this connector:
     /// a reset of everything forgets those of partitions it has no P for.
     pub async fn remembered_partitions(&self) -> Result<Vec<(String, i32)>, SinkError> {
@@ -150,8 +156,8 @@ impl Sink {
         );
         each_pool!(self, pool, DB => {
             sqlx::query_as::<DB, (String, i32)>(sqlx::AssertSqlSafe(sql))
-                .bind(self.connector.clone())
-                .bind(self.connector.clone())
+                .bind(self.connector.to_string())
+                .bind(self.connector.to_string())
                 .fetch_all(pool)
                 .await
         })
@@ -169,11 +175,8 @@ impl Sink {
         let d = self.dialect;
         let p = |n| d.param(n);
         let partition = d.quote_one("partition");
-        let connector = self.connector.clone();
-        let dead_letter_table = self
-            .dead_letter_table
-            .as_ref()
-            .map(|t| d.quote_table(&t.name));
+        let connector = self.connector.to_string();
+        let dead_letter_table = self.dead_letter_table.map(|t| d.quote_table(&t.name));
         each_pool!(self, pool, DB => {
             let mut tx = pool
                 .begin_with(d.begin())

@@ -15,7 +15,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sqlx::AssertSqlSafe;
 
-use super::{Dialect, SharedPool, Sink, SinkError, db, each_pool};
+use super::{Dialect, SharedPool, Sink, SinkError, TableSpec, db, each_pool};
+
+mod delivery;
+mod positions;
+
+pub use delivery::DeliveryRow;
+pub use positions::{Forgotten, OffsetsChange, ResetPoint};
 
 /// What the operator asked a connector to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -135,15 +141,20 @@ pub fn now_ms() -> i64 {
 }
 
 /// One connector's control store: its row of `sluice_control`, its processes' heartbeats
-/// in `sluice_task_status`, and its stored offsets as the status shows them. The
-/// supervisor, the admin API and `reset` take this, not the whole [`Sink`]: it writes no
-/// rows of the connector's tables. A view of its sink, borrowed: it never keeps the
-/// sink's pool open past the sink's close.
+/// in `sluice_task_status`, what it last ran with and the claim of a change of it
+/// (`sluice_delivery`, [`delivery`]), and its stored positions: read, reset by an operator,
+/// taken over from an old name ([`positions`]). The supervisor, the admin API, `reset`,
+/// the commands that show offsets and the task reading where it resumes take this, not the
+/// whole [`Sink`]: it writes no rows of the connector's tables. A view of its sink,
+/// borrowed: it never keeps the sink's pool open past the sink's close.
 #[derive(Clone, Copy)]
 pub struct ControlStore<'a> {
     pool: &'a SharedPool,
     dialect: Dialect,
     connector: &'a str,
+    /// The connector's dead-letter table (`errors.dlq.table`): its letters are keyed by
+    /// the connector's name too, so a take-over moves them and a reset counts them.
+    dead_letter_table: Option<&'a TableSpec>,
 }
 
 impl Sink {
@@ -153,6 +164,7 @@ impl Sink {
             pool: &self.pool,
             dialect: self.dialect,
             connector: &self.connector,
+            dead_letter_table: self.dead_letter_table.as_ref(),
         }
     }
 }
