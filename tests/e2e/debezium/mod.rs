@@ -11,6 +11,7 @@
 //! - [`replicate`]: a history with every change kind and type edge replicated by sluice
 //!   (JSON and Avro) into PostgreSQL, MariaDB and SQLite through a SIGKILL, compared with
 //!   the source value by value.
+//! - [`target`]: a target database of a test's own, and the `sluice run` replicating into it.
 //! - [`capture`]: writes real events as fixtures (`tests/e2e/cdc/fixtures/real/`); ignored
 //!   unless asked for (`--run-ignored only`).
 //!
@@ -39,6 +40,7 @@
 mod capture;
 mod replicate;
 mod smoke;
+mod target;
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
