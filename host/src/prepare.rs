@@ -95,6 +95,10 @@ pub struct Prepared {
     /// connector's formats carry schemas (empty otherwise). Transforms' outputs keep their
     /// input's entry.
     pub schemas: Vec<RecordSchemas>,
+    /// `sink.transactions: source`: the batch holds whole source transactions, which go
+    /// together or not at all (a failure under `errors.policy: fail` keeps the whole
+    /// batch back, not only its partition's records from the failed one on).
+    pub whole: bool,
     /// Each input's topic (an index into `topics`), partition and offset.
     coordinates: Vec<(usize, i32, i64)>,
     topics: Vec<String>,
@@ -192,6 +196,9 @@ pub struct Preparer {
     decoding: Option<&'static str>,
     /// The schemas of the next batch, fetched by [`Preparer::resolve`].
     resolved: Resolved,
+    /// `sink.transactions: source`: the transaction topic, whose BEGIN and END records
+    /// are in a batch for their offsets only (skipped, counted).
+    transaction_topic: Option<String>,
 }
 
 impl Preparer {
@@ -254,6 +261,7 @@ impl Preparer {
                 None
             },
             resolved: Resolved::default(),
+            transaction_topic: connector.transaction_topic().map(str::to_string),
         }
     }
 
@@ -337,7 +345,10 @@ impl Preparer {
     /// Prepares one batch. `Err` only when the transform chain itself cannot run (a plugin
     /// that can no longer be instantiated): no record is to blame for that.
     pub fn prepare(&mut self, incoming: Vec<Incoming>) -> Result<Prepared, PrepareError> {
-        let mut prepared = Prepared::default();
+        let mut prepared = Prepared {
+            whole: self.transaction_topic.is_some(),
+            ..Prepared::default()
+        };
         // Which inputs failed; their failures, in the order found.
         let mut failed = vec![false; incoming.len()];
         let mut failures: Vec<Failure> = Vec::new();
@@ -382,6 +393,11 @@ impl Preparer {
         }
         let read_at = now_millis();
         for (index, mut item) in incoming.into_iter().enumerate() {
+            if self.transaction_topic.as_deref() == Some(item.record.topic.as_str()) {
+                tracing::debug!(record = %item.record.coordinates(), "a source transaction's BEGIN or END record");
+                prepared.skipped += 1;
+                continue;
+            }
             let mut problem = match item.defect {
                 Some(defect) => Some((FailureClass::HeaderNotUtf8, defect)),
                 None => validate::check_size(&item.record, self.max_record_bytes)

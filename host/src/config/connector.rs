@@ -106,6 +106,20 @@ impl ConnectorConfig {
         }
     }
 
+    /// Under `sink.transactions: source`: the transaction topic, Debezium's
+    /// `<topic.prefix>.transaction`, the one of `topics` whose name ends so (`None` when
+    /// none or several do: `validate` refuses that).
+    pub fn transaction_topic(&self) -> Option<&str> {
+        if self.sink.transactions != super::Transactions::Source {
+            return None;
+        }
+        let mut found = self.topics.iter().filter(|t| t.ends_with(".transaction"));
+        match (found.next(), found.next()) {
+            (Some(topic), None) => Some(topic),
+            _ => None,
+        }
+    }
+
     /// The consumer group: the configured one or `sluice-<name>`.
     pub fn group_id(&self) -> String {
         self.group

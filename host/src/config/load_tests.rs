@@ -576,3 +576,80 @@ fn evolve_takes_a_list_or_a_name() {
     );
     assert!(problems(&derived("[widen]", "sqlite://x.db")).is_empty());
 }
+
+#[test]
+fn source_transactions_ask_what_they_need() {
+    let good = r#"
+kafka: { brokers: "localhost:9092" }
+connectors:
+  - name: shop
+    topics: [shop.public.orders, shop.public.order_lines, shop.transaction]
+    format: connect_json
+    key_format: connect_json
+    envelope: debezium
+    sink:
+      url: sqlite://shop.db
+      table: "{source.table}"
+      mode: upsert
+      key: record_key
+      transactions: source
+"#;
+    let config = load_str(good, &no_env).expect("valid");
+    assert_eq!(
+        config.connectors[0].transaction_topic(),
+        Some("shop.transaction")
+    );
+    let by_default = good.replace("      transactions: source\n", "");
+    let config = load_str(&by_default, &no_env).expect("valid");
+    assert_eq!(
+        config.connectors[0].sink.transactions,
+        super::Transactions::Batch
+    );
+    assert_eq!(config.connectors[0].transaction_topic(), None);
+    let refused = |text: &str, wanted: &str| {
+        let found = problems(text);
+        assert!(
+            found
+                .iter()
+                .any(|p| p.contains("sink.transactions") && p.contains(wanted)),
+            "{wanted}: {found:?}"
+        );
+    };
+    refused(
+        &good.replace("    envelope: debezium\n", ""),
+        "envelope: debezium",
+    );
+    refused(
+        &good.replace(
+            "    envelope: debezium\n",
+            "    envelope: debezium\n    tasks: 2\n",
+        ),
+        "tasks: 1",
+    );
+    refused(
+        &good.replace(
+            "    envelope: debezium\n",
+            "    envelope: debezium\n    delivery: { guarantee: at_least_once }\n",
+        ),
+        "exactly_once",
+    );
+    refused(
+        &good.replace(", shop.transaction]", "]"),
+        "transaction topic",
+    );
+    refused(
+        &good.replace("shop.transaction]", "shop.transaction, other.transaction]"),
+        "one transaction topic",
+    );
+    refused(
+        &good.replace("shop.public.order_lines", "elsewhere.order_lines"),
+        "does not start with shop.",
+    );
+    refused(
+        &good.replace(
+            "    topics: [shop.public.orders, shop.public.order_lines, shop.transaction]\n",
+            "    topics_regex: \"^shop\\\\..*\"\n",
+        ),
+        "topics_regex",
+    );
+}

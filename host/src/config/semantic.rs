@@ -258,6 +258,19 @@ pub(super) fn semantic_problems(config: &Config) -> Vec<Problem> {
         problems.extend(errors_problems(connector, &at));
         problems.extend(sink_checks::envelope_problems(connector, &at));
         problems.extend(sink_checks::synchronous_commit_problems(connector, &at));
+        problems.extend(sink_checks::transactions_problems(connector, &at));
+        if connector.sink.transactions == super::Transactions::Source
+            && config
+                .kafka
+                .properties
+                .get("auto.offset.reset")
+                .is_some_and(|r| matches!(r.as_str(), "latest" | "largest" | "end"))
+        {
+            problems.push(Problem::new(
+                at("sink.transactions"),
+                "source reads a transaction's events and its END record from the same point: kafka.properties.auto.offset.reset: latest starts each topic wherever its end is at the time, so a transaction may be cut at the start; leave it at earliest",
+            ));
+        }
         if connector.schema.is_some() && connector.format.mapped() != super::Format::Json {
             problems.push(Problem::new(
                 at("schema"),

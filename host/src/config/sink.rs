@@ -71,6 +71,26 @@ pub struct SinkConfig {
     /// read again: exactly-once holds for the table, not for what sluice did outside it.
     #[serde(default)]
     pub synchronous_commit: SynchronousCommit,
+    /// What one database transaction holds: `batch` (a batch of records, as they come) or
+    /// `source` (under `envelope: debezium` with Debezium's transaction metadata: every
+    /// change of a source transaction together, whatever its tables, in the source's
+    /// order). docs/cdc.md ("Source transactions") says what `source` asks of the
+    /// connector.
+    #[serde(default)]
+    pub transactions: Transactions,
+}
+
+/// `sink.transactions`: what one database transaction of the sink holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transactions {
+    /// A batch: records as they come, cut by `batch.max_records`, `max_bytes` and
+    /// `linger` (the default).
+    #[default]
+    Batch,
+    /// Source transactions, whole: a batch holds whole transactions only (one larger than
+    /// `batch.max_records` is a batch of its own), written in the source's order.
+    Source,
 }
 
 /// `sink.synchronous_commit`: whether a batch's commit waits for the database's disk.

@@ -265,3 +265,63 @@ pub(super) fn synchronous_commit_problems(
     }
     problems
 }
+
+/// `sink.transactions: source`: what applying whole source transactions asks of the
+/// connector. One consumer must read every partition of every topic (a transaction spans
+/// them), the transaction topic is found by Debezium's naming, and its metadata is read
+/// from JSON before decoding.
+pub(super) fn transactions_problems(
+    connector: &ConnectorConfig,
+    at: &dyn Fn(&str) -> String,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if connector.sink.transactions != super::Transactions::Source {
+        return problems;
+    }
+    let mut refuse = |why: String| problems.push(Problem::new(at("sink.transactions"), why));
+    if connector.envelope != super::Envelope::Debezium {
+        refuse("source applies Debezium's source transactions: it needs envelope: debezium".into());
+    }
+    if connector.delivery.guarantee != super::Guarantee::ExactlyOnce {
+        refuse("source commits a transaction's rows with the offsets of every record it came from: it needs delivery.guarantee: exactly_once".into());
+    }
+    if connector.tasks != 1 {
+        refuse(format!(
+            "source needs one task reading every partition of every topic (a transaction spans them): set tasks: 1 (it is {}), and run the connector in one process",
+            connector.tasks
+        ));
+    }
+    if !matches!(
+        connector.format,
+        super::Format::Json | super::Format::ConnectJson
+    ) {
+        refuse("source reads Debezium's transaction metadata from JSON before decoding: it needs format json or connect_json (Connect's JsonConverter)".into());
+    }
+    if connector.topics_regex.is_some() {
+        refuse("source needs the topics listed (topics), its transaction topic among them: topics_regex cannot name it".into());
+        return problems;
+    }
+    let transaction_topics: Vec<&String> = connector
+        .topics
+        .iter()
+        .filter(|t| t.ends_with(".transaction"))
+        .collect();
+    match transaction_topics.as_slice() {
+        [topic] => {
+            let prefix = topic.strip_suffix("transaction").unwrap_or(topic);
+            for other in connector.topics.iter().filter(|t| t != topic) {
+                if !other.starts_with(prefix) {
+                    refuse(format!(
+                        "source finds a table's events by Debezium's topic names (<topic.prefix>.<schema>.<table>): topic {other} does not start with {prefix} as the transaction topic {topic} says"
+                    ));
+                }
+            }
+        }
+        [] => refuse("source needs Debezium's transaction topic (<topic.prefix>.transaction, written with provide.transaction.metadata=true) among topics".into()),
+        many => refuse(format!(
+            "source reads one transaction topic: topics names {}",
+            many.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+    problems
+}

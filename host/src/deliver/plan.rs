@@ -86,8 +86,17 @@ impl Plan {
         }
         match policy {
             ErrorPolicy::Fail => {
-                // Each partition stops at its first failed record.
+                // Each partition stops at its first failed record; a batch of whole source
+                // transactions (`sink.transactions: source`) stops at its start, since any
+                // cut of its partitions could split one of them.
                 let mut cut: HashMap<(String, i32), i64> = HashMap::new();
+                if prepared.whole {
+                    for input in 0..prepared.inputs() {
+                        let (topic, partition, offset) = prepared.position(input);
+                        let at = cut.entry((topic.to_string(), partition)).or_insert(offset);
+                        *at = (*at).min(offset);
+                    }
+                }
                 for f in &failures {
                     let at = cut
                         .entry((f.topic.clone(), f.partition))
@@ -283,6 +292,30 @@ connectors:
         assert_eq!(advanced, vec![(0, 11), (1, 21)]);
         assert_eq!(plan.next_offsets[0].1, 11);
         assert!(plan.handled.is_empty());
+    }
+
+    #[test]
+    fn fail_keeps_a_batch_of_whole_source_transactions_back_entirely() {
+        let connector = connector("{ policy: fail }");
+        let mut prepared = prepared(&connector);
+        prepared.whole = true;
+        let (offsets, next) = offsets();
+        let plan = Plan::new(ErrorPolicy::Fail, false, &mut prepared, offsets, next);
+        assert!(uids(&plan).is_empty(), "no row of the batch");
+        let advanced: Vec<(i32, i64)> = plan
+            .batch
+            .offsets
+            .iter()
+            .map(|a| (a.partition, a.next))
+            .collect();
+        // Partition 0 stays at its stored 10; partition 1 had none stored, and 20 is where
+        // the batch started.
+        assert_eq!(advanced, vec![(1, 20)]);
+        assert_eq!(
+            plan.next_offsets,
+            vec![(("t".into(), 0), 10), (("t".into(), 1), 20)]
+        );
+        assert_eq!(plan.fatal.as_ref().map(|f| f.offset), Some(11));
     }
 
     #[test]

@@ -100,6 +100,25 @@ impl TableRoutes {
         self.tables.get(*self.of.get(op)? as usize)
     }
 
+    /// The operations of `range` in record order, cut where the table changes: each
+    /// stretch a table (an index into `tables`) with its operations' indices. Under
+    /// `sink.transactions: source`, so that a source transaction's changes are written in
+    /// its order (a parent row before its children, their deletes in reverse), as foreign
+    /// keys on the replica ask.
+    pub fn stretches(&self, range: std::ops::Range<usize>) -> Vec<(usize, Vec<usize>)> {
+        let mut stretches: Vec<(usize, Vec<usize>)> = Vec::new();
+        for op in range {
+            let Some(&table) = self.of.get(op) else {
+                continue;
+            };
+            match stretches.last_mut() {
+                Some((last, ops)) if *last == table as usize => ops.push(op),
+                _ => stretches.push((table as usize, vec![op])),
+            }
+        }
+        stretches
+    }
+
     /// The operations of `range` grouped by table: each table (an index into `tables`) with
     /// its operations' indices, in record order; tables in name order, so that two
     /// transactions writing the same tables lock them in the same order.
@@ -143,5 +162,28 @@ mod tests {
         routes.retain(&[true, false, true, true, false]);
         assert_eq!(routes.of.len(), 3);
         assert_eq!(&**routes.table_of(1).unwrap(), "b");
+    }
+
+    #[test]
+    fn stretches_keep_record_order_and_cut_where_the_table_changes() {
+        let mut routes = TableRoutes::default();
+        for t in ["orders", "lines", "lines", "orders", "lines"] {
+            routes.push(Arc::from(t));
+        }
+        let named: Vec<(&str, Vec<usize>)> = routes
+            .stretches(0..5)
+            .into_iter()
+            .map(|(t, ops)| (&*routes.tables[t], ops))
+            .collect();
+        assert_eq!(
+            named,
+            vec![
+                ("orders", vec![0]),
+                ("lines", vec![1, 2]),
+                ("orders", vec![3]),
+                ("lines", vec![4])
+            ]
+        );
+        assert_eq!(routes.stretches(1..3).len(), 1);
     }
 }

@@ -83,6 +83,7 @@ fn sink(columns: &[(&str, &str, ColumnType)], key: &[&str]) -> SinkConfig {
         on_truncate: Default::default(),
         unavailable_value: None,
         synchronous_commit: Default::default(),
+        transactions: Default::default(),
     }
 }
 

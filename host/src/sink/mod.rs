@@ -183,6 +183,10 @@ pub struct Sink {
     /// With a table template: the tables records go to, each made ready on first use
     /// (`table` then holds only their columns, key and version).
     routing: Option<routed::Routing>,
+    /// `sink.transactions: source`: a batch's rows written in record order, cut where the
+    /// table changes, instead of table by table (a source transaction's parents before
+    /// its children, as foreign keys on the replica ask).
+    source_order: bool,
 }
 
 pub(crate) use db::pools::each_pool;
@@ -321,6 +325,7 @@ impl Sink {
                 fixed: connector.sink.table_template().is_none(),
                 ..Default::default()
             }),
+            source_order: connector.sink.transactions == crate::config::Transactions::Source,
         })
     }
 

@@ -71,9 +71,6 @@ enum Verdict {
 pub(super) type TableError = (String, sqlx::Error);
 
 impl Sink {
-    /// The names of the tables this sink writes: the connector's table, or with a template
-    /// every table made ready so far.
-
     /// The tables of `routes` (in its order), each made ready once; `None` for a table no
     /// operation goes to any more (its records failed or were skipped since). `create`
     /// says whether a missing table may be created now (`create_table`; a dry run never
@@ -368,7 +365,15 @@ impl Sink {
             .await
             .map_err(|e| (self.table.name.clone(), e));
         }
-        for (table, indices) in routes.groups(range) {
+        // In record order under `sink.transactions: source` (foreign keys on the replica
+        // need a parent before its children); otherwise table by table, in name order, so
+        // that two transactions writing the same tables lock them in the same order.
+        let order = if self.source_order {
+            routes.stretches(range)
+        } else {
+            routes.groups(range)
+        };
+        for (table, indices) in order {
             let Some(Some(table)) = tables.get(table) else {
                 return Err((
                     routes.tables[table].to_string(),

@@ -13,7 +13,11 @@ use super::in_flight::Settle;
 use super::partitions::JumpedStart;
 use super::state::{TaskEvent, TaskState};
 use super::transforming::Worker;
-use super::{Shared, TaskError};
+use super::{Inner, Shared, TaskError};
+
+/// How long records may wait for their source transaction before a warning says what they
+/// wait for (`sink.transactions: source`).
+const HELD_WARNING: Duration = Duration::from_secs(30);
 use crate::config::Guarantee;
 use crate::kafka::commit::commit_offsets;
 use crate::kafka::consumer::{self, PollError, RebalanceListener, SourceConsumer};
@@ -413,11 +417,24 @@ impl Actor {
             }
             inner = shared.lock();
         }
-        if !inner.reassign.is_empty() && inner.reassign_retrying.is_none_or(|r| r.is_due()) {
+        // Not while a write is in flight: it may still commit, and the stored offsets read
+        // now would be behind it (under sink.transactions: source, partitions it did not
+        // fail on are moved too).
+        if !inner.reassign.is_empty()
+            && inner.in_flight.is_none()
+            && inner.reassign_retrying.is_none_or(|r| r.is_due())
+        {
             let partitions = std::mem::take(&mut inner.reassign);
             drop(inner);
             self.shared.reassign(consumer, &partitions)?;
             inner = shared.lock();
+        }
+        if let Some((waited, what)) = inner.source_transactions.as_ref().and_then(|h| h.stuck())
+            && waited >= HELD_WARNING
+            && self.shared.held_warnings.loud().is_some()
+        {
+            tracing::warn!(waited_s = waited.as_secs(), waiting = %what,
+                "sink.transactions: source: records wait for their source transaction to be whole (every partition of the connector's topics must be read by this task)");
         }
         self.collect_transformed(&mut inner)?;
         self.deliver_transformed(&mut inner);
@@ -502,7 +519,25 @@ impl Actor {
             _ => {}
         }
         state.position = Some(record.offset + 1);
-        inner.buffer.push(incoming);
+        let Inner {
+            buffer,
+            source_transactions,
+            fatal,
+            ..
+        } = &mut *inner;
+        match source_transactions {
+            None => buffer.push(incoming),
+            Some(held) => match held.offer(incoming).and_then(|()| held.release()) {
+                Ok(units) => {
+                    for unit in units {
+                        buffer.push_unit(unit);
+                    }
+                }
+                Err(error) => {
+                    fatal.get_or_insert(error.into());
+                }
+            },
+        }
     }
 
     /// The broker does not know a topic or partition: fatal when it is one the task holds

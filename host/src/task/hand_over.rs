@@ -162,7 +162,7 @@ impl Actor {
                 "partitions moved while their batch was transformed: it is read again"
             );
             inner.transforming = None;
-            inner.drop_buffered(&unmoved);
+            let unmoved = inner.drop_buffered(&unmoved);
             queue_reassign(inner, unmoved);
             return;
         }

@@ -191,8 +191,7 @@ impl Shared {
                     );
                     // Everything buffered for the batch's partitions is re-read from the
                     // stored offsets.
-                    let touched = flight.job.partitions.clone();
-                    inner.drop_buffered(&touched);
+                    let touched = inner.drop_buffered(&flight.job.partitions);
                     queue_reassign(inner, touched);
                     return false;
                 }
@@ -239,8 +238,7 @@ impl Shared {
             why,
             "partitions revoked or task stopping during a transient failure: the batch is given up and will be read again"
         );
-        let touched = flight.job.partitions.clone();
-        inner.drop_buffered(&touched);
+        let touched = inner.drop_buffered(&flight.job.partitions);
         queue_reassign(inner, touched);
     }
 

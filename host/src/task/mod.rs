@@ -21,6 +21,8 @@
 //!   exist yet.
 //! - [`partitions`]: where each partition stands; moving partitions to stored offsets.
 //! - [`rebalance`]: what an assignment or a revocation does.
+//! - [`source_transactions`]: under `sink.transactions: source`, records held until their
+//!   source transaction is whole, then buffered as one unit.
 //! - [`state`]: the transition table.
 //! - [`wake`]: the bell the write and the transform thread ring when they finish.
 //!
@@ -36,6 +38,7 @@ mod in_flight;
 mod late_topics;
 mod partitions;
 mod rebalance;
+mod source_transactions;
 pub mod state;
 mod transforming;
 mod wake;
@@ -131,6 +134,9 @@ pub enum TaskError {
         stored: String,
         current: String,
     },
+    /// `sink.transactions: source` cannot hold a transaction whole.
+    #[error(transparent)]
+    SourceTransactions(#[from] source_transactions::HeldError),
     /// The consumer met an error that retrying cannot help.
     #[error("kafka: {reason}: {source}")]
     Consumer {
@@ -150,6 +156,9 @@ impl TaskError {
         use crate::prepare::PrepareError;
         match self {
             TaskError::Kafka(_) | TaskError::RetriesExhausted { .. } => true,
+            // A transaction that cannot be held whole, or topics not named as Debezium
+            // names them: restarting reads the same records again.
+            TaskError::SourceTransactions(_) => false,
             TaskError::Sink(e) | TaskError::Offsets { source: e, .. } => e.is_transient(),
             TaskError::Deliver(e) => e.is_transient(),
             TaskError::Transform(e) | TaskError::Prepare(PrepareError::Transform(e)) => {
@@ -197,6 +206,8 @@ struct Inner {
     mirrored: HashMap<Partition, i64>,
     /// Partitions whose first record came past their stored offset, for the loop to judge.
     jumped: Vec<partitions::JumpedStart>,
+    /// `sink.transactions: source`: records whose source transaction is not whole yet.
+    source_transactions: Option<source_transactions::SourceTransactions>,
 }
 
 /// A task's state, shared by its loop and its consumer's rebalance callback.
@@ -231,6 +242,8 @@ struct Shared {
     gap_warnings: crate::logging::Quiet,
     /// The warnings of failed records (skipped or dead-lettered), one per 30 s with a count.
     failure_warnings: crate::logging::Quiet,
+    /// `sink.transactions: source`: the warnings of held records that cannot go on.
+    held_warnings: crate::logging::Quiet,
     /// Rung when the write in flight or the batch being transformed finishes.
     wake: Arc<wake::Wake>,
 }
@@ -267,6 +280,9 @@ impl Shared {
                 kafka_commits: HashMap::new(),
                 mirrored: HashMap::new(),
                 jumped: Vec::new(),
+                source_transactions: spec.connector.transaction_topic().map(|topic| {
+                    source_transactions::SourceTransactions::new(topic, &spec.connector.topics)
+                }),
             }),
             sink,
             runtime,
@@ -283,6 +299,7 @@ impl Shared {
             fresh_start: crate::kafka::consumer::fresh_start(&spec.kafka, &spec.connector),
             gap_warnings: Default::default(),
             failure_warnings: Default::default(),
+            held_warnings: Default::default(),
             cluster: std::sync::OnceLock::new(),
             topic_ids: Mutex::new(TopicIds {
                 never_ask: spec.kafka.is_embedded(),

@@ -60,8 +60,26 @@ pub(super) fn queue_reassign(inner: &mut Inner, partitions: Vec<Partition>) {
 
 impl Inner {
     /// Forgets what was buffered of `partitions`: they are read again from where their
-    /// stored offsets say.
-    pub(super) fn drop_buffered(&mut self, partitions: &[Partition]) {
+    /// stored offsets say. Returns the partitions it dropped, for the caller to move back
+    /// to their stored offsets: `partitions`, or under `sink.transactions: source` every
+    /// partition the task holds, since a source transaction held or buffered whole spans
+    /// partitions, and dropping part of one would write the rest without it.
+    pub(super) fn drop_buffered(&mut self, partitions: &[Partition]) -> Vec<Partition> {
+        let mut dropped = partitions.to_vec();
+        if let Some(held) = self.source_transactions.as_mut() {
+            held.clear();
+            for partition in self.partitions.keys() {
+                if !dropped.contains(partition) {
+                    dropped.push(partition.clone());
+                }
+            }
+        }
+        self.drop_buffered_of(&dropped);
+        dropped
+    }
+
+    /// Forgets what was buffered of exactly `partitions`.
+    fn drop_buffered_of(&mut self, partitions: &[Partition]) {
         self.buffer.drop_partitions(partitions);
         if let Some(transforming) = self.transforming.as_mut() {
             transforming.moved(partitions);
@@ -368,7 +386,12 @@ impl Shared {
                 // Revoked meanwhile: its next owner starts from the stored offset.
                 return Ok(());
             }
-            inner.drop_buffered(std::slice::from_ref(&partition));
+            // Only this partition: its log moved, so what a held transaction had of it
+            // will not come back; the rest of the transaction waits for it no longer.
+            inner.drop_buffered_of(std::slice::from_ref(&partition));
+            if let Some(held) = inner.source_transactions.as_mut() {
+                held.forget(&partition);
+            }
             if let Some(state) = inner.partitions.get_mut(&partition) {
                 state.position = Some(to);
                 state.fresh = true;

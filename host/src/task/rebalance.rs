@@ -59,10 +59,20 @@ impl RebalanceListener for Shared {
         // returns, and a compare-and-set fences it if someone took them already) or, when
         // the database is away, is given up.
         self.settle_in_flight(&mut inner, Settle::Finish);
-        inner.drop_buffered(partitions);
+        let dropped = inner.drop_buffered(partitions);
         for partition in partitions {
             inner.partitions.remove(partition);
             inner.mirrored.remove(partition);
+        }
+        // Under `sink.transactions: source` the partitions kept lost their buffered
+        // records too (a transaction spans partitions): they go back to their stored
+        // offsets.
+        let kept: Vec<Partition> = dropped
+            .into_iter()
+            .filter(|p| !partitions.contains(p))
+            .collect();
+        if !kept.is_empty() {
+            queue_reassign(&mut inner, kept);
         }
         inner.reassign.retain(|p| !partitions.contains(p));
         inner.jumped.retain(|j| !partitions.contains(&j.partition));

@@ -11,6 +11,9 @@
 //! - [`replicate`]: a history with every change kind and type edge replicated by sluice
 //!   (JSON and Avro) into PostgreSQL, MariaDB and SQLite through a SIGKILL, compared with
 //!   the source value by value.
+//! - [`transactions`]: multi-table source transactions applied whole
+//!   (`sink.transactions: source`) into tables with a foreign key, through a SIGKILL, with a
+//!   reader checking that every commit it sees is whole.
 //! - [`target`]: a target database of a test's own, and the `sluice run` replicating into it.
 //! - [`capture`]: writes real events as fixtures (`tests/e2e/cdc/fixtures/real/`); ignored
 //!   unless asked for (`--run-ignored only`).
@@ -41,6 +44,7 @@ mod capture;
 mod replicate;
 mod smoke;
 mod target;
+mod transactions;
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
