@@ -14,10 +14,6 @@ use super::partitions::JumpedStart;
 use super::state::{TaskEvent, TaskState};
 use super::transforming::Worker;
 use super::{Inner, Shared, TaskError};
-
-/// How long records may wait for their source transaction before a warning says what they
-/// wait for (`sink.transactions: source`).
-const HELD_WARNING: Duration = Duration::from_secs(30);
 use crate::config::Guarantee;
 use crate::kafka::commit::commit_offsets;
 use crate::kafka::consumer::{self, PollError, RebalanceListener, SourceConsumer};
@@ -26,6 +22,9 @@ use crate::record::{Incoming, Partition};
 
 /// Longest single poll: the loop checks control messages and writes this often.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How long records may wait for their source transaction before a warning says what they
+/// wait for (`sink.transactions: source`).
+const HELD_WARNING: Duration = Duration::from_secs(30);
 /// How many batches may wait behind the one being written before the task stops taking
 /// records from its consumer (backpressure).
 const BACKPRESSURE_BATCHES: usize = 4;

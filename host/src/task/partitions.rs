@@ -386,12 +386,23 @@ impl Shared {
                 // Revoked meanwhile: its next owner starts from the stored offset.
                 return Ok(());
             }
-            // Only this partition: its log moved, so what a held transaction had of it
-            // will not come back; the rest of the transaction waits for it no longer.
-            inner.drop_buffered_of(std::slice::from_ref(&partition));
-            if let Some(held) = inner.source_transactions.as_mut() {
-                held.forget(&partition);
+            let stored = inner.partitions.get(&partition).and_then(|s| s.committed);
+            // One offset is a transaction's commit marker, which the client never sees:
+            // nothing is lost by moving past it.
+            let loses = stored.is_some_and(|stored| to < stored || to - stored > 1);
+            if inner.source_transactions.is_some() && loses {
+                // Records of the partition are gone (or skipped by the policy): the source
+                // transactions they belonged to cannot be applied whole, and the ones whose
+                // other events are held or buffered would be written in part.
+                return Err(super::source_transactions::HeldError::Moved {
+                    topic: partition.0,
+                    partition: partition.1,
+                    stored,
+                    to,
+                }
+                .into());
             }
+            inner.drop_buffered_of(std::slice::from_ref(&partition));
             if let Some(state) = inner.partitions.get_mut(&partition) {
                 state.position = Some(to);
                 state.fresh = true;

@@ -57,6 +57,19 @@ pub enum HeldError {
         oldest: String,
     },
     #[error(
+        "{topic}/{partition} would move from its stored offset {stored:?} to {to} (delivery.on_offset_out_of_range \
+         or on_offset_gap: the log no longer holds the records between), and under sink.transactions: source the \
+         source transactions those records belonged to cannot be applied whole: sluice stops rather than write \
+         them in part. To go on past them, run this connector with sink.transactions: batch until its stored \
+         offsets are past the gap, then switch back"
+    )]
+    Moved {
+        topic: String,
+        partition: i32,
+        stored: Option<i64>,
+        to: i64,
+    },
+    #[error(
         "{topic}/{partition} offset {offset} is not a Debezium transaction record ({why}): \
          the transaction topic of sink.transactions: source must hold only Debezium's BEGIN and END records"
     )]
@@ -83,9 +96,21 @@ pub enum HeldError {
 /// A data record's place in its source transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Membership {
+    /// The transaction's key (see [`transaction_key`]).
     id: String,
     /// `total_order`: its place among the transaction's events.
-    order: u64,
+    order: Option<u64>,
+    /// What tells it from the transaction's other events: its `total_order`, or without
+    /// one its coordinates. A copy Debezium sent again has the same.
+    event: EventId,
+}
+
+/// One event of a transaction, told apart from its other events (and equal to a copy of
+/// itself that Debezium sent again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum EventId {
+    Order(u64),
+    At(i32, i64),
 }
 
 /// A record waiting in its partition's queue.
@@ -123,8 +148,11 @@ pub(super) struct SourceTransactions {
     queues: HashMap<Partition, VecDeque<Held>>,
     /// Each partition of the transaction topic's records, in offset order.
     markers: HashMap<i32, VecDeque<Marker>>,
-    /// Per transaction id: per table, how many of its events have arrived.
-    arrived: HashMap<String, HashMap<String, u64>>,
+    /// Per transaction key: per table, which of its events have arrived (copies once).
+    arrived: HashMap<String, HashMap<String, HashSet<EventId>>>,
+    /// A data event of Debezium's PostgreSQL connector was seen: transaction ids are keyed
+    /// by their xid (see [`transaction_key`]).
+    postgres: bool,
     /// The ids of transactions applied, the newest last (at most [`RELEASED_KEPT`]): an
     /// event or `END` of one that arrives again (Debezium sends again after a crash of its
     /// worker) passes alone, as the upsert it is writes nothing new.
@@ -150,7 +178,16 @@ struct DataEvent {
     #[serde(default)]
     transaction: Option<TransactionBlock>,
     #[serde(default)]
+    source: Option<SourceBlock>,
+    #[serde(default)]
     payload: Option<Box<DataEvent>>,
+}
+
+/// The `source` block's connector (`postgresql`, `mysql`, …).
+#[derive(Deserialize)]
+struct SourceBlock {
+    #[serde(default)]
+    connector: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -197,6 +234,7 @@ impl SourceTransactions {
             queues: HashMap::new(),
             markers: HashMap::new(),
             arrived: HashMap::new(),
+            postgres: false,
             released: HashSet::new(),
             released_order: VecDeque::new(),
             bytes: 0,
@@ -224,20 +262,22 @@ impl SourceTransactions {
             self.markers.entry(partition).or_default().push_back(marker);
             self.dirty = true;
         } else {
-            let transaction = membership(incoming.record.value.as_deref())
-                .filter(|member| !self.released.contains(&member.id));
+            let transaction = membership(&incoming).and_then(|(member, postgres)| {
+                self.postgres |= postgres;
+                (!self.released.contains(&member.id)).then_some(member)
+            });
             if let Some(member) = &transaction {
                 let table = self.table_of(&incoming.record.topic).to_string();
-                *self
-                    .arrived
+                self.arrived
                     .entry(member.id.clone())
                     .or_default()
                     .entry(table)
-                    .or_default() += 1;
-                self.dirty |= self
-                    .markers
-                    .values()
-                    .any(|q| matches!(q.front(), Some(Marker::End { id, .. }) if *id == member.id));
+                    .or_default()
+                    .insert(member.event);
+                let postgres = self.postgres;
+                self.dirty |= self.markers.values().any(|q| {
+                    matches!(q.front(), Some(Marker::End { id, .. }) if key(postgres, id) == member.id)
+                });
             }
             let partition = (incoming.record.topic.clone(), incoming.record.partition);
             self.queues.entry(partition).or_default().push_back(Held {
@@ -302,15 +342,16 @@ impl SourceTransactions {
         };
         let id = match front {
             Marker::Alone(_) => None,
-            Marker::End { id, .. } if self.released.contains(id) => None,
+            Marker::End { id, .. } if self.released.contains(key(self.postgres, id)) => None,
             Marker::End { id, expected, .. } => {
+                let id = key(self.postgres, id);
                 let arrived = self.arrived.get(id);
                 if expected.is_empty()
                     && let Some(arrived) = arrived.filter(|a| !a.is_empty())
                 {
                     return Err(HeldError::NotCounted {
-                        id: id.clone(),
-                        events: arrived.values().sum(),
+                        id: id.to_string(),
+                        events: arrived.values().map(|e| e.len() as u64).sum(),
                         topics: arrived
                             .keys()
                             .map(|table| format!("{}{table}", self.prefix))
@@ -320,7 +361,10 @@ impl SourceTransactions {
                     });
                 }
                 let whole = expected.iter().all(|(table, count)| {
-                    arrived.and_then(|a| a.get(table)).copied().unwrap_or(0) >= *count
+                    arrived
+                        .and_then(|a| a.get(table))
+                        .map_or(0, |e| e.len() as u64)
+                        >= *count
                 });
                 // Every event it counts first in its partition (after the transactions
                 // before it there), table by table.
@@ -331,7 +375,7 @@ impl SourceTransactions {
                 {
                     return Ok(None);
                 }
-                Some((id.clone(), expected.clone()))
+                Some((id.to_string(), expected.clone()))
             }
         };
         let Some(marker) = self
@@ -347,28 +391,23 @@ impl SourceTransactions {
         let mut unit = Vec::new();
         if let Some((id, expected)) = id {
             let mut events: Vec<(u64, Incoming)> = Vec::new();
-            for (table, count) in &expected {
-                let mut remaining = *count;
+            for (table, _) in &expected {
                 for (partition, queue) in self.queues.iter_mut() {
-                    if remaining == 0 {
-                        break;
-                    }
                     if table_of(&self.prefix, &partition.0) != table {
                         continue;
                     }
-                    // A record without a transaction between two of this one's (the
-                    // tombstone after a delete) goes with them, right after the record
-                    // before it. Exactly the events counted go: one sent twice stays, and
-                    // passes alone once this transaction is applied.
-                    let mut members = run_of(queue, &id).min(remaining);
-                    remaining -= members;
+                    // Every event of the transaction first in the partition, copies Debezium
+                    // sent again among them (an upsert written twice writes nothing new). A
+                    // record without a transaction between two of them (the tombstone after
+                    // a delete) goes with them, right after the record before it.
+                    let mut members = run_of(queue, &id);
                     let mut order = 0;
                     while members > 0 {
                         let Some(held) = queue.pop_front() else {
                             break;
                         };
                         if let Some(member) = &held.transaction {
-                            order = member.order;
+                            order = member.order.unwrap_or(order);
                             members -= 1;
                         }
                         events.push((order, held.incoming));
@@ -400,13 +439,26 @@ impl SourceTransactions {
         }
     }
 
-    /// How many of transaction `id`'s events of `table` are first in their partitions.
+    /// How many of transaction `id`'s events of `table` are first in their partitions
+    /// (copies once).
     fn first_of(&self, table: &str, id: &str) -> u64 {
-        self.queues
+        let mut first = HashSet::new();
+        for (_, queue) in self
+            .queues
             .iter()
             .filter(|(partition, _)| table_of(&self.prefix, &partition.0) == table)
-            .map(|(_, queue)| run_of(queue, id))
-            .sum()
+        {
+            for held in queue {
+                match &held.transaction {
+                    Some(member) if member.id == id => {
+                        first.insert(member.event);
+                    }
+                    Some(_) => break,
+                    None => {}
+                }
+            }
+        }
+        first.len() as u64
     }
 
     /// The oldest thing held that cannot go: the earliest `END` first in its partition,
@@ -436,34 +488,13 @@ impl SourceTransactions {
         self.queues.clear();
         self.markers.clear();
         self.arrived.clear();
+        // What was released may not have committed: read again, it is held again, as
+        // after a restart.
+        self.released.clear();
+        self.released_order.clear();
         self.bytes = 0;
         self.dirty = false;
         self.waiting = None;
-    }
-
-    /// Forgets what is held of `partition` (moved elsewhere in its log: what it held of
-    /// a transaction will not come back).
-    pub(super) fn forget(&mut self, partition: &Partition) {
-        if let Some(queue) = self.queues.remove(partition) {
-            for held in queue {
-                self.bytes -= held.incoming.record.payload_bytes() as usize;
-                if let Some(member) = held.transaction
-                    && let Some(arrived) = self.arrived.get_mut(&member.id)
-                    && let Some(count) = arrived.get_mut(table_of(&self.prefix, &partition.0))
-                {
-                    *count = count.saturating_sub(1);
-                }
-            }
-        }
-        if partition.0 == self.topic
-            && let Some(queue) = self.markers.remove(&partition.1)
-        {
-            for marker in queue {
-                let (Marker::Alone(i) | Marker::End { incoming: i, .. }) = marker;
-                self.bytes -= i.record.payload_bytes() as usize;
-            }
-        }
-        self.dirty = true;
     }
 
     /// How long the oldest thing held has waited, and what it waits for; `None` when
@@ -488,11 +519,14 @@ impl SourceTransactions {
             })
             .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         if let Some((_, id, expected)) = first_end {
+            let id = key(self.postgres, id);
             let arrived = self.arrived.get(id);
             let missing: Vec<String> = expected
                 .iter()
                 .filter_map(|(table, count)| {
-                    let got = arrived.and_then(|a| a.get(table)).copied().unwrap_or(0);
+                    let got = arrived
+                        .and_then(|a| a.get(table))
+                        .map_or(0, |e| e.len() as u64);
                     (got < *count).then(|| format!("{} of {count} events of {table}", count - got))
                 })
                 .collect();
@@ -508,7 +542,12 @@ impl SourceTransactions {
                 .iter()
                 .filter(|(other, _)| other.as_str() != id)
                 .take(3)
-                .map(|(other, tables)| format!("{other} ({} events)", tables.values().sum::<u64>()))
+                .map(|(other, tables)| {
+                    format!(
+                        "{other} ({} events)",
+                        tables.values().map(HashSet::len).sum::<usize>()
+                    )
+                })
                 .collect();
             others.sort();
             let held = self.queues.values().map(VecDeque::len).sum::<usize>();
@@ -621,27 +660,49 @@ fn run_of(queue: &VecDeque<Held>, id: &str) -> u64 {
     count
 }
 
-/// A data event's transaction, read from its value (JSON, bare or in Connect's envelope).
-/// A value that is not such JSON has none: it passes as it is, and fails where it would.
-fn membership(value: Option<&[u8]>) -> Option<Membership> {
-    let event: DataEvent = serde_json::from_slice(value?).ok()?;
-    let block = match event.transaction {
-        Some(block) => block,
-        None => event.payload?.transaction?,
+/// A data event's transaction, read from its value (JSON, bare or in Connect's envelope),
+/// and whether Debezium's PostgreSQL connector wrote it. A value that is not such JSON has
+/// none: it passes as it is, and fails where it would.
+fn membership(incoming: &Incoming) -> Option<(Membership, bool)> {
+    let event: DataEvent = serde_json::from_slice(incoming.record.value.as_deref()?).ok()?;
+    let (block, source) = match event.transaction {
+        Some(block) => (block, event.source),
+        None => {
+            let payload = event.payload?;
+            (payload.transaction?, payload.source)
+        }
     };
-    Some(Membership {
-        id: transaction_key(&block.id).to_string(),
-        order: block.total_order.unwrap_or(0),
-    })
+    let postgres = source
+        .and_then(|s| s.connector)
+        .is_some_and(|c| c == "postgresql");
+    let record = &incoming.record;
+    Some((
+        Membership {
+            id: key(postgres, &block.id).to_string(),
+            order: block.total_order,
+            event: match block.total_order {
+                Some(order) => EventId::Order(order),
+                None => EventId::At(record.partition, record.offset),
+            },
+        },
+        postgres,
+    ))
 }
 
-/// What identifies a transaction among Debezium's ids. Debezium's PostgreSQL connector
-/// writes `<xid>:<lsn>`, the LSN being the last one it saw when it wrote the record: each
-/// event of one transaction, and its `BEGIN` and `END`, carry another (measured with
-/// Debezium 3.6: events `730:26524168`, `730:26524304`, … and `END` `730:26525128`). The
-/// xid alone names the transaction (xids wrap after 2^32 transactions, far beyond what is
-/// ever held or remembered). Any other id (a MySQL GTID `<uuid>:<n>`, a binlog
-/// `<file>:<pos>`, SQL Server's three parts) is taken whole.
+/// The key of transaction id `id`: under Debezium's PostgreSQL connector (`postgres`) its
+/// xid, any other id whole.
+fn key(postgres: bool, id: &str) -> &str {
+    if postgres { transaction_key(id) } else { id }
+}
+
+/// What identifies a transaction of Debezium's PostgreSQL connector. It writes
+/// `<xid>:<lsn>`, the LSN being the last one it saw when it wrote the record: each event
+/// of one transaction, and its `BEGIN` and `END`, carry another (measured with Debezium
+/// 3.6: events `730:26524168`, `730:26524304`, … and `END` `730:26525128`). The xid alone
+/// names the transaction (xids wrap after 2^32 transactions, far beyond what is ever held
+/// or remembered). Used only once a PostgreSQL event was seen ([`key`]): Informix's ids
+/// are `<txid>:<commit lsn>` too, and there the txid is reused. Any other shape is taken
+/// whole.
 fn transaction_key(id: &str) -> &str {
     match id.split_once(':') {
         Some((xid, lsn))
@@ -768,11 +829,22 @@ mod tests {
     fn postgres_ids_match_by_xid_whatever_lsn_each_record_carries() {
         // Debezium 3.6's PostgreSQL connector, as measured: each record's id ends with the
         // LSN it last saw.
+        let postgres = |topic: &str, id: &str, order: u64| -> Incoming {
+            Record::from_value(
+                topic,
+                0,
+                0,
+                format!(
+                    r#"{{"op":"c","source":{{"connector":"postgresql"}},"transaction":{{"id":"{id}","total_order":{order}}}}}"#
+                ),
+            )
+            .into()
+        };
         let mut gate = gate();
         gate.offer(begin(0, "730:26524000")).unwrap();
-        gate.offer(event("db.public.orders", 0, Some(("730:26524168", 1))))
+        gate.offer(postgres("db.public.orders", "730:26524168", 1))
             .unwrap();
-        gate.offer(event("db.public.lines", 0, Some(("730:26524304", 2))))
+        gate.offer(postgres("db.public.lines", "730:26524304", 2))
             .unwrap();
         gate.offer(end(
             1,
@@ -784,6 +856,19 @@ mod tests {
         assert_eq!(units.len(), 2, "BEGIN alone, then the whole transaction");
         assert_eq!(units[1].len(), 3);
         assert!(gate.is_empty());
+        // Another connector's ids are taken whole, even `<digits>:<digits>` ones
+        // (Informix's `<txid>:<commit lsn>`, whose txids are reused).
+        let mut other = SourceTransactions::new(TX, &topics());
+        other
+            .offer(event("db.public.lines", 0, Some(("5:1000", 1))))
+            .unwrap();
+        other
+            .offer(end(0, "5:2000", &[("public.lines", 1)]))
+            .unwrap();
+        assert!(
+            other.release().unwrap().is_empty(),
+            "5:1000 and 5:2000 are two transactions"
+        );
         // Ids that are not `<digits>:<digits>` are taken whole: two GTIDs of one server
         // are two transactions.
         assert_eq!(transaction_key("730:26525128"), "730");
@@ -877,18 +962,72 @@ mod tests {
         assert_eq!(
             coordinates(&gate.release().unwrap()),
             [
-                vec![lines(0), lines(1), (TX.to_string(), 0)],
+                vec![lines(0), lines(2), lines(1), lines(3), (TX.to_string(), 0)],
                 vec![(TX.to_string(), 1)],
-                vec![lines(2)],
-                vec![lines(3)]
             ],
-            "exactly the counted events go with the END; the copies and the second END alone"
+            "the copies first in the partition go with the END, in total_order; the second END alone"
         );
         // A copy arriving after it went passes alone too.
         gate.offer(event("db.public.lines", 4, Some(("t1", 1))))
             .unwrap();
         assert_eq!(coordinates(&gate.release().unwrap()), [[lines(4)]]);
         assert!(gate.is_empty());
+    }
+
+    #[test]
+    fn a_copy_never_stands_in_for_an_event_that_has_not_arrived() {
+        // The lines table on two partitions: t1 has one line on each. Debezium sent the
+        // first again before the second arrived.
+        let mut gate = gate();
+        let on = |partition: i32, offset: i64, order: u64| {
+            let mut incoming = event("db.public.lines", offset, Some(("t1", order)));
+            incoming.record.partition = partition;
+            incoming
+        };
+        gate.offer(on(0, 0, 1)).unwrap();
+        gate.offer(on(0, 1, 1)).unwrap();
+        gate.offer(end(0, "t1", &[("public.lines", 2)])).unwrap();
+        assert!(
+            gate.release().unwrap().is_empty(),
+            "one of two events arrived"
+        );
+        gate.offer(on(1, 0, 2)).unwrap();
+        let units = gate.release().unwrap();
+        assert_eq!(units.len(), 1);
+        assert_eq!(units[0].len(), 4, "both lines, the copy and the END");
+        assert!(gate.is_empty());
+    }
+
+    #[test]
+    fn what_was_released_is_held_again_when_read_again_after_a_clear() {
+        // t1 went to the buffer, then a revocation dropped everything: read again, it must
+        // go whole again, not record by record.
+        let mut gate = gate();
+        gate.offer(event("db.public.lines", 0, Some(("t1", 2))))
+            .unwrap();
+        gate.offer(event("db.public.orders", 0, Some(("t1", 1))))
+            .unwrap();
+        gate.offer(end(0, "t1", &[("public.orders", 1), ("public.lines", 1)]))
+            .unwrap();
+        assert_eq!(gate.release().unwrap().len(), 1);
+        gate.clear();
+        gate.offer(event("db.public.lines", 0, Some(("t1", 2))))
+            .unwrap();
+        assert!(
+            gate.release().unwrap().is_empty(),
+            "the line waits for its order and END"
+        );
+        gate.offer(event("db.public.orders", 0, Some(("t1", 1))))
+            .unwrap();
+        gate.offer(end(0, "t1", &[("public.orders", 1), ("public.lines", 1)]))
+            .unwrap();
+        let units = gate.release().unwrap();
+        assert_eq!(coordinates(&units).len(), 1);
+        assert_eq!(
+            coordinates(&units)[0][0],
+            ("db.public.orders".to_string(), 0),
+            "the order before its line"
+        );
     }
 
     #[test]
