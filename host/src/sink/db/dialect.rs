@@ -1,7 +1,8 @@
-//! The three SQL dialects: identifier quoting, the portable column types, and the DDL and
-//! statement text that differ between PostgreSQL, MySQL/MariaDB and SQLite (the multi-row
-//! statements that write rows: `row_statements.rs`). Statement text is
-//! built here; binding and running it is in the backend modules.
+//! The SQL dialects: the statements sluice writes, put together from the words each
+//! database spells its own way (quoting, placeholders, type names, its clock: each
+//! folder's `words.rs`). The multi-row statements that write rows are in
+//! `row_statements.rs`. Statement text is built here; binding and running it is in the
+//! backend modules.
 
 use std::borrow::Cow;
 
@@ -141,118 +142,36 @@ impl Dialect {
 
     /// Quotes one identifier as it is, dots and all.
     pub fn quote_one(self, identifier: &str) -> String {
-        match self {
-            Dialect::MySql => format!("`{}`", identifier.replace('`', "``")),
-            _ => format!("\"{}\"", identifier.replace('"', "\"\"")),
-        }
+        (super::of(self).words.quote_one)(identifier)
     }
 
     /// The `n`th (1-based) bind placeholder.
     pub fn param(self, n: usize) -> String {
-        match self {
-            Dialect::Postgres => format!("${n}"),
-            _ => "?".to_string(),
-        }
+        (super::of(self).words.param)(n)
     }
 
     /// The SQL type of a column; key columns in MySQL need a bounded length to be indexed.
     pub fn type_name(self, column_type: ColumnType, in_key: bool) -> Cow<'static, str> {
-        use ColumnType::*;
-        Cow::Borrowed(match self {
-            Dialect::Postgres => match column_type {
-                Smallint => "SMALLINT",
-                Bigint => "BIGINT",
-                Int => "INTEGER",
-                Double => "DOUBLE PRECISION",
-                Numeric => "NUMERIC",
-                Decimal { precision, scale } => {
-                    return Cow::Owned(format!("NUMERIC({precision},{scale})"));
-                }
-                Text => "TEXT",
-                Bool => "BOOLEAN",
-                Timestamp => "TIMESTAMP",
-                Timestamptz => "TIMESTAMPTZ",
-                Date => "DATE",
-                Time => "TIME",
-                Json => "JSONB",
-                Bytes => "BYTEA",
-                Uuid => "UUID",
-                Array(element) => {
-                    return Cow::Owned(format!("{}[]", self.type_name(element.scalar(), false)));
-                }
-            },
-            Dialect::MySql => match column_type {
-                Smallint => "SMALLINT",
-                Bigint => "BIGINT",
-                Int => "INT",
-                Double => "DOUBLE",
-                // The widest DECIMAL: 65 digits, 30 after the point.
-                Numeric => "DECIMAL(65,30)",
-                Decimal { precision, scale } => {
-                    return Cow::Owned(format!("DECIMAL({},{})", precision.min(65), scale.min(30)));
-                }
-                // Keys compare exactly: "Orders" and "orders" are two keys.
-                Text if in_key => "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-                // TEXT holds 64 KiB; PostgreSQL's text, up to 1 GB, needs LONGTEXT.
-                Text => "LONGTEXT",
-                Bool => "BOOLEAN",
-                Timestamp | Timestamptz => "DATETIME(6)",
-                Date => "DATE",
-                Time => "TIME(6)",
-                Json | Array(_) => "JSON",
-                Bytes if in_key => "VARBINARY(255)",
-                Bytes => "LONGBLOB",
-                Uuid => "CHAR(36)",
-            },
-            Dialect::Sqlite => match column_type {
-                Smallint | Bigint | Int | Bool => "INTEGER",
-                Double => "REAL",
-                // NUMERIC affinity would turn `12345678.123456789012` into a double with
-                // 15 digits: decimals are kept as their exact text.
-                Bytes => "BLOB",
-                Numeric
-                | Decimal { .. }
-                | Text
-                | Timestamp
-                | Timestamptz
-                | Date
-                | Time
-                | Json
-                | Uuid
-                | Array(_) => "TEXT",
-            },
-        })
+        (super::of(self).words.type_name)(column_type, in_key)
     }
 
-    /// The statement that opens a batch's transaction. SQLite's `IMMEDIATE` takes the
-    /// write lock at once, so two writers queue on the busy timeout instead of one failing
-    /// to upgrade a read lock.
+    /// The statement that opens a batch's transaction (SQLite's takes the write lock at
+    /// once).
     pub fn begin(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "BEGIN IMMEDIATE",
-            _ => "BEGIN",
-        }
+        super::of(self).words.begin
     }
 
     /// The database's clock now, in milliseconds since the epoch, as an SQL expression:
     /// what `delivery.dedup.window` is measured on (never a process's clock, nor a
     /// record's timestamp).
     pub fn now_ms(self) -> &'static str {
-        match self {
-            Dialect::Postgres => "(extract(epoch from clock_timestamp()) * 1000)::bigint",
-            Dialect::MySql => "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
-            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
-        }
+        super::of(self).words.now_ms
     }
 
     /// Reads a connector's dead letters after a (topic, partition, offset), in that order:
     /// binds connector, topic, partition, offset.
     pub fn read_dead_letters(self, table: &str, limit: usize) -> String {
-        let headers = match self {
-            Dialect::Postgres => "record_headers::text",
-            Dialect::MySql => "CAST(record_headers AS CHAR)",
-            Dialect::Sqlite => "record_headers",
-        };
+        let headers = super::of(self).words.headers_as_text;
         format!(
             "SELECT source_topic, source_partition, source_offset, record_key, record_value, {headers} \
              FROM {} WHERE connector = {} AND (source_topic, source_partition, source_offset) > ({}, {}, {}) \
@@ -295,11 +214,7 @@ impl Dialect {
     }
 
     fn now(self) -> &'static str {
-        match self {
-            Dialect::Postgres => "now()",
-            Dialect::MySql => "CURRENT_TIMESTAMP(6)",
-            Dialect::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
-        }
+        super::of(self).words.now
     }
 
     /// Binds, in this order (MySQL and SQLite number `?` by position): next_offset, cluster

@@ -8,11 +8,13 @@
 //! `table.rs` holds a table as its catalog describes it and the changes `sink.evolve` may
 //! make, which each folder reads and writes statements for. PostgreSQL's folder also owns
 //! its fast write path (`COPY`, and the `UNNEST` statements) and
-//! the catalog reads that decide it. The dialect's statement text, quoting and type names
-//! are in `dialect.rs` and `row_statements.rs`, each database's arm beside the others';
-//! the pools, and the `each_pool!` dispatch of a body written once, in `pools.rs`. Outside
-//! this module no code of the sink names a database: it asks [`of`] (a database's
-//! answers) or the dialect.
+//! the catalog reads that decide it. Each folder's `words.rs` holds what its SQL spells its
+//! own way ([`Words`]: quoting, placeholders, type names, its clock, the multi-row
+//! statements of the generic writer); what PostgreSQL and SQLite share word for word is in
+//! `portable.rs`. `dialect.rs` and `row_statements.rs` put statements together from those
+//! words without naming a database; the pools, and the `each_pool!` dispatch of a body
+//! written once, are in `pools.rs`. Outside the folders, no code of the sink names a
+//! database: it asks [`of`] (a database's answers) or the dialect.
 //!
 //! The rest of the sink asks this module, never a folder, what a database error means
 //! ([`read_error`], [`write_error`]): the database that raised it answers.
@@ -233,9 +235,46 @@ pub(super) struct ExactKeys {
     pub(super) alter: fn(&str) -> String,
 }
 
+/// The words of SQL a database spells its own way (`db/<name>/words.rs`), which
+/// `dialect.rs` and `row_statements.rs` put statements together from.
+pub(super) struct Words {
+    /// Quotes one identifier as it is, dots and all.
+    pub(super) quote_one: fn(&str) -> String,
+    /// The `n`th (1-based) bind placeholder.
+    pub(super) param: fn(usize) -> String,
+    /// The SQL type of a column of a portable type (`true`: a key column).
+    pub(super) type_name: fn(ColumnType, bool) -> std::borrow::Cow<'static, str>,
+    /// The statement that opens a batch's transaction.
+    pub(super) begin: &'static str,
+    /// The clock now, in milliseconds since the epoch, as an SQL expression.
+    pub(super) now_ms: &'static str,
+    /// The clock now as the type of `updated_at` columns.
+    pub(super) now: &'static str,
+    /// A dead letter's headers (JSON) read as text.
+    pub(super) headers_as_text: &'static str,
+    /// The multi-row statements of the generic writer (`sink/backend.rs`).
+    pub(super) rows: &'static RowStatements,
+}
+
+/// The parts of the generic writer's multi-row statements that differ by database; each
+/// binds `?` placeholders (`row_statements::value_groups`).
+pub(super) struct RowStatements {
+    /// What follows a multi-row `INSERT … VALUES` to make it an upsert (with a version
+    /// column, only where the stored version is older).
+    pub(super) upsert: fn(Dialect, &TableSpec) -> String,
+    /// A multi-row update by key of `rows` rows: binds every column of every row.
+    pub(super) update_values: fn(Dialect, &TableSpec, usize) -> String,
+    /// A multi-row delete by key of `rows` rows: binds the key columns of every row, and
+    /// its version with a version column (a row is deleted only if its stored version is
+    /// older).
+    pub(super) delete_values: fn(Dialect, &TableSpec, usize) -> String,
+}
+
 /// What one database does its own way, as the sink asks it: one per folder
 /// (`db/<name>/mod.rs`, `DATABASE`), registered in [`of`] and [`ALL`].
 pub(super) struct Database {
+    /// The words its SQL spells its own way.
+    pub(super) words: &'static Words,
     /// The migrations of sluice's own tables.
     pub(super) migrations: &'static Migrations,
     /// The statements on sluice's own tables whose words differ.

@@ -1,6 +1,109 @@
 //! Statements PostgreSQL and SQLite share word for word: the migrations of sluice's tables
 //! that need no type or syntax of one of them (MySQL and MariaDB have their own, with
-//! binary collations and bounded key lengths).
+//! binary collations and bounded key lengths), `"` quoting, and the multi-row statements
+//! of the generic writer (`ON CONFLICT` upserts, updates and deletes through a `VALUES`
+//! list; MySQL's are in `mysql/words.rs`).
+
+use super::dialect::{Dialect, TableSpec};
+use super::row_statements::value_groups;
+
+/// Quotes one identifier as it is, dots and all, in double quotes.
+pub(super) fn quote_one(identifier: &str) -> String {
+    format!("\"{}\"", identifier.replace('"', "\"\""))
+}
+
+/// What follows a multi-row `INSERT` to make it an upsert: `ON CONFLICT (key)`, with a
+/// version column only where the stored version is older.
+pub(super) fn on_conflict(dialect: Dialect, table: &TableSpec) -> String {
+    let values = table.value_columns();
+    let mut sql = format!(" ON CONFLICT ({}) ", dialect.column_list(table, &table.key));
+    if values.is_empty() {
+        sql.push_str("DO NOTHING");
+        return sql;
+    }
+    let set: Vec<String> = values
+        .iter()
+        .map(|&i| format!("{0} = excluded.{0}", dialect.quote_one(&table.columns[i].0)))
+        .collect();
+    sql.push_str(&format!("DO UPDATE SET {}", set.join(", ")));
+    if let Some(v) = table.version {
+        let v = dialect.quote_one(&table.columns[v].0);
+        let t = table.quoted(dialect);
+        sql.push_str(&format!(" WHERE {t}.{v} IS NULL OR {t}.{v} < excluded.{v}"));
+    }
+    sql
+}
+
+/// Multi-row update by key: binds every column of every row, in column order. The
+/// columns of a `VALUES` list are named column1, column2, …
+pub(super) fn update_from_values(dialect: Dialect, table: &TableSpec, rows: usize) -> String {
+    let t = table.quoted(dialect);
+    let v = |i: usize| format!("v.column{}", i + 1);
+    let set: Vec<String> = table
+        .value_columns()
+        .iter()
+        .map(|&i| format!("{} = {}", dialect.quote_one(&table.columns[i].0), v(i)))
+        .collect();
+    let on: Vec<String> = table
+        .key
+        .iter()
+        .map(|&i| format!("{t}.{} = {}", dialect.quote_one(&table.columns[i].0), v(i)))
+        .collect();
+    format!(
+        "UPDATE {t} SET {} FROM (VALUES {}) AS v WHERE {}",
+        set.join(", "),
+        value_groups(rows, table.columns.len()),
+        on.join(" AND ")
+    )
+}
+
+/// Multi-row delete by key: binds the key columns of every row (and, with a version
+/// column, each row's version: a row is deleted only if its stored version is older).
+pub(super) fn delete_values(dialect: Dialect, table: &TableSpec, rows: usize) -> String {
+    let t = table.quoted(dialect);
+    let key = dialect.column_list(table, &table.key);
+    let Some(version) = table.version else {
+        return if table.key.len() == 1 {
+            format!(
+                "DELETE FROM {t} WHERE {key} IN ({})",
+                vec!["?"; rows].join(", ")
+            )
+        } else {
+            format!(
+                "DELETE FROM {t} WHERE ({key}) IN (VALUES {})",
+                value_groups(rows, table.key.len())
+            )
+        };
+    };
+    // The rows to delete are found from the list through the key (an index lookup each),
+    // not by a correlated test of every row of the table.
+    let v = dialect.quote_one(&table.columns[version].0);
+    let bound = table.delete_columns();
+    let on: Vec<String> = table
+        .key
+        .iter()
+        .enumerate()
+        .map(|(n, &i)| {
+            format!(
+                "{t}.{} = d.column{}",
+                dialect.quote_one(&table.columns[i].0),
+                n + 1
+            )
+        })
+        .collect();
+    let found: Vec<String> = table
+        .key
+        .iter()
+        .map(|&i| format!("{t}.{}", dialect.quote_one(&table.columns[i].0)))
+        .collect();
+    let dv = format!("d.column{}", bound.len());
+    format!(
+        "DELETE FROM {t} WHERE ({key}) IN (SELECT {} FROM (VALUES {}) AS d JOIN {t} ON {} WHERE {t}.{v} IS NULL OR {t}.{v} < {dv})",
+        found.join(", "),
+        value_groups(rows, bound.len()),
+        on.join(" AND ")
+    )
+}
 
 /// The steps to schema version 4 (`sink/maintenance/schema.rs` says what each version adds).
 pub(super) const VERSION_4: &[&str] = &[

@@ -6,11 +6,13 @@ pub(in crate::sink) mod migrations;
 pub(in crate::sink) mod own_tables;
 pub(in crate::sink) mod pool;
 pub(in crate::sink) mod verify;
+pub(in crate::sink) mod words;
 
 use crate::sink::db::{Database, EvolveLock};
 
 /// SQLite, as the sink asks it.
 pub(in crate::sink) static DATABASE: Database = Database {
+    words: &words::WORDS,
     migrations: &migrations::MIGRATIONS,
     own_tables: &own_tables::OWN_TABLES,
     columns_query: catalog::columns_query,
