@@ -122,7 +122,7 @@ pub(super) fn marker(
                 .collect();
             Ok(Marker::End {
                 incoming,
-                id: transaction_key(&id).to_string(),
+                id,
                 expected,
             })
         }

@@ -149,6 +149,17 @@ fn postgres_ids_match_by_xid_whatever_lsn_each_record_carries() {
         other.release().unwrap().is_empty(),
         "5:1000 and 5:2000 are two transactions"
     );
+    // And one such transaction, its events and END under one id, goes whole.
+    let mut informix = SourceTransactions::new(TX, &topics());
+    informix
+        .offer(event("db.public.lines", 0, Some(("5:2000", 1))))
+        .unwrap();
+    informix
+        .offer(end(0, "5:2000", &[("public.lines", 1)]))
+        .unwrap();
+    let units = informix.release().unwrap();
+    assert_eq!(coordinates(&units).len(), 1);
+    assert_eq!(units[0].len(), 2, "the event and its END");
     // Ids that are not `<digits>:<digits>` are taken whole: two GTIDs of one server
     // are two transactions.
     assert_eq!(transaction_key("730:26525128"), "730");
