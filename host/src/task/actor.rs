@@ -428,11 +428,12 @@ impl Actor {
             self.shared.reassign(consumer, &partitions)?;
             inner = shared.lock();
         }
-        if let Some((waited, what)) = inner.source_transactions.as_ref().and_then(|h| h.stuck())
+        if let Some(held) = inner.source_transactions.as_ref()
+            && let Some(waited) = held.waited()
             && waited >= HELD_WARNING
             && self.shared.held_warnings.loud().is_some()
         {
-            tracing::warn!(waited_s = waited.as_secs(), waiting = %what,
+            tracing::warn!(waited_s = waited.as_secs(), waiting = %held.waiting_for(),
                 "sink.transactions: source: records wait for their source transaction to be whole (every partition of the connector's topics must be read by this task)");
         }
         self.collect_transformed(&mut inner)?;

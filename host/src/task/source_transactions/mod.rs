@@ -182,7 +182,7 @@ impl SourceTransactions {
             return Err(HeldError::TooLarge {
                 bytes: self.bytes,
                 limit: self.limit,
-                oldest: self.oldest_waiting(),
+                oldest: self.waiting_for(),
             });
         }
         Ok(())
@@ -389,15 +389,14 @@ impl SourceTransactions {
         self.waiting = None;
     }
 
-    /// How long the oldest thing held has waited, and what it waits for; `None` when
-    /// nothing is held.
-    pub(super) fn stuck(&self) -> Option<(Duration, String)> {
-        let (_, since) = self.waiting.as_ref()?;
-        Some((since.elapsed(), self.oldest_waiting()))
+    /// How long the oldest thing held that cannot go has waited; `None` when nothing
+    /// waits. Cheap: the task's loop asks it every turn.
+    pub(super) fn waited(&self) -> Option<Duration> {
+        self.waiting.as_ref().map(|(_, since)| since.elapsed())
     }
 
-    /// What the first held transaction waits for, in words.
-    fn oldest_waiting(&self) -> String {
+    /// What the first held transaction waits for, in words (for a warning or an error).
+    pub(super) fn waiting_for(&self) -> String {
         let first_end = self
             .markers
             .values()

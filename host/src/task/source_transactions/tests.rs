@@ -83,9 +83,10 @@ fn a_transaction_goes_whole_once_its_end_and_every_event_arrived_in_any_order() 
     gate.offer(event("db.public.lines", 1, Some(("t1", 3))))
         .unwrap();
     assert!(gate.release().unwrap().is_empty());
+    assert!(gate.waited().is_some());
     assert!(
-        gate.stuck()
-            .is_some_and(|(_, why)| why.contains("1 of 1 events of public.orders"))
+        gate.waiting_for()
+            .contains("1 of 1 events of public.orders")
     );
     gate.offer(event("db.public.orders", 0, Some(("t1", 1))))
         .unwrap();
@@ -102,7 +103,7 @@ fn a_transaction_goes_whole_once_its_end_and_every_event_arrived_in_any_order() 
     );
     assert!(gate.is_empty());
     assert_eq!(gate.bytes, 0);
-    assert!(gate.stuck().is_none());
+    assert!(gate.waited().is_none());
 }
 
 #[test]
@@ -347,7 +348,8 @@ fn a_later_transaction_waits_for_the_earlier_one_sharing_its_partition() {
         .unwrap();
     // t1 still misses its line; t2 is whole but comes after t1 everywhere.
     assert!(gate.release().unwrap().is_empty());
-    let (_, why) = gate.stuck().expect("stuck");
+    assert!(gate.waited().is_some(), "stuck");
+    let why = gate.waiting_for();
     assert!(
         why.contains("transaction t1, missing 1 of 1 events of public.lines"),
         "{why}"
