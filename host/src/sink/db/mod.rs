@@ -264,9 +264,10 @@ pub(super) struct RowStatements {
     pub(super) upsert: fn(Dialect, &TableSpec) -> String,
     /// A multi-row update by key of `rows` rows: binds every column of every row.
     pub(super) update_values: fn(Dialect, &TableSpec, usize) -> String,
-    /// A multi-row delete by key of `rows` rows: binds the key columns of every row, and
-    /// its version with a version column (a row is deleted only if its stored version is
-    /// older).
+    /// A multi-row delete of `rows` rows by a key of several columns, or with a version
+    /// column: binds the key columns of every row, and its version (a row is deleted only
+    /// if its stored version is older). A single key column without a version is
+    /// `row_statements.rs`'s, in the same words everywhere.
     pub(super) delete_values: fn(Dialect, &TableSpec, usize) -> String,
 }
 

@@ -7,6 +7,13 @@
 use super::dialect::{Dialect, TableSpec};
 use super::row_statements::value_groups;
 
+/// The multi-row statements PostgreSQL and SQLite share.
+pub(super) static ROWS: super::RowStatements = super::RowStatements {
+    upsert: on_conflict,
+    update_values: update_from_values,
+    delete_values,
+};
+
 /// Quotes one identifier as it is, dots and all, in double quotes.
 pub(super) fn quote_one(identifier: &str) -> String {
     format!("\"{}\"", identifier.replace('"', "\"\""))
@@ -57,23 +64,17 @@ pub(super) fn update_from_values(dialect: Dialect, table: &TableSpec, rows: usiz
     )
 }
 
-/// Multi-row delete by key: binds the key columns of every row (and, with a version
-/// column, each row's version: a row is deleted only if its stored version is older).
+/// Multi-row delete by a key of several columns, or with a version column (a row is
+/// deleted only if its stored version is older): binds the key columns of every row, and
+/// its version. A single key column without a version is `row_statements.rs`'s.
 pub(super) fn delete_values(dialect: Dialect, table: &TableSpec, rows: usize) -> String {
     let t = table.quoted(dialect);
     let key = dialect.column_list(table, &table.key);
     let Some(version) = table.version else {
-        return if table.key.len() == 1 {
-            format!(
-                "DELETE FROM {t} WHERE {key} IN ({})",
-                vec!["?"; rows].join(", ")
-            )
-        } else {
-            format!(
-                "DELETE FROM {t} WHERE ({key}) IN (VALUES {})",
-                value_groups(rows, table.key.len())
-            )
-        };
+        return format!(
+            "DELETE FROM {t} WHERE ({key}) IN (VALUES {})",
+            value_groups(rows, table.key.len())
+        );
     };
     // The rows to delete are found from the list through the key (an index lookup each),
     // not by a correlated test of every row of the table.

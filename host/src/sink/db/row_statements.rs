@@ -43,6 +43,15 @@ impl Dialect {
     /// (and, with a version column, each row's version: a row is deleted only if its
     /// stored version is older).
     pub fn delete_values(self, table: &TableSpec, rows: usize) -> String {
+        if table.version.is_none() && table.key.len() == 1 {
+            // One key column: a plain list, in the same words everywhere.
+            return format!(
+                "DELETE FROM {} WHERE {} IN ({})",
+                table.quoted(self),
+                self.column_list(table, &table.key),
+                vec!["?"; rows].join(", ")
+            );
+        }
         (super::of(self).words.rows.delete_values)(self, table, rows)
     }
 

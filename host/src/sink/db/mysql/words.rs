@@ -123,23 +123,17 @@ fn update_values(dialect: Dialect, table: &TableSpec, rows: usize) -> String {
     )
 }
 
-/// Multi-row delete by key: binds the key columns of every row (and, with a version
-/// column, each row's version: a row is deleted only if its stored version is older).
+/// Multi-row delete by a key of several columns, or with a version column (a row is
+/// deleted only if its stored version is older): binds the key columns of every row, and
+/// its version. A single key column without a version is `row_statements.rs`'s.
 fn delete_values(dialect: Dialect, table: &TableSpec, rows: usize) -> String {
     let t = table.quoted(dialect);
     let Some(version) = table.version else {
         let key = dialect.column_list(table, &table.key);
-        return if table.key.len() == 1 {
-            format!(
-                "DELETE FROM {t} WHERE {key} IN ({})",
-                vec!["?"; rows].join(", ")
-            )
-        } else {
-            format!(
-                "DELETE FROM {t} WHERE ({key}) IN ({})",
-                value_groups(rows, table.key.len())
-            )
-        };
+        return format!(
+            "DELETE FROM {t} WHERE ({key}) IN ({})",
+            value_groups(rows, table.key.len())
+        );
     };
     let v = dialect.quote_one(&table.columns[version].0);
     let bound = table.delete_columns();

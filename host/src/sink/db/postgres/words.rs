@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use crate::config::ColumnType;
-use crate::sink::db::{RowStatements, Words, portable};
+use crate::sink::db::{Words, portable};
 
 /// PostgreSQL's words.
 pub(in crate::sink) static WORDS: Words = Words {
@@ -16,11 +16,7 @@ pub(in crate::sink) static WORDS: Words = Words {
     now_ms: "(extract(epoch from clock_timestamp()) * 1000)::bigint",
     now: "now()",
     headers_as_text: "record_headers::text",
-    rows: &RowStatements {
-        upsert: portable::on_conflict,
-        update_values: portable::update_from_values,
-        delete_values: portable::delete_values,
-    },
+    rows: &portable::ROWS,
 };
 
 /// The SQL type of a column.

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use crate::config::ColumnType;
-use crate::sink::db::{RowStatements, Words, portable};
+use crate::sink::db::{Words, portable};
 
 /// SQLite's words.
 pub(in crate::sink) static WORDS: Words = Words {
@@ -18,11 +18,7 @@ pub(in crate::sink) static WORDS: Words = Words {
     now_ms: "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
     now: "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
     headers_as_text: "record_headers",
-    rows: &RowStatements {
-        upsert: portable::on_conflict,
-        update_values: portable::update_from_values,
-        delete_values: portable::delete_values,
-    },
+    rows: &portable::ROWS,
 };
 
 /// The SQL type of a column: its storage class.
