@@ -9,7 +9,9 @@
 //!    of 1 (what a call costs), 100 and 1,000 (what a record costs), with each one's
 //!    load time (instantiate and `init`, the code from the default compile cache when it
 //!    is there). At 5,000 records a call the JavaScript twin can meet the default 64 MiB
-//!    cap in this loop. `SLUICE_BENCH_TWINS=0` leaves them out;
+//!    cap in this loop. `SLUICE_BENCH_TWINS=0` leaves them out, `SLUICE_BENCH_TWINS=only`
+//!    runs only them, and `SLUICE_BENCH_TWINS=javascript` (or `python`) only the Rust
+//!    plugin and that twin (what a profile of one guest wants);
 //!    they need componentize-py and componentize-js (`scripts/setup.sh --plugins`).
 //!
 //! Run: `cargo bench -p sluice-transform --bench word_parse`
@@ -156,6 +158,12 @@ fn main() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(2.0),
     );
+    let twins_only = std::env::var("SLUICE_BENCH_TWINS");
+    match twins_only.as_deref() {
+        Ok("0") => {}
+        Ok(lang @ ("only" | "python" | "javascript")) => return twins(budget, lang),
+        _ => {}
+    }
     // Load time: cold compile vs the on-disk cache (a restart) vs the in-memory cache.
     let cache = tempfile::tempdir().expect("tempdir");
     let opts = EngineOptions {
@@ -266,27 +274,30 @@ fn main() {
         );
     }
 
-    if std::env::var("SLUICE_BENCH_TWINS").as_deref() != Ok("0") {
-        twins(budget);
+    if twins_only.as_deref() != Ok("0") {
+        twins(budget, "only");
     }
 }
 
 /// The `word_parse` twins (Rust, Python, JavaScript) through the host API, as a connector
-/// runs them (the separator `*` as the pipeline bench configures it).
-fn twins(budget: Duration) {
-    let plugins = [
-        ("rust", example_plugin_path("word_parse")),
-        (
+/// runs them (the separator `*` as the pipeline bench configures it). `which`: `only`
+/// for both twins, else the one twin named.
+fn twins(budget: Duration, which: &str) {
+    let mut plugins = vec![("rust", example_plugin_path("word_parse"))];
+    if which != "javascript" {
+        plugins.push((
             "python",
             sluice_transform::example_python_plugin("word_parse")
                 .expect("plugins/python/word_parse builds (scripts/setup.sh --plugins)"),
-        ),
-        (
+        ));
+    }
+    if which != "python" {
+        plugins.push((
             "javascript",
             sluice_transform::example_js_plugin("word_parse")
                 .expect("plugins/js/word_parse builds (scripts/setup.sh --plugins)"),
-        ),
-    ];
+        ));
+    }
     let engine = TransformEngine::new(EngineOptions::default()).expect("engine");
     println!();
     println!(
@@ -313,10 +324,15 @@ fn twins(budget: Duration) {
         );
         chains.push(chain);
     }
-    println!(
-        "{:>8} {:>14} {:>14} {:>14} {:>10} {:>10}",
-        "batch", "rust", "python", "javascript", "py/rust", "js/rust"
-    );
+    let mut head = format!("{:>8}", "batch");
+    for (lang, _) in &plugins {
+        head += &format!(" {lang:>14}");
+    }
+    for (lang, _) in &plugins[1..] {
+        let short = if *lang == "python" { "py" } else { "js" };
+        head += &format!(" {:>10}", format!("{short}/rust"));
+    }
+    println!("{head}");
     for size in [1usize, 100, 1_000] {
         let batch = input(size);
         let rates: Vec<f64> = chains
@@ -327,13 +343,13 @@ fn twins(budget: Duration) {
                 })
             })
             .collect();
-        println!(
-            "{size:>8} {:>14.0} {:>14.0} {:>14.0} {:>9.3}x {:>9.3}x",
-            rates[0],
-            rates[1],
-            rates[2],
-            rates[1] / rates[0],
-            rates[2] / rates[0]
-        );
+        let mut line = format!("{size:>8}");
+        for rate in &rates {
+            line += &format!(" {rate:>14.0}");
+        }
+        for rate in &rates[1..] {
+            line += &format!(" {:>9.3}x", rate / rates[0]);
+        }
+        println!("{line}");
     }
 }

@@ -136,6 +136,12 @@ impl TransformEngine {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
+        // A build with `guest-profiling` names the guests' functions for `perf`
+        // (/tmp/perf-<pid>.map) when asked: docs/plugins.md, "Profiling a plugin".
+        #[cfg(feature = "guest-profiling")]
+        if std::env::var_os("SLUICE_WASM_PERFMAP").is_some_and(|v| v == "1") {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config).map_err(|e| TransformError::Engine(one_line(&e)))?;
 
         let mut linker = Linker::<HostState>::new(&engine);
