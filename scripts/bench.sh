@@ -16,6 +16,10 @@
 #   scripts/bench.sh --only "postgres insert json 1t,postgres insert avro 1t"   # Avro against JSON
 #   scripts/bench.sh --only "postgres insert word_parse 1t,postgres insert word_parse in"   # the
 #                                         # Rust plugin against its Python and JavaScript twins
+#   scripts/bench.sh --rounds 3 --only "postgres insert word_parse 1t,postgres insert json 1t"
+#                                         # every run three times, alternated; the ratios
+#                                         # and issue 47's targets (printed last) are the
+#                                         # means over the rounds
 #   scripts/bench.sh --sluice path/to/sluice            # measure another build; it
 #                                         # makes its own tables, so give an older one
 #                                         # fresh databases (SLUICE_TEST_POSTGRES_URL,

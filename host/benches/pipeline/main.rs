@@ -45,7 +45,7 @@
 //! ended never meets it; one that starts at a stored offset (a restart) or fetches again
 //! after a pause does, and the records skipped show as holes.
 //!
-//! Run: `scripts/bench.sh [--records N] [--only NAME,NAME] [--sluice PATH]`. Needs the test
+//! Run: `scripts/bench.sh [--records N] [--only NAME,NAME] [--rounds N] [--sluice PATH]`. Needs the test
 //! broker (see tests/e2e/harness) and the local PostgreSQL and MariaDB.
 
 #[path = "../../../tests/e2e/harness/mod.rs"]
@@ -79,7 +79,7 @@ use baselines::{bare_drain, copy_file, per_row_insert, psql_copy, sqlite_loop};
 use matrix::matrix;
 use process::clock_ticks;
 use registry::TestRegistry;
-use report::{compare, print_table};
+use report::{compare, print_table, third_pass_targets};
 use runs::{restart_to_first_commit, run_sluice};
 
 /// What the command line asks for.
@@ -90,6 +90,9 @@ struct Options {
     only: Vec<String>,
     /// The sluice binary to measure.
     sluice: PathBuf,
+    /// How many times the runs go, alternated (each round runs every run once): the
+    /// targets and ratios are the means over the rounds.
+    rounds: u32,
 }
 
 impl Options {
@@ -99,6 +102,7 @@ impl Options {
             partitions: 4,
             only: Vec::new(),
             sluice: PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
+            rounds: 1,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -111,6 +115,13 @@ impl Options {
                     options.partitions = value().parse().unwrap_or_else(|_| usage("--partitions"))
                 }
                 "--only" => options.only = value().split(',').map(str::to_string).collect(),
+                "--rounds" => {
+                    options.rounds = value()
+                        .parse()
+                        .ok()
+                        .filter(|&r| r > 0)
+                        .unwrap_or_else(|| usage("--rounds"))
+                }
                 "--sluice" => {
                     // Relative to where scripts/bench.sh runs (the repository), not to
                     // where cargo runs the bench (host/).
@@ -143,7 +154,7 @@ impl Options {
 
 fn usage(arg: &str) -> ! {
     eprintln!(
-        "bench: cannot use {arg}\nusage: scripts/bench.sh [--records N] [--partitions N] [--only NAME,NAME] [--sluice PATH]"
+        "bench: cannot use {arg}\nusage: scripts/bench.sh [--records N] [--partitions N] [--only NAME,NAME] [--rounds N] [--sluice PATH]"
     );
     std::process::exit(2)
 }
@@ -274,9 +285,24 @@ async fn main() {
     }
     print_table(&figures);
 
-    for (index, run) in matrix().into_iter().enumerate() {
+    // Each round runs every run once, so that a slow spell of this shared machine falls
+    // on every run alike.
+    // A run's index names its connector, whose offsets are kept per connector and
+    // topic: each round's runs get indexes of their own, so a round drains the backlog
+    // again.
+    let runs = matrix().len();
+    let rounds = (1..=options.rounds).flat_map(|round| {
+        matrix()
+            .into_iter()
+            .enumerate()
+            .map(move |(index, run)| (round, (round as usize - 1) * runs + index, run))
+    });
+    for (round, index, run) in rounds {
         if !options.wants(&run.name) {
             continue;
+        }
+        if options.rounds > 1 {
+            println!("round {round} of {}: {}", options.rounds, run.name);
         }
         let topic = if run.plugin {
             &raw_topic
@@ -324,7 +350,7 @@ async fn main() {
                 &raw_topic,
                 signal,
                 static_membership,
-                90 + i,
+                900 + i,
             )
             .await;
             println!("{}: {:.2} s", figure.name, figure.seconds);
@@ -385,6 +411,16 @@ async fn main() {
     if let Some(many) = &many {
         println!("\n{many}");
     }
+    let targets = third_pass_targets(&figures);
+    if !targets.is_empty() {
+        println!(
+            "\nissue 47's targets (means over {} round(s); docs/performance.md):",
+            options.rounds
+        );
+        for target in &targets {
+            println!("  {target}");
+        }
+    }
 
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench");
     std::fs::create_dir_all(&dir).expect("target/bench");
@@ -403,6 +439,8 @@ async fn main() {
         "debezium_20_tables_to_upsert": many_tables,
         "debezium_20_topics_to_upsert": many_topics,
         "many_connectors_to_one": many_connectors,
+        "rounds": options.rounds,
+        "third_pass_targets": targets,
         "many_connectors": many.as_ref().map(|m| serde_json::json!({
             "connectors": many::CONNECTORS,
             "committed": m.started,

@@ -135,15 +135,15 @@ pub(crate) struct Comparison {
     pub(crate) cpu_s_per_million: (Option<f64>, Option<f64>),
 }
 
-/// The comparison of `of` to `to`, when both ran.
+/// The comparison of `of` to `to`, when both ran: the means over the rounds
+/// (`--rounds`) of each.
 pub(crate) fn compare(
     figures: &[Figure],
     of: &'static str,
     to: &'static str,
     target: f64,
 ) -> Option<Comparison> {
-    let find = |name: &str| figures.iter().find(|f| f.name == name);
-    let (a, b) = (find(of)?, find(to)?);
+    let (a, b) = (Mean::of(figures, of)?, Mean::of(figures, to)?);
     Some(Comparison {
         of,
         to,
@@ -152,6 +152,146 @@ pub(crate) fn compare(
         rows_per_s: (a.rows_per_s, b.rows_per_s),
         cpu_s_per_million: (a.cpu_s_per_million, b.cpu_s_per_million),
     })
+}
+
+/// One run's figures over its rounds: the means, and the spread of rows/s.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Mean {
+    pub(crate) rounds: usize,
+    pub(crate) rows_per_s: f64,
+    pub(crate) rows_per_s_range: (f64, f64),
+    pub(crate) ratio_to_copy: Option<f64>,
+    pub(crate) cpu_s_per_million: Option<f64>,
+    pub(crate) peak_rss_mb: Option<f64>,
+}
+
+impl Mean {
+    /// The rounds of the run called `name`; `None` when it did not run.
+    pub(crate) fn of(figures: &[Figure], name: &str) -> Option<Mean> {
+        let runs: Vec<&Figure> = figures.iter().filter(|f| f.name == name).collect();
+        if runs.is_empty() {
+            return None;
+        }
+        let mean = |values: Vec<f64>| {
+            (values.len() == runs.len()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+        };
+        let rates: Vec<f64> = runs.iter().map(|f| f.rows_per_s).collect();
+        Some(Mean {
+            rounds: runs.len(),
+            rows_per_s: rates.iter().sum::<f64>() / rates.len() as f64,
+            rows_per_s_range: (
+                rates.iter().copied().fold(f64::INFINITY, f64::min),
+                rates.iter().copied().fold(0.0, f64::max),
+            ),
+            ratio_to_copy: mean(runs.iter().filter_map(|f| f.ratio_to_copy).collect()),
+            cpu_s_per_million: mean(runs.iter().filter_map(|f| f.cpu_s_per_million).collect()),
+            // The highest of the rounds: a bound is met only if every round met it.
+            peak_rss_mb: runs.iter().filter_map(|f| f.peak_rss_mb).reduce(f64::max),
+        })
+    }
+}
+
+/// One target of issue 47 (docs/performance.md, "Third pass"), as measured in this run:
+/// the means over the rounds.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Target {
+    pub(crate) what: &'static str,
+    /// The figure as measured, and the bound it is held to.
+    pub(crate) measured: f64,
+    pub(crate) bound: f64,
+    /// `true`: at most `bound`; `false`: at least.
+    pub(crate) at_most: bool,
+    /// What was measured, in words (the runs and their figures).
+    pub(crate) from: String,
+    pub(crate) met: bool,
+}
+
+/// Issue 47's targets that this run's runs measure.
+pub(crate) fn third_pass_targets(figures: &[Figure]) -> Vec<Target> {
+    let mut targets = Vec::new();
+    let mut push = |what, measured: f64, bound, at_most, from: String| {
+        let met = if at_most {
+            measured <= bound
+        } else {
+            measured >= bound
+        };
+        targets.push(Target {
+            what,
+            measured,
+            bound,
+            at_most,
+            from,
+            met,
+        });
+    };
+    let plugin = "postgres insert word_parse 1t";
+    if let Some(m) = Mean::of(figures, plugin) {
+        if let Some(cpu) = m.cpu_s_per_million {
+            let from = format!("{plugin}, {} round(s)", m.rounds);
+            push("CPU s/M through word_parse (Rust)", cpu, 1.5, true, from);
+        }
+        if let Some(ratio) = m.ratio_to_copy {
+            let from = format!("{plugin}, {:.0} rows/s", m.rows_per_s);
+            push("word_parse (Rust) ×COPY", ratio, 0.6, false, from);
+        }
+    }
+    let json = "postgres insert json 1t";
+    if let Some(cpu) = Mean::of(figures, json).and_then(|m| m.cpu_s_per_million) {
+        push("CPU s/M of the JSON path", cpu, 1.2, true, json.to_string());
+    }
+    for (what, of, bound) in [
+        (
+            "Python plugin × the Rust plugin",
+            "postgres insert word_parse in Python 1t",
+            0.3,
+        ),
+        (
+            "JavaScript plugin × the Rust plugin",
+            "postgres insert word_parse in JavaScript 1t",
+            0.25,
+        ),
+    ] {
+        if let Some(c) = compare(figures, of, plugin, bound) {
+            let from = format!("{:.0} against {:.0} rows/s", c.rows_per_s.0, c.rows_per_s.1);
+            push(what, c.ratio, bound, false, from);
+        }
+    }
+    let one = "postgres upsert debezium 1t";
+    let twenty = "postgres upsert debezium 20 tables 1t";
+    if let Some(c) = compare(figures, twenty, one, 0.8) {
+        let from = format!("{:.0} against {:.0} rows/s", c.rows_per_s.0, c.rows_per_s.1);
+        push(
+            "20 tables × one table (Debezium)",
+            c.ratio,
+            0.8,
+            false,
+            from,
+        );
+    }
+    let two_tasks = figures
+        .iter()
+        .filter(|f| f.name.ends_with(" 2t"))
+        .filter_map(|f| f.peak_rss_mb.map(|mb| (mb, f.name.clone())))
+        .reduce(|a, b| if b.0 > a.0 { b } else { a });
+    if let Some((mb, name)) = two_tasks {
+        push("peak RSS MB with 2 tasks", mb, 256.0, true, name);
+    }
+    targets
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:<40} {:>9.2} {} {:<7} {:<7} ({})",
+            self.what,
+            self.measured,
+            if self.at_most { "≤" } else { "≥" },
+            self.bound,
+            if self.met { "met" } else { "MISSED" },
+            self.from
+        )
+    }
 }
 
 impl std::fmt::Display for Comparison {
