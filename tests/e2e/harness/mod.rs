@@ -117,24 +117,30 @@ pub fn log_dir() -> PathBuf {
 /// A loopback port free now, for a process the test starts (a broker, sluice's admin
 /// API, a database cluster) to bind.
 pub fn free_port() -> u16 {
+    use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
     // Below the kernel's ephemeral range: a port from that range (what binding port 0
     // hands out) can be taken as the source port of any outgoing connection between this
     // check and the process that binds it. Seen in CI: a sluice admin listener refused
     // with "Address already in use" while the suite's clients were connecting.
     const LOWEST: u64 = 10_000;
+    // The span below the ephemeral range and where this process starts in it, read and
+    // chosen once: the ports one process hands out are then a sequence that does not
+    // repeat within the span (test processes run side by side, each from elsewhere).
+    static SPAN: OnceLock<Option<(u64, u64)>> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap_or(32_768);
-    if ephemeral_low > LOWEST + 1_000 {
-        let span = ephemeral_low - LOWEST;
-        // Test processes run side by side: each starts somewhere else in the span.
+    let span = *SPAN.get_or_init(|| {
+        let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|range| range.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(32_768);
         let seed = u64::from(std::process::id()).wrapping_mul(7_919)
             ^ std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos().into());
+        (ephemeral_low > LOWEST + 1_000).then(|| (ephemeral_low - LOWEST, seed))
+    });
+    if let Some((span, seed)) = span {
         for _ in 0..1_000 {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let port = LOWEST + (seed.wrapping_add(n.wrapping_mul(104_729))) % span;
