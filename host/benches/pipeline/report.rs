@@ -154,15 +154,12 @@ pub(crate) fn compare(
     })
 }
 
-/// One run's figures over its rounds: the means, and the spread of rows/s.
-#[derive(Debug, Clone, Serialize)]
+/// One run's figures over its rounds: the means.
 pub(crate) struct Mean {
     pub(crate) rounds: usize,
     pub(crate) rows_per_s: f64,
-    pub(crate) rows_per_s_range: (f64, f64),
     pub(crate) ratio_to_copy: Option<f64>,
     pub(crate) cpu_s_per_million: Option<f64>,
-    pub(crate) peak_rss_mb: Option<f64>,
 }
 
 impl Mean {
@@ -172,21 +169,15 @@ impl Mean {
         if runs.is_empty() {
             return None;
         }
+        // A mean only of a figure every round has.
         let mean = |values: Vec<f64>| {
             (values.len() == runs.len()).then(|| values.iter().sum::<f64>() / values.len() as f64)
         };
-        let rates: Vec<f64> = runs.iter().map(|f| f.rows_per_s).collect();
         Some(Mean {
             rounds: runs.len(),
-            rows_per_s: rates.iter().sum::<f64>() / rates.len() as f64,
-            rows_per_s_range: (
-                rates.iter().copied().fold(f64::INFINITY, f64::min),
-                rates.iter().copied().fold(0.0, f64::max),
-            ),
+            rows_per_s: runs.iter().map(|f| f.rows_per_s).sum::<f64>() / runs.len() as f64,
             ratio_to_copy: mean(runs.iter().filter_map(|f| f.ratio_to_copy).collect()),
             cpu_s_per_million: mean(runs.iter().filter_map(|f| f.cpu_s_per_million).collect()),
-            // The highest of the rounds: a bound is met only if every round met it.
-            peak_rss_mb: runs.iter().filter_map(|f| f.peak_rss_mb).reduce(f64::max),
         })
     }
 }
