@@ -25,10 +25,12 @@ pub fn engine() -> &'static TransformEngine {
 
 /// The bound on one compile for the suites' shared engine. A JavaScript component (the
 /// engine inside it is 10 MB of code) compiled cold beside five other tests on two cores
-/// took past the default 60 s (`a_scaffolded_js_plugin_…`, 2026-12-07, six test threads):
-/// these suites test what a plugin does, not how fast a loaded machine compiles it. The
-/// bound itself is tested, at its default, in `cache.rs` (`compile_time_is_bounded`).
-pub const SUITE_COMPILE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+/// took past the default 60 s (`a_scaffolded_js_plugin_…`, 2026-12-07, a run with six
+/// test threads): these suites test what a plugin does, not how fast a loaded machine
+/// compiles it. Below nextest's 300 s end of a test (`.config/nextest.toml`), so a compile
+/// that slow still fails as a `LoadLimit` that says so. The bound itself is tested in
+/// `cache.rs` (`compile_time_is_bounded`, on an engine of its own).
+pub const SUITE_COMPILE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(240);
 
 pub fn spec(name: &str, plugin: &str, config: &[(&str, &str)]) -> PluginSpec {
     PluginSpec {
