@@ -119,15 +119,17 @@ async fn connections_refused_by_the_server_are_waited_out(kind: Backend) {
     let broker = Broker::start();
     let db = TestDb::new(kind);
     let role = unique("pools_role");
-    for sql in [
-        format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 0"),
-        format!("GRANT CREATE, USAGE ON SCHEMA public TO {role}"),
-        format!("GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}"),
-        // The test's own counts create the tables when they come first.
-        format!("ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON TABLES TO {role}"),
-    ] {
-        crate::cdc::execute(&db, &sql).await;
-    }
+    crate::cdc::execute_grants(
+        &db,
+        &[
+            format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 0"),
+            format!("GRANT CREATE, USAGE ON SCHEMA public TO {role}"),
+            // The test's own counts create the tables when they come first.
+            format!("ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON TABLES TO {role}"),
+            format!("GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}"),
+        ],
+    )
+    .await;
     let limited = db.with_url(format!("postgres://{role}@127.0.0.1:5432/test"));
     let scenarios = connectors(&broker, 2, 2, RECORDS).await;
     let dir = tempfile::tempdir().expect("dir");
@@ -157,13 +159,15 @@ async fn connections_refused_by_the_server_are_waited_out(kind: Backend) {
     );
     drop(sluice);
     // The tables made by the role and the default privileges go with it.
-    crate::cdc::execute(&db, &format!("DROP OWNED BY {role}")).await;
-    crate::cdc::execute(
+    crate::cdc::execute_grants(
         &db,
-        &format!("ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON TABLES FROM {role}"),
+        &[
+            format!("DROP OWNED BY {role}"),
+            format!("ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON TABLES FROM {role}"),
+            format!("DROP ROLE {role}"),
+        ],
     )
     .await;
-    crate::cdc::execute(&db, &format!("DROP ROLE {role}")).await;
 }
 
 for_each_database!(connections_refused_by_the_server_are_waited_out: postgres = Postgres);

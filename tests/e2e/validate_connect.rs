@@ -3,8 +3,6 @@
 
 use std::process::Command;
 
-use sqlx::Connection;
-
 use crate::harness::{self, Broker, free_port, unique};
 
 fn file(brokers: &str, url: &str, topic: &str, table: &str, create: bool) -> String {
@@ -57,17 +55,16 @@ fn validate_connect_says_which_part_fails() {
 
         // A table the user may read but not write.
         let role = unique("reader").replace('-', "_");
-        let mut admin = sqlx::PgConnection::connect(&pg).await.expect("connect");
-        for sql in [
-            format!("CREATE TABLE {table} (id BIGINT PRIMARY KEY)"),
-            format!("CREATE ROLE {role} LOGIN"),
-            format!("GRANT SELECT ON {table} TO {role}"),
-        ] {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(&mut admin)
-                .await
-                .expect("setup");
-        }
+        // Grants on a table of `public` race other tests' grants on all of them.
+        crate::cdc::postgres_grants(
+            &pg,
+            &[
+                format!("CREATE TABLE {table} (id BIGINT PRIMARY KEY)"),
+                format!("CREATE ROLE {role} LOGIN"),
+                format!("GRANT SELECT ON {table} TO {role}"),
+            ],
+        )
+        .await;
         let as_reader = pg.replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
         let (code, out) = validate(&file(&broker.bootstrap, &as_reader, &topic, &table, false));
         assert_eq!(code, Some(1), "{out}");
@@ -76,12 +73,8 @@ fn validate_connect_says_which_part_fails() {
             "{out}"
         );
         // With the rights: ok.
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "GRANT INSERT, UPDATE ON {table} TO {role}"
-        )))
-        .execute(&mut admin)
-        .await
-        .expect("grant");
+        crate::cdc::postgres_grants(&pg, &[format!("GRANT INSERT, UPDATE ON {table} TO {role}")])
+            .await;
         let (code, out) = validate(&file(&broker.bootstrap, &as_reader, &topic, &table, false));
         assert_eq!(code, Some(0), "{out}");
         assert!(out.contains("may be inserted into and updated"), "{out}");
@@ -107,11 +100,10 @@ fn validate_connect_says_which_part_fails() {
             "{out}"
         );
 
-        for sql in [format!("DROP TABLE {table}"), format!("DROP ROLE {role}")] {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(&mut admin)
-                .await
-                .expect("clean up");
-        }
+        crate::cdc::postgres_grants(
+            &pg,
+            &[format!("DROP TABLE {table}"), format!("DROP ROLE {role}")],
+        )
+        .await;
     });
 }

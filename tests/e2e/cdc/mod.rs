@@ -39,6 +39,54 @@ pub(crate) async fn execute(db: &TestDb, sql: &str) {
     });
 }
 
+/// Runs `statements` that change roles and privileges, in order. On PostgreSQL they run in
+/// one transaction that first takes an advisory lock shared by every test that grants:
+/// two sessions that GRANT on the same object at once (every such test grants on schema
+/// `public`) fail with "tuple concurrently updated" (reproduced with two psql loops). A
+/// grant on every table of `public` can still meet another test's ALTER of one of them,
+/// which fails the same way: that transaction is run again, up to 20 times.
+/// A grant on every table of `public` belongs last: its rows of the catalog stay locked
+/// until the transaction ends, and another test's `ALTER` of one of those tables waits.
+pub(crate) async fn execute_grants(db: &TestDb, statements: &[String]) {
+    if db.kind != Backend::Postgres {
+        for sql in statements {
+            execute(db, sql).await;
+        }
+        return;
+    }
+    postgres_grants(&db.url, statements).await;
+}
+
+/// [`execute_grants`] on the PostgreSQL database at `url`.
+pub(crate) async fn postgres_grants(url: &str, statements: &[String]) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let result: Result<(), sqlx::Error> = async {
+            let mut tx = conn.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext('sluice-tests-grants'))")
+                .execute(&mut *tx)
+                .await?;
+            for sql in statements {
+                let sql = sqlx::AssertSqlSafe(sql.clone());
+                sqlx::query(sql).execute(&mut *tx).await?;
+            }
+            tx.commit().await
+        }
+        .await;
+        match result {
+            Ok(()) => break,
+            Err(e) if attempt < 20 && e.to_string().contains("tuple concurrently updated") => {
+                tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
+            }
+            Err(e) => panic!("{statements:?}: {e}"),
+        }
+    }
+    let _ = conn.close().await;
+}
+
 /// The stored next offset of a connector's partition (None: none stored yet).
 pub(crate) async fn stored_offset(
     db: &TestDb,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sluice::supervisor::Supervisor;
 
-use super::execute;
+use super::{execute, execute_grants};
 use crate::harness::{self, Backend, Broker, TestDb, unique};
 
 /// A Connect JSON value with its schema.
@@ -27,15 +27,17 @@ fn value(uid: u64) -> String {
 async fn user_without_create(db: &TestDb, user: &str, target: &str) -> String {
     match db.kind {
         Backend::Postgres => {
-            for sql in [
-                format!("CREATE ROLE {user} LOGIN"),
-                format!("GRANT CREATE, USAGE ON SCHEMA public TO {user}"),
-                format!("GRANT ALL ON ALL TABLES IN SCHEMA public TO {user}"),
-                format!("CREATE SCHEMA {target}"),
-                format!("GRANT USAGE ON SCHEMA {target} TO {user}"),
-            ] {
-                execute(db, &sql).await;
-            }
+            execute_grants(
+                db,
+                &[
+                    format!("CREATE ROLE {user} LOGIN"),
+                    format!("GRANT CREATE, USAGE ON SCHEMA public TO {user}"),
+                    format!("CREATE SCHEMA {target}"),
+                    format!("GRANT USAGE ON SCHEMA {target} TO {user}"),
+                    format!("GRANT ALL ON ALL TABLES IN SCHEMA public TO {user}"),
+                ],
+            )
+            .await;
             format!("postgres://{user}@127.0.0.1:5432/test")
         }
         Backend::MariaDb => {
@@ -73,9 +75,15 @@ async fn run_until_failed(yaml: &str, broker: &Broker) -> sluice::supervisor::Co
 async fn drop_user(db: &TestDb, user: &str, target: &str) {
     match db.kind {
         Backend::Postgres => {
-            execute(db, &format!("DROP SCHEMA {target} CASCADE")).await;
-            execute(db, &format!("DROP OWNED BY {user}")).await;
-            execute(db, &format!("DROP ROLE {user}")).await;
+            execute_grants(
+                db,
+                &[
+                    format!("DROP SCHEMA {target} CASCADE"),
+                    format!("DROP OWNED BY {user}"),
+                    format!("DROP ROLE {user}"),
+                ],
+            )
+            .await;
         }
         Backend::MariaDb => {
             execute(db, &format!("DROP DATABASE {target}")).await;
