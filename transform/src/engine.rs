@@ -126,10 +126,19 @@ impl TransformEngine {
     pub const DEFAULT_CACHE_MAX_BYTES: u64 = 512 << 20;
     /// Default cap on the size of a plugin's `.wasm` file: 64 MiB.
     pub const DEFAULT_MAX_WASM_BYTES: u64 = 64 << 20;
-    /// Default bound on compiling one plugin: 60 s. Cranelift cannot be interrupted, so
-    /// the compile runs on a helper thread; past this the load fails and the compile's
-    /// result, when it comes, is dropped.
+    /// Default bound on compiling one plugin: 60 s of the compile's CPU time (on Linux;
+    /// wall-clock time elsewhere). Cranelift cannot be interrupted, so the compile runs on
+    /// a helper thread; past this the load fails and the compile's result, when it comes,
+    /// is dropped. CPU time, not wall time: a machine busy with other work compiles as
+    /// much of the plugin in a second of CPU as an idle one, so a load that passes on an
+    /// idle machine passes on one that gives the compile a tenth of a core or more (wall
+    /// time failed a JavaScript plugin's cold compile beside five other processes on two
+    /// cores).
     pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// A compile that has not used its CPU bound after this many times the bound in wall
+    /// time (and at least a second more than the bound) fails all the same: the machine
+    /// gives it less than a tenth of a core.
+    pub const COMPILE_WALL_FACTOR: u32 = 10;
 
     /// Creates the engine and starts its epoch ticker thread.
     pub fn new(options: EngineOptions) -> Result<Self, TransformError> {
@@ -337,20 +346,22 @@ impl TransformEngine {
         Ok(component)
     }
 
-    /// Compiles on a helper thread and waits at most the compile timeout (Cranelift cannot
-    /// be interrupted; an abandoned compile finishes in the background and is dropped).
+    /// Compiles on a helper thread and waits until the compile has used the compile
+    /// timeout in CPU time, or ten times it in wall time (Cranelift cannot be
+    /// interrupted; an abandoned compile finishes in the background and is dropped).
     fn compile_bounded(
         &self,
         plugin: &str,
         path: &Path,
         bytes: Vec<u8>,
     ) -> Result<Component, TransformError> {
+        use std::sync::mpsc::RecvTimeoutError;
         let timeout =
             Duration::from_nanos(self.inner.compile_timeout_nanos.load(Ordering::Relaxed));
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let engine = self.inner.engine.clone();
         self.inner.compiles.fetch_add(1, Ordering::Relaxed);
-        std::thread::Builder::new()
+        let compiling = std::thread::Builder::new()
             .name("sluice-compile".into())
             .spawn(move || {
                 // The receiver is gone if the load gave up waiting.
@@ -360,25 +371,64 @@ impl TransformEngine {
                 context: format!("plugin `{plugin}`: cannot start a compile thread"),
                 source,
             })?;
-        match rx.recv_timeout(timeout) {
-            Ok(result) => result.map_err(|e| TransformError::Invalid {
-                plugin: plugin.to_owned(),
-                path: path.to_owned(),
-                reason: one_line(&e),
-            }),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(TransformError::LoadLimit {
-                plugin: plugin.to_owned(),
-                path: path.to_owned(),
-                reason: format!(
-                    "compiling it took longer than {timeout:?}, the limit for one plugin compile (compile time grows with code size: make the plugin smaller)"
-                ),
-            }),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(TransformError::Invalid {
-                plugin: plugin.to_owned(),
-                path: path.to_owned(),
-                reason: "the compiler panicked".to_owned(),
-            }),
-        }
+        let cpu = thread_cpu::Clock::of(&compiling);
+        let started = std::time::Instant::now();
+        let wall_bound = timeout
+            .saturating_mul(Self::COMPILE_WALL_FACTOR)
+            .max(timeout.saturating_add(Duration::from_secs(1)));
+        let over = loop {
+            // The compile runs on one thread, so its CPU time grows no faster than wall
+            // time: waiting for what is left of the CPU bound cannot overshoot it.
+            let used = cpu
+                .as_ref()
+                .map_or(started.elapsed(), thread_cpu::Clock::used);
+            let Some(left) = timeout.checked_sub(used).filter(|d| !d.is_zero()) else {
+                // A compile that ended as its clock was read is not over the bound (and
+                // an ended thread's clock id may name another thread by now).
+                if let Ok(result) = rx.try_recv() {
+                    return result.map_err(|e| TransformError::Invalid {
+                        plugin: plugin.to_owned(),
+                        path: path.to_owned(),
+                        reason: one_line(&e),
+                    });
+                }
+                break format!(
+                    "compiling it took longer than {timeout:?}{}, the limit for one plugin compile (compile time grows with code size: make the plugin smaller)",
+                    if cpu.is_some() { " of CPU time" } else { "" }
+                );
+            };
+            let Some(wall_left) = wall_bound
+                .checked_sub(started.elapsed())
+                .filter(|d| !d.is_zero())
+            else {
+                break format!(
+                    "compiling it took longer than {wall_bound:?} while it had used only {used:?} of CPU time: the machine gives the compile too little CPU (the limit for one plugin compile is {timeout:?} of CPU time, within {} times that in all)",
+                    Self::COMPILE_WALL_FACTOR
+                );
+            };
+            match rx.recv_timeout(left.min(wall_left)) {
+                Ok(result) => {
+                    return result.map_err(|e| TransformError::Invalid {
+                        plugin: plugin.to_owned(),
+                        path: path.to_owned(),
+                        reason: one_line(&e),
+                    });
+                }
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(TransformError::Invalid {
+                        plugin: plugin.to_owned(),
+                        path: path.to_owned(),
+                        reason: "the compiler panicked".to_owned(),
+                    });
+                }
+            }
+        };
+        Err(TransformError::LoadLimit {
+            plugin: plugin.to_owned(),
+            path: path.to_owned(),
+            reason: over,
+        })
     }
 }
 
@@ -452,4 +502,113 @@ fn deny_blocking_clocks(linker: &mut Linker<HostState>) -> wasmtime::Result<()> 
     )?;
     linker.allow_shadowing(false);
     Ok(())
+}
+
+/// The CPU time one thread has used, read from another thread: how a compile is bounded
+/// by the work it did rather than by how long a busy machine took to give it the CPU.
+mod thread_cpu {
+    use std::time::Duration;
+
+    /// A running thread's CPU clock (`pthread_getcpuclockid`).
+    #[cfg(target_os = "linux")]
+    pub(super) struct Clock(libc::clockid_t);
+
+    #[cfg(target_os = "linux")]
+    impl Clock {
+        /// The clock of `thread`, while it runs; `None` where it cannot be had.
+        pub(super) fn of<T>(thread: &std::thread::JoinHandle<T>) -> Option<Clock> {
+            use std::os::unix::thread::JoinHandleExt;
+            let mut clock: libc::clockid_t = 0;
+            // SAFETY: the handle names a thread that is not yet joined (and is not
+            // detached: the JoinHandle is alive), so its pthread_t is valid; `clock` is a
+            // valid place to write the id.
+            let rc = unsafe { libc::pthread_getcpuclockid(thread.as_pthread_t(), &mut clock) };
+            (rc == 0).then_some(Clock(clock))
+        }
+
+        /// The CPU time the thread has used. A thread that has ended reads as no time
+        /// (its clock id is gone), or, were its id reused, as another thread's: the
+        /// caller reads the compile's channel before it believes a reading over the
+        /// bound.
+        pub(super) fn used(&self) -> Duration {
+            let mut now = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: `now` is a valid timespec to write; an ended thread's clock id makes
+            // the call fail (EINVAL), which is handled, not undefined.
+            if unsafe { libc::clock_gettime(self.0, &mut now) } != 0 {
+                return Duration::ZERO;
+            }
+            Duration::new(
+                u64::try_from(now.tv_sec).unwrap_or(0),
+                u32::try_from(now.tv_nsec).unwrap_or(0),
+            )
+        }
+    }
+
+    #[cfg(all(test, target_os = "linux"))]
+    mod tests {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::{Duration, Instant};
+
+        use super::Clock;
+
+        /// A thread that waits uses no CPU however long it waits, and one that works
+        /// shows its work: the compile bound counts the second, not the first.
+        #[test]
+        fn a_thread_clock_counts_work_not_waiting() {
+            let stop = Arc::new(AtomicBool::new(false));
+            let spin = {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        n = std::hint::black_box(n.wrapping_add(1));
+                    }
+                })
+            };
+            let (wake, asleep) = std::sync::mpsc::channel::<()>();
+            let sleep = std::thread::spawn(move || {
+                let _ = asleep.recv();
+            });
+            let (spinning, sleeping) = (
+                Clock::of(&spin).expect("clock"),
+                Clock::of(&sleep).expect("clock"),
+            );
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while spinning.used() < Duration::from_millis(200) {
+                assert!(
+                    Instant::now() < deadline,
+                    "the spinning thread shows no CPU"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let slept = sleeping.used();
+            stop.store(true, Ordering::Relaxed);
+            let _ = wake.send(());
+            spin.join().expect("spin");
+            sleep.join().expect("sleep");
+            assert!(
+                slept < Duration::from_millis(50),
+                "a waiting thread used {slept:?}"
+            );
+        }
+    }
+
+    /// Elsewhere the compile is bounded by wall time.
+    #[cfg(not(target_os = "linux"))]
+    pub(super) struct Clock;
+
+    #[cfg(not(target_os = "linux"))]
+    impl Clock {
+        pub(super) fn of<T>(_: &std::thread::JoinHandle<T>) -> Option<Clock> {
+            None
+        }
+
+        pub(super) fn used(&self) -> Duration {
+            Duration::ZERO
+        }
+    }
 }
