@@ -279,11 +279,18 @@ impl Sink {
             .fit_shapes(&spec, layout, shapes, (evolve, create), sources)
             .await?;
         let mut changed = layout != before;
-        if !refused.is_empty() && from_cache {
+        if !refused.is_empty() && (from_cache || (create && self.catalog_reads_race_changes(&spec)))
+        {
             // The table may have changed since it was read (a column added by hand or by
-            // another process): look again before refusing.
+            // another process), or be changing now: look again before refusing. Where its
+            // catalog can be read half-changed, the look waits for the lock another
+            // process changes the table under; a dry run (no `create`) takes no lock.
             // What the database refused, or cannot make, stays known: not asked twice.
-            let mut read = super::derived::Layout::of(self.catalog(&spec).await?);
+            let mut read = super::derived::Layout::of(if create {
+                self.settled_catalog(&spec).await?
+            } else {
+                self.catalog(&spec).await?
+            });
             read.refused = std::mem::take(&mut layout.refused);
             read.unrelaxable = std::mem::take(&mut layout.unrelaxable);
             (layout, refused) = self

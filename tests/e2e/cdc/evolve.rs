@@ -397,3 +397,88 @@ async fn a_change_the_database_refuses_fails_only_its_records(kind: Backend) {
     assert!(status.success(), "sluice exited with {status}");
 }
 for_each_database!(a_change_the_database_refuses_fails_only_its_records: postgres = Postgres, mariadb = MariaDb);
+
+/// MariaDB's catalog can be read in the middle of another process's change of a table: its
+/// DDL commits by itself, and `information_schema` has shown a table being rebuilt for a
+/// widening without its primary key (a CI run: "the table's primary key is (): a key
+/// change"). A table read in such a moment does not fail its records: before refusing
+/// them, sluice reads it again under the lock the other process changes it under. The test
+/// plays that other process: it holds the table's evolve lock while the table has no
+/// primary key yet, and adds the key before it lets go. PostgreSQL reads its catalog in
+/// one snapshot, so only MariaDB's SQL meets this.
+async fn a_table_read_while_another_process_changes_it_is_read_again_under_its_lock(kind: Backend) {
+    use sqlx::Connection;
+    let run = FormatRun::new(kind).await;
+    super::execute(
+        &run.db,
+        &format!(
+            "CREATE TABLE {} (id BIGINT NOT NULL, qty SMALLINT NOT NULL, note TEXT NOT NULL)",
+            run.table
+        ),
+    )
+    .await;
+    let mut other = sqlx::MySqlConnection::connect(&run.db.url)
+        .await
+        .expect("connect");
+    let lock = format!("sluice_evolve:{}", run.table);
+    let held: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT CAST(GET_LOCK('{lock}', 5) AS SIGNED)"
+    )))
+    .fetch_one(&mut other)
+    .await
+    .expect("take the evolve lock");
+    assert_eq!(held, 1, "the test holds the table's evolve lock");
+    let config = run.config_with(
+        "connect_json",
+        "      evolve: [widen]",
+        "record_key",
+        "    key_format: connect_json",
+    );
+    run.produce(
+        json!({"serializer": "raw"}),
+        (0..20)
+            .map(|i| record(SMALL, json!({"id": i, "qty": i, "note": "s"})))
+            .collect(),
+    )
+    .await;
+    let sluice = run.start(&config);
+    // sluice read no primary key, and waits for the lock to read the table again.
+    let waiting = format!(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE ID <> CONNECTION_ID() AND INFO LIKE '%GET_LOCK(''{lock}''%'"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(waiting.clone()))
+            .fetch_one(&mut other)
+            .await
+            .expect("read the process list");
+        if n > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sluice did not wait for the table's lock before refusing its records: {}\n{}",
+            sluice.log.display(),
+            std::fs::read_to_string(&sluice.log).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER TABLE {} ADD PRIMARY KEY (id)",
+        run.table
+    )))
+    .execute(&mut other)
+    .await
+    .expect("add the key");
+    sqlx::query(sqlx::AssertSqlSafe(format!("DO RELEASE_LOCK('{lock}')")))
+        .execute(&mut other)
+        .await
+        .expect("let the lock go");
+    run.wait_for(20, 0, 60, &sluice).await;
+    let status = sluice.terminate();
+    assert!(status.success(), "sluice exited with {status}");
+}
+for_each_database!(
+    a_table_read_while_another_process_changes_it_is_read_again_under_its_lock: mariadb = MariaDb
+);

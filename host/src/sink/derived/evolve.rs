@@ -104,7 +104,11 @@ impl Sink {
                 let present = read_catalog::<DB>(&mut *conn, catalog_sql.clone())
                     .await
                     .map_err(db_error("read the columns of"))?;
-                let (run, mut cannot) = statements(dialect, spec, &self.without_version(spec, present), changes);
+                let (run, mut cannot) = statements(dialect, spec, &self.without_version(spec, present.clone()), changes);
+                if run.is_empty() {
+                    // Nothing to make (made meanwhile, or only a read under the lock).
+                    return Ok((present, cannot));
+                }
                 for (change, statement) in run {
                     let step = change.step();
                     let started = std::time::Instant::now();
