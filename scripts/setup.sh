@@ -52,6 +52,11 @@ if [ "${1:-}" = "--plugins" ] || [ "${1:-}" = "--tests" ]; then
 fi
 
 if [ "${1:-}" = "--tests" ]; then
+  # The lints: scripts/test.sh builds the workspace's own crates with clippy's driver.
+  if ! command -v clippy-driver >/dev/null 2>&1 && ! rustup which clippy-driver >/dev/null 2>&1; then
+    log "adding the clippy component (the tests' build runs the lints)"
+    rustup component add clippy
+  fi
   # The test broker: Tansu 0.6.0, a Kafka-protocol broker (up to half an hour to build once),
   # with its SQLite storage engine (libsql) for the test that kills and restarts it. A
   # Tansu installed without that engine (an older setup) is installed again.
