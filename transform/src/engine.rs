@@ -355,7 +355,6 @@ impl TransformEngine {
         path: &Path,
         bytes: Vec<u8>,
     ) -> Result<Component, TransformError> {
-        use std::sync::mpsc::RecvTimeoutError;
         let timeout =
             Duration::from_nanos(self.inner.compile_timeout_nanos.load(Ordering::Relaxed));
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -371,63 +370,37 @@ impl TransformEngine {
                 context: format!("plugin `{plugin}`: cannot start a compile thread"),
                 source,
             })?;
-        let cpu = thread_cpu::Clock::of(&compiling);
-        let started = std::time::Instant::now();
         let wall_bound = timeout
             .saturating_mul(Self::COMPILE_WALL_FACTOR)
             .max(timeout.saturating_add(Duration::from_secs(1)));
-        let over = loop {
-            // The compile runs on one thread, so its CPU time grows no faster than wall
-            // time: waiting for what is left of the CPU bound cannot overshoot it.
-            let used = cpu
-                .as_ref()
-                .map_or(started.elapsed(), thread_cpu::Clock::used);
-            let Some(left) = timeout.checked_sub(used).filter(|d| !d.is_zero()) else {
-                // A compile that ended as its clock was read is not over the bound (and
-                // an ended thread's clock id may name another thread by now).
-                if let Ok(result) = rx.try_recv() {
-                    return result.map_err(|e| TransformError::Invalid {
-                        plugin: plugin.to_owned(),
-                        path: path.to_owned(),
-                        reason: one_line(&e),
-                    });
-                }
-                break format!(
-                    "compiling it took longer than {timeout:?}{}, the limit for one plugin compile (compile time grows with code size: make the plugin smaller)",
-                    if cpu.is_some() { " of CPU time" } else { "" }
-                );
-            };
-            let Some(wall_left) = wall_bound
-                .checked_sub(started.elapsed())
-                .filter(|d| !d.is_zero())
-            else {
-                break format!(
-                    "compiling it took longer than {wall_bound:?} while it had used only {used:?} of CPU time: the machine gives the compile too little CPU (the limit for one plugin compile is {timeout:?} of CPU time, within {} times that in all)",
-                    Self::COMPILE_WALL_FACTOR
-                );
-            };
-            match rx.recv_timeout(left.min(wall_left)) {
-                Ok(result) => {
-                    return result.map_err(|e| TransformError::Invalid {
-                        plugin: plugin.to_owned(),
-                        path: path.to_owned(),
-                        reason: one_line(&e),
-                    });
-                }
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(TransformError::Invalid {
-                        plugin: plugin.to_owned(),
-                        path: path.to_owned(),
-                        reason: "the compiler panicked".to_owned(),
-                    });
-                }
+        let reason = match thread_cpu::wait(&rx, &compiling, timeout, wall_bound) {
+            thread_cpu::Waited::Done(result) => {
+                return result.map_err(|e| TransformError::Invalid {
+                    plugin: plugin.to_owned(),
+                    path: path.to_owned(),
+                    reason: one_line(&e),
+                });
             }
+            thread_cpu::Waited::Gone => {
+                return Err(TransformError::Invalid {
+                    plugin: plugin.to_owned(),
+                    path: path.to_owned(),
+                    reason: "the compiler panicked".to_owned(),
+                });
+            }
+            thread_cpu::Waited::OverBound { cpu } => format!(
+                "compiling it took longer than {timeout:?}{}, the limit for one plugin compile (compile time grows with code size: make the plugin smaller)",
+                if cpu { " of CPU time" } else { "" }
+            ),
+            thread_cpu::Waited::Starved { used } => format!(
+                "compiling it took longer than {wall_bound:?} while it had used only {used:?} of CPU time: the machine gives the compile too little CPU (the limit for one plugin compile is {timeout:?} of CPU time, within {} times that in all)",
+                Self::COMPILE_WALL_FACTOR
+            ),
         };
         Err(TransformError::LoadLimit {
             plugin: plugin.to_owned(),
             path: path.to_owned(),
-            reason: over,
+            reason,
         })
     }
 }
@@ -507,7 +480,60 @@ fn deny_blocking_clocks(linker: &mut Linker<HostState>) -> wasmtime::Result<()> 
 /// The CPU time one thread has used, read from another thread: how a compile is bounded
 /// by the work it did rather than by how long a busy machine took to give it the CPU.
 mod thread_cpu {
-    use std::time::Duration;
+    use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+    use std::time::{Duration, Instant};
+
+    /// How a wait for a thread's one message ended.
+    pub(super) enum Waited<T> {
+        /// The thread sent it.
+        Done(T),
+        /// The thread ended without sending (it panicked).
+        Gone,
+        /// The thread used `bound` of CPU time without sending (`cpu`: as its CPU clock
+        /// read; without one, as wall time).
+        OverBound { cpu: bool },
+        /// `wall_bound` passed before the thread had used `bound` of CPU time.
+        Starved { used: Duration },
+    }
+
+    /// Waits for `thread`'s message on `rx` until the thread has used `bound` of CPU time
+    /// (wall time where its CPU clock cannot be read), or `wall_bound` has passed. The
+    /// thread's work runs on that one thread, so its CPU time grows no faster than wall
+    /// time: waiting for what is left of `bound` cannot overshoot it.
+    pub(super) fn wait<T, H>(
+        rx: &Receiver<T>,
+        thread: &std::thread::JoinHandle<H>,
+        bound: Duration,
+        wall_bound: Duration,
+    ) -> Waited<T> {
+        let clock = Clock::of(thread);
+        let started = Instant::now();
+        loop {
+            let used = clock.as_ref().map_or(started.elapsed(), Clock::used);
+            let Some(left) = bound.checked_sub(used).filter(|d| !d.is_zero()) else {
+                // A thread that ended as its clock was read is not over the bound (and an
+                // ended thread's clock id may name another thread by now).
+                return match rx.try_recv() {
+                    Ok(message) => Waited::Done(message),
+                    Err(TryRecvError::Disconnected) => Waited::Gone,
+                    Err(TryRecvError::Empty) => Waited::OverBound {
+                        cpu: clock.is_some(),
+                    },
+                };
+            };
+            let Some(wall_left) = wall_bound
+                .checked_sub(started.elapsed())
+                .filter(|d| !d.is_zero())
+            else {
+                return Waited::Starved { used };
+            };
+            match rx.recv_timeout(left.min(wall_left)) {
+                Ok(message) => return Waited::Done(message),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Waited::Gone,
+            }
+        }
+    }
 
     /// A running thread's CPU clock (`pthread_getcpuclockid`).
     #[cfg(target_os = "linux")]
@@ -594,6 +620,57 @@ mod thread_cpu {
                 slept < Duration::from_millis(50),
                 "a waiting thread used {slept:?}"
             );
+        }
+
+        /// A thread that takes three times the bound in wall time but little CPU (it
+        /// waits, as a compile waits for a busy machine's cores) is waited for; one that
+        /// works past the bound is not, and one that never gets going ends at the wall
+        /// bound. With a bound of wall time the first would fail.
+        #[test]
+        fn a_wait_is_bounded_by_the_cpu_the_thread_uses() {
+            use super::{Waited, wait};
+            let bound = Duration::from_millis(100);
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let slow = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                let _ = tx.send(42);
+            });
+            let waited = wait(&rx, &slow, bound, Duration::from_secs(30));
+            assert!(
+                matches!(waited, Waited::Done(42)),
+                "a waiting thread was given up"
+            );
+            slow.join().expect("slow");
+
+            let stop = Arc::new(AtomicBool::new(false));
+            let (tx, rx) = std::sync::mpsc::sync_channel::<u32>(1);
+            let busy = {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        n = std::hint::black_box(n.wrapping_add(1));
+                    }
+                    drop(tx);
+                })
+            };
+            let waited = wait(&rx, &busy, bound, Duration::from_secs(30));
+            stop.store(true, Ordering::Relaxed);
+            busy.join().expect("busy");
+            assert!(matches!(waited, Waited::OverBound { cpu: true }));
+
+            let (wake, asleep) = std::sync::mpsc::channel::<()>();
+            let (tx, rx) = std::sync::mpsc::sync_channel::<u32>(1);
+            let idle = std::thread::spawn(move || {
+                let _ = asleep.recv();
+                drop(tx);
+            });
+            let started = Instant::now();
+            let waited = wait(&rx, &idle, bound, Duration::from_millis(500));
+            assert!(matches!(waited, Waited::Starved { .. }));
+            assert!(started.elapsed() >= Duration::from_millis(500));
+            let _ = wake.send(());
+            idle.join().expect("idle");
         }
     }
 
