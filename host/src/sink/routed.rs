@@ -279,15 +279,16 @@ impl Sink {
             .fit_shapes(&spec, layout, shapes, (evolve, create), sources)
             .await?;
         let mut changed = layout != before;
-        if !refused.is_empty() && (from_cache || (create && self.catalog_reads_race_changes(&spec)))
-        {
+        // A dry run (no `create`) takes no lock.
+        let under_lock = create && self.catalog_reads_race_changes(&spec);
+        if !refused.is_empty() && (from_cache || under_lock) {
             // The table may have changed since it was read (a column added by hand or by
             // another process), or be changing now: look again before refusing. Where its
             // catalog can be read half-changed, the look waits for the lock another
-            // process changes the table under; a dry run (no `create`) takes no lock.
-            // What the database refused, or cannot make, stays known: not asked twice.
-            let mut read = super::derived::Layout::of(if create {
-                self.settled_catalog(&spec).await?
+            // process changes the table under. What the database refused, or cannot
+            // make, stays known: not asked twice.
+            let mut read = super::derived::Layout::of(if under_lock {
+                self.catalog_under_evolve_lock(&spec).await?
             } else {
                 self.catalog(&spec).await?
             });

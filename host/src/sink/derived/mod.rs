@@ -103,26 +103,22 @@ impl Sink {
         Ok(self.without_version(spec, columns))
     }
 
-    /// The columns of `spec`'s table (without the version column) as a change another
-    /// process is making leaves them. Where DDL commits by itself (MySQL, MariaDB: a named
-    /// evolve lock), `information_schema` can be read in the middle of another process's
-    /// `ALTER`: a table being rebuilt has shown its columns without its primary key. So
-    /// the table is read under the lock that process holds while it changes it. Elsewhere
-    /// the catalog is read in one snapshot, and read as is.
-    pub(super) async fn settled_catalog(
+    /// The columns of `spec`'s table (without the version column), read under its evolve
+    /// lock: as a change another process makes under that lock leaves them (see
+    /// [`Sink::catalog_reads_race_changes`]).
+    pub(super) async fn catalog_under_evolve_lock(
         &self,
         spec: &TableSpec,
     ) -> Result<Vec<CatalogColumn>, SinkError> {
-        if self.catalog_reads_race_changes(spec) {
-            let (columns, _) = self.evolve(spec, &[], None).await?;
-            Ok(columns)
-        } else {
-            self.catalog(spec).await
-        }
+        let (columns, _) = self.evolve(spec, &[], None).await?;
+        Ok(columns)
     }
 
     /// Whether a read of `spec`'s catalog outside its evolve lock can see another
-    /// process's change half-made: where DDL commits by itself (a named lock).
+    /// process's change half-made: where DDL commits by itself (MySQL, MariaDB: a named
+    /// evolve lock), `information_schema` read in the middle of another process's `ALTER`
+    /// has shown a table being rebuilt without its primary key. Elsewhere the catalog is
+    /// read in one snapshot.
     pub(super) fn catalog_reads_race_changes(&self, spec: &TableSpec) -> bool {
         matches!(
             (db::of(self.dialect).evolve_lock)(spec),
